@@ -1,0 +1,42 @@
+"""Engines that run stages. Each lives in its own module, imported only when a stage needs it."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+from ..errors import UnavailableError
+
+# backend -> (pip extra, the module that extra provides); python needs nothing extra
+BACKEND_EXTRAS: dict[str, tuple[str, str]] = {
+    "spark": ("spark", "pyspark"),
+    "dask": ("dask", "distributed"),
+    "ray": ("ray", "ray"),
+}
+
+# backends with an implementation in this release
+IMPLEMENTED = {"python": "hybridflow.backends.python"}
+
+
+def require(name: str) -> None:
+    """Fail before any stage starts if `name` cannot run here, saying how to fix it."""
+    if name not in IMPLEMENTED:
+        raise UnavailableError(f"backend '{name}' is not available in hybridflow {_version()} yet",
+                               hint="run this stage with backend: python for now")
+    extra, module = BACKEND_EXTRAS.get(name, (None, None))
+    if module and importlib.util.find_spec(module) is None:
+        raise UnavailableError(f"backend '{name}' needs {module}, which is not installed",
+                               hint=f"pip install 'hybridflow[{extra}]'")
+
+
+def create(name: str, settings, log_dir):
+    """A new, not yet started, backend instance."""
+    require(name)
+    module = importlib.import_module(IMPLEMENTED[name])
+    return module.create(settings, log_dir)
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__

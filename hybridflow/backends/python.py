@@ -1,0 +1,54 @@
+"""The in-process backend: stages get pandas DataFrames with Arrow-backed dtypes.
+
+Arrow-backed dtypes (pd.ArrowDtype) keep nullable integers, decimals, lists and
+structs exactly as written; numpy-backed pandas would turn them into floats and objects.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+from ..errors import DataError
+from ..tables import TableSource, read_arrow, write_arrow
+from .base import Backend
+
+
+class PythonBackend(Backend):
+    name = "python"
+    frame_types = "pandas DataFrames or pyarrow Tables"
+
+    def start(self) -> None:
+        pass  # nothing to start: stages run in this process
+
+    def read(self, source: TableSource) -> pd.DataFrame:
+        return read_arrow(source).to_pandas(types_mapper=pd.ArrowDtype)
+
+    def is_frame(self, value: Any) -> bool:
+        return isinstance(value, (pd.DataFrame, pa.Table))
+
+    def write(self, frame: Any, directory: Path) -> pa.Schema:
+        return write_arrow(to_arrow(frame), directory)
+
+
+def to_arrow(frame: pd.DataFrame | pa.Table) -> pa.Table:
+    """A pandas frame as an Arrow table; a non-default index is kept as columns, never dropped."""
+    if isinstance(frame, pa.Table):
+        return frame
+    if not isinstance(frame.index, pd.RangeIndex) or frame.index.name is not None:
+        frame = frame.reset_index()
+    duplicated = frame.columns[frame.columns.duplicated()].tolist()
+    if duplicated:
+        raise DataError(f"the frame has duplicate column names: {', '.join(map(str, duplicated))}")
+    try:
+        return pa.Table.from_pandas(frame, preserve_index=False)
+    except (pa.ArrowException, TypeError, ValueError) as exc:
+        raise DataError(f"cannot convert the frame to Arrow: {exc}",
+                        hint="give every column one consistent type") from exc
+
+
+def create(settings: Any, log_dir: Path) -> PythonBackend:
+    return PythonBackend()

@@ -1,0 +1,209 @@
+"""Where datasets live and how a new version becomes visible: all at once, or not at all.
+
+Layout under <workdir>/<pipeline>/:
+    datasets/<name>/versions/<version>/   immutable: data files plus _manifest.json
+    datasets/<name>/CURRENT               a small pointer file; replacing it is the commit point
+    staging/<run>/<name>/                 where engines write; readers never look here
+
+An engine writes into a fresh staging directory; the files are checked, hashed and
+fsynced; the manifest is written; the directory is renamed into versions/; then
+CURRENT is replaced with os.replace and its directory fsynced. A reader resolves
+CURRENT and reads the manifest's file list, never a directory listing, so a crash
+at any moment leaves it the previous complete version or the new complete one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import faults
+from .contract import check_schema, schema_to_dict
+from .errors import DataError
+from .tables import TableSource
+
+MANIFEST = "_manifest.json"
+POINTER = "CURRENT"
+MANIFEST_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Version:
+    dataset: str
+    id: str
+    directory: Path
+    manifest: dict[str, Any]
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        return tuple(self.directory / f["path"] for f in self.manifest["files"])
+
+    @property
+    def schema(self) -> pa.Schema | None:
+        raw = self.manifest.get("arrow_schema")
+        return pa.ipc.read_schema(pa.py_buffer(bytes.fromhex(raw))) if raw else None
+
+    @property
+    def rows(self) -> int | None:
+        return self.manifest.get("rows")
+
+    @property
+    def bytes(self) -> int:
+        return sum(f["size"] for f in self.manifest["files"])
+
+    def source(self) -> TableSource:
+        return TableSource(self.dataset, self.files, "parquet", self.schema)
+
+
+class Catalog:
+    def __init__(self, home: Path) -> None:
+        self.home = home  # <workdir>/<pipeline>
+
+    def dataset_dir(self, name: str) -> Path:
+        return self._inside(self.home / "datasets" / name)
+
+    def staging_root(self) -> Path:
+        return self.home / "staging"
+
+    def current(self, name: str) -> Version | None:
+        """The published version of a dataset, or None if it was never published."""
+        pointer = self.dataset_dir(name) / POINTER
+        try:
+            version_id = json.loads(pointer.read_text())["version"]
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError) as exc:
+            raise DataError(f"the pointer file {pointer} is corrupt: {exc}") from exc
+        directory = self.dataset_dir(name) / "versions" / version_id
+        try:
+            manifest = json.loads((directory / MANIFEST).read_text())
+        except (FileNotFoundError, ValueError) as exc:
+            raise DataError(f"dataset '{name}' version {version_id} has no readable manifest: {exc}") from exc
+        return Version(name, version_id, directory, manifest)
+
+    def new_staging(self, run_id: str, name: str) -> Path:
+        directory = self._inside(self.staging_root() / run_id / name)
+        if directory.exists():
+            shutil.rmtree(directory)
+        directory.mkdir(parents=True)
+        return directory
+
+    def discard_staging(self, run_id: str | None = None) -> None:
+        """Remove one run's staging area, or all of it (only ever under the lock)."""
+        target = self.staging_root() / run_id if run_id else self.staging_root()
+        shutil.rmtree(self._inside(target), ignore_errors=True)
+
+    def publish(self, name: str, staging: Path, *, kind: str, stage: str, run_id: str,
+                inputs: dict[str, str], declared: dict[str, pa.DataType] | None = None) -> Version:
+        """Check, hash and atomically publish what a stage wrote into `staging`."""
+        files = _list_files(staging, name)
+        manifest: dict[str, Any] = {
+            "format": MANIFEST_FORMAT, "dataset": name, "kind": kind, "stage": stage, "run_id": run_id,
+            "created_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+            "inputs": inputs, "files": [_describe(staging, f) for f in files],
+        }
+        if kind == "table":
+            manifest.update(_table_facts(name, files, declared))
+        faults.checkpoint("publish:staged")
+        _fsync_tree(staging, files)
+        version_id = _new_version_id(manifest)
+        manifest["version"] = version_id
+        _write_durably(staging / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
+        versions = self.dataset_dir(name) / "versions"
+        versions.mkdir(parents=True, exist_ok=True)
+        final = versions / version_id
+        os.rename(staging, final)
+        _fsync_dir(versions)
+        faults.checkpoint("publish:moved")
+        _write_durably(self.dataset_dir(name) / POINTER, json.dumps({"version": version_id}) + "\n")
+        faults.checkpoint("publish:committed")
+        return Version(name, version_id, final, manifest)
+
+    def _inside(self, path: Path) -> Path:
+        """Refuse any path that escapes the pipeline's home (a bad name must never delete data)."""
+        resolved = path.resolve()
+        if resolved == self.home.resolve() or not resolved.is_relative_to(self.home.resolve()):
+            raise DataError(f"refusing to use {path}: it is not inside {self.home}")
+        return resolved
+
+
+def _list_files(staging: Path, name: str) -> list[Path]:
+    files = []
+    for path in sorted(staging.rglob("*")):
+        if path.is_symlink():
+            raise DataError(f"output '{name}' contains a symbolic link ({path.name}); write real files")
+        if path.is_file() and path.name != MANIFEST:
+            files.append(path)
+    return files
+
+
+def _describe(root: Path, file: Path) -> dict[str, Any]:
+    with open(file, "rb") as handle:
+        digest = hashlib.file_digest(handle, "sha256").hexdigest()
+    return {"path": file.relative_to(root).as_posix(), "size": file.stat().st_size, "sha256": digest}
+
+
+def _table_facts(name: str, files: list[Path], declared: dict[str, pa.DataType] | None) -> dict[str, Any]:
+    """Open every written file: row count, one schema for all, and the declared contract."""
+    data_files = [f for f in files if f.suffix == ".parquet"]
+    if not data_files:
+        raise DataError(f"output '{name}' was written without any parquet file")
+    rows, schema = 0, None
+    for file in data_files:
+        try:
+            meta = pq.ParquetFile(file).metadata
+            file_schema = pq.read_schema(file).remove_metadata()
+        except (OSError, pa.ArrowException) as exc:
+            raise DataError(f"output '{name}': {file.name} is not a readable parquet file: {exc}") from exc
+        if schema is not None and not file_schema.equals(schema):
+            raise DataError(f"output '{name}': {file.name} has a different schema from the other files")
+        rows, schema = rows + meta.num_rows, file_schema
+    check_schema(name, declared, schema)
+    return {"rows": rows, "schema": schema_to_dict(schema), "arrow_schema": schema.serialize().to_pybytes().hex()}
+
+
+def _new_version_id(manifest: dict[str, Any]) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    content = hashlib.sha256("".join(f["sha256"] for f in manifest["files"]).encode()).hexdigest()[:10]
+    return f"{stamp}-{content}-{secrets.token_hex(2)}"
+
+
+def _fsync_tree(root: Path, files: list[Path]) -> None:
+    for file in files:
+        fd = os.open(file, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    for directory in sorted({f.parent for f in files} | {root}, reverse=True):
+        _fsync_dir(directory)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_durably(path: Path, text: str) -> None:
+    """Write to a temp file beside `path`, fsync, os.replace, fsync the directory."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)

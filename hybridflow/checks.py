@@ -1,0 +1,173 @@
+"""Checks that need the whole pipeline: names, the dataset graph, stage functions, extras."""
+
+from __future__ import annotations
+
+import importlib.util
+import keyword
+from pathlib import Path
+
+from . import signature
+from .arrow_types import ArrowTypeError, parse_arrow_type
+from .backends import BACKEND_EXTRAS
+from .diagnostics import Problem, did_you_mean
+from .pipeline import Pipeline
+from .spec import IDENTIFIER
+from .stagecode import inspect_target
+
+
+def check_pipeline(pipeline: Pipeline) -> list[Problem]:
+    problems: list[Problem] = []
+    for check in (_check_root, _check_names, _check_producers, _check_inputs, _check_datasets,
+                  _check_cycles, _check_functions, _check_extras):
+        problems += check(pipeline)
+    return problems
+
+
+def name_problem(name: str, what: str) -> str | None:
+    """Why `name` cannot be a stage or dataset name (they become keyword arguments and directory names)."""
+    if not isinstance(name, str) or not IDENTIFIER.match(name):
+        return (f"{what} name '{name}' must be a plain identifier (letters, digits and _, not starting "
+                "with a digit; no '/', '.', '..' or spaces)")
+    if keyword.iskeyword(name) or name == signature.CTX:
+        return f"{what} name '{name}' is reserved in Python stage functions: choose another name"
+    return None
+
+
+def _check_root(p: Pipeline) -> list[Problem]:
+    if p.root.is_dir():
+        return []
+    return [p.source.problem(("root",), f"root directory {p.root} does not exist")]
+
+
+def _check_names(p: Pipeline) -> list[Problem]:
+    problems = []
+    for stage, spec in p.stages.items():
+        if (why := name_problem(stage, "stage")):
+            problems.append(p.source.problem(("stages", stage), why, at_key=True))
+        for field in ("inputs", "outputs"):
+            for i, dataset in enumerate(getattr(spec, field)):
+                if (why := name_problem(dataset, "dataset")):
+                    problems.append(p.source.problem(("stages", stage, field, i), why))
+    for dataset in p.spec.datasets:
+        if (why := name_problem(dataset, "dataset")):
+            problems.append(p.source.problem(("datasets", dataset), why, at_key=True))
+    return problems
+
+
+def _check_producers(p: Pipeline) -> list[Problem]:
+    problems = []
+    first: dict[str, tuple] = {}
+    for stage, spec in p.stages.items():
+        for i, dataset in enumerate(spec.outputs):
+            here = ("stages", stage, "outputs", i)
+            if dataset in first:
+                other = first[dataset]
+                problems.append(p.source.problem(here, f"dataset '{dataset}' is already produced by stage "
+                                                       f"'{other[1]}': each dataset has one producer"))
+                continue
+            first[dataset] = here
+            if dataset in spec.inputs:
+                problems.append(p.source.problem(here, f"stage '{stage}' both reads and writes '{dataset}': "
+                                                       "write a new dataset instead"))
+        for field in ("inputs", "outputs"):
+            names = getattr(spec, field)
+            for i, dataset in enumerate(names):
+                if dataset in names[:i]:
+                    problems.append(p.source.problem(("stages", stage, field, i),
+                                                     f"'{dataset}' is listed twice in {field}"))
+    return problems
+
+
+def _check_inputs(p: Pipeline) -> list[Problem]:
+    problems = []
+    known = set(p.dag.producer) | set(p.spec.datasets)
+    for stage, spec in p.stages.items():
+        for i, dataset in enumerate(spec.inputs):
+            if dataset in p.dag.producer or p.dataset(dataset).path:
+                continue
+            if dataset in p.spec.datasets:
+                why = f"dataset '{dataset}' is declared without a path and no stage produces it"
+            else:
+                why = f"no stage produces dataset '{dataset}' and it is not declared under datasets with a path"
+            problems.append(p.source.problem(("stages", stage, "inputs", i),
+                                             f"{why}{did_you_mean(dataset, known - {dataset})}"))
+    return problems
+
+
+def _check_datasets(p: Pipeline) -> list[Problem]:
+    problems = []
+    consumed = {d for s in p.stages.values() for d in s.inputs}
+    for name, ds in p.spec.datasets.items():
+        at = ("datasets", name)
+        producer = p.dag.producer.get(name)
+        if ds.path and producer:
+            problems.append(p.source.problem(at + ("path",), f"dataset '{name}' has a path but is produced by "
+                                             f"stage '{producer}': produced datasets live in the workdir "
+                                             "(remove the path)"))
+        if not ds.path and ds.format != "parquet":
+            problems.append(p.source.problem(at + ("format",), f"dataset '{name}': hand-offs between stages are "
+                                             f"always parquet; format {ds.format} is for external inputs only"))
+        if ds.kind == "files" and ds.schema_:
+            problems.append(p.source.problem(at + ("schema",), f"dataset '{name}' is kind: files and cannot "
+                                             "have a schema (schemas describe tables)"))
+        for column, type_text in (ds.schema_ or {}).items():
+            try:
+                parse_arrow_type(type_text)
+            except ArrowTypeError as exc:
+                problems.append(p.source.problem(at + ("schema", column), f"dataset '{name}', column "
+                                                 f"'{column}': {exc}"))
+        if ds.path and not producer and name in consumed and not p.external_path(name).exists():
+            problems.append(p.source.problem(at + ("path",), f"external dataset '{name}' does not exist yet at "
+                                             f"{p.external_path(name)} (it must exist when a run starts)",
+                                             severity="warning"))
+        if not producer and name not in consumed:
+            problems.append(p.source.problem(at, f"dataset '{name}' is declared but no stage reads or writes it",
+                                             severity="warning", at_key=True))
+    return problems
+
+
+def _check_cycles(p: Pipeline) -> list[Problem]:
+    cycle = p.dag.find_cycle()
+    if not cycle:
+        return []
+    return [p.source.problem(("stages", cycle[0]), f"the stages form a cycle: {' -> '.join(cycle)}", at_key=True)]
+
+
+def _check_functions(p: Pipeline) -> list[Problem]:
+    problems = []
+    if not p.root.is_dir():
+        return problems
+    for stage, spec in p.stages.items():
+        at = ("stages", stage, "run")
+        target = inspect_target(p.root, spec.run)
+        if target.error and target.error_line and target.file:
+            problems.append(Problem(_shown(target.file), target.error_line, 1,
+                                    f"{target.error} (the code of stage '{stage}')"))
+        elif target.error:
+            problems.append(p.source.problem(at, f"stage '{stage}': {target.error}"))
+        elif target.params is not None:
+            param_names = set(p.params_for(stage))
+            for why in signature.call_problems(target.params, spec.inputs, param_names):
+                problems.append(p.source.problem(at, f"stage '{stage}' cannot call {spec.run}: {why}"))
+        for dataset in set(spec.inputs) & set(p.params_for(stage)):
+            problems.append(p.source.problem(("stages", stage, "inputs"), f"stage '{stage}': '{dataset}' is both "
+                                             "an input and a param: rename one of them"))
+    return problems
+
+
+def _check_extras(p: Pipeline) -> list[Problem]:
+    problems = []
+    for stage, spec in p.stages.items():
+        extra, module = BACKEND_EXTRAS.get(spec.backend, (None, None))
+        if module and importlib.util.find_spec(module) is None:
+            problems.append(p.source.problem(("stages", stage, "backend"), f"stage '{stage}' runs on {spec.backend} "
+                                             f"but {module} is not installed (pip install 'hybridflow[{extra}]')",
+                                             severity="warning"))
+    return problems
+
+
+def _shown(file: Path) -> str:
+    try:
+        return str(file.relative_to(Path.cwd()))
+    except ValueError:
+        return str(file)

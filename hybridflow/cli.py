@@ -1,0 +1,201 @@
+"""The `hybridflow` command. The only module that prints, and the one place errors become exit codes.
+
+Engines are never imported here: `hybridflow --help` and `validate` stay fast.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+
+from .errors import ConfigError, ExitCode, HybridflowError
+
+app = typer.Typer(
+    name="hybridflow",
+    help="Run each stage of a pipeline on the engine that suits it: Spark, Dask, Ray or plain Python.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+VerboseOption = typer.Option(False, "--verbose", "-v", help="Show full tracebacks.")
+ParamOption = typer.Option(None, "--param", "-p", metavar="KEY=VALUE",
+                           help="Override a param: key=value (pipeline-wide) or stage.key=value.")
+
+EXIT_CODES_HELP = "Exit codes: " + ", ".join(f"{c.value} {c.name.lower().replace('_', ' ')}" for c in ExitCode)
+
+
+def _guarded(command):
+    """Turn hybridflow errors into one line on stderr plus their exit code."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        verbose = kwargs.get("verbose", False)
+        try:
+            return command(*args, **kwargs)
+        except typer.Exit:
+            raise
+        except HybridflowError as exc:
+            if verbose:
+                err.print_exception()
+            err.print(f"[bold red]error:[/] {exc.one_line()}", soft_wrap=True)
+            raise typer.Exit(int(exc.exit_code)) from None
+        except KeyboardInterrupt:
+            err.print("[bold red]interrupted[/]")
+            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+        except Exception as exc:  # a bug in hybridflow: say so plainly
+            if verbose:
+                err.print_exception()
+            err.print(f"[bold red]internal error:[/] {type(exc).__name__}: {exc} "
+                      "(rerun with --verbose for the traceback, and please report it)", soft_wrap=True)
+            raise typer.Exit(int(ExitCode.INTERNAL)) from None
+
+    return wrapper
+
+
+def _yaml_files(paths: list[Path]) -> list[Path]:
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files += sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+        else:
+            files.append(path)
+    return files
+
+
+@app.command()
+@_guarded
+def validate(
+    paths: List[Path] = typer.Argument(..., help="Pipeline files, or directories to search for *.yaml/*.yml."),
+    format: str = typer.Option("text", "--format", help="text or json"),
+    params: Optional[List[str]] = ParamOption,
+    verbose: bool = VerboseOption,
+) -> None:
+    """Check pipeline files and report every problem as file:line:col."""
+    from .config import check_file
+    from .diagnostics import errors_in
+
+    if format not in ("text", "json"):
+        raise ConfigError(f"--format must be text or json, not '{format}'")
+    files = _yaml_files(paths)
+    if not files:
+        raise ConfigError(f"no *.yaml or *.yml files under {', '.join(map(str, paths))}")
+    problems = []
+    for file in files:
+        problems += check_file(file, params or [])[1]
+    errors = errors_in(problems)
+    if format == "json":
+        out.print_json(json.dumps({"valid": not errors, "files": [str(f) for f in files],
+                                   "problems": [p.as_dict() for p in problems]}))
+    else:
+        for problem in problems:
+            style = "red" if problem.severity == "error" else "yellow"
+            out.print(f"{problem.file}:{problem.line}:{problem.col}: [{style}]{problem.severity}[/]: "
+                      f"{problem.message}", soft_wrap=True)
+        warnings = len(problems) - len(errors)
+        verdict = "[green]valid[/]" if not errors else "[red]invalid[/]"
+        out.print(f"{len(files)} file{'s' * (len(files) != 1)} checked: {verdict} "
+                  f"({len(errors)} errors, {warnings} warnings)")
+    if errors:
+        raise typer.Exit(int(ExitCode.CONFIG))
+
+
+@app.command()
+@_guarded
+def run(
+    pipeline_file: Path = typer.Argument(..., metavar="PIPELINE.yaml"),
+    only: Optional[List[str]] = typer.Option(None, "--only", help="Run only this stage (repeatable)."),
+    start: Optional[List[str]] = typer.Option(None, "--from", help="Run this stage and everything after it."),
+    end: Optional[List[str]] = typer.Option(None, "--to", help="Run this stage and everything before it."),
+    params: Optional[List[str]] = ParamOption,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and run nothing."),
+    keep_going: bool = typer.Option(False, "--keep-going", "-k",
+                                    help="After a failure, still run stages that do not depend on it."),
+    wait: bool = typer.Option(False, "--wait", help="Wait for another run of this pipeline to finish."),
+    verbose: bool = VerboseOption,
+) -> None:
+    """Validate a pipeline, then run its stages in dependency order."""
+    from .config import load_pipeline
+    from .runner import Runner, Selection
+
+    pipeline = load_pipeline(pipeline_file, params or [])
+    runner = Runner(pipeline, Selection(only or (), start or (), end or ()), keep_going=keep_going,
+                    wait_for_lock=wait)
+    if dry_run:
+        _print_plan(runner)
+        return
+    from .progress import listener_for, summary_table
+
+    listener = listener_for(err)
+    runner.listener = listener
+    try:
+        result = runner.run()
+    finally:
+        listener.close()
+    out.print(summary_table(result))
+    for stage in result.failed:
+        err.print(f"[bold red]{stage.name} failed:[/] {stage.error}", soft_wrap=True)
+        err.print(f"  log: {stage.log_path}", soft_wrap=True)
+    if result.resume_command:
+        err.print(f"resume with: {result.resume_command}", soft_wrap=True)
+    if result.error is not None:
+        raise typer.Exit(int(result.error.exit_code))
+
+
+def _print_plan(runner) -> None:
+    out.print(f"[bold]{runner.pipeline.name}[/]: {len(runner.stages)} stages would run, in this order")
+    for number, (stage, inputs) in enumerate(runner.plan().items(), 1):
+        spec = runner.pipeline.stages[stage]
+        out.print(f"{number:>3}. [bold]{stage}[/] on {spec.backend}: {spec.run}")
+        for item in inputs:
+            style = "red" if item.state == "missing" else "dim"
+            out.print(f"       in  {item.dataset}: [{style}]{item.state}[/] ({item.detail})", soft_wrap=True)
+        for ds in spec.outputs:
+            out.print(f"       out {ds}")
+
+
+@app.command()
+@_guarded
+def graph(
+    pipeline_file: Path = typer.Argument(..., metavar="PIPELINE.yaml"),
+    format: str = typer.Option("mermaid", "--format", help="mermaid or dot"),
+    verbose: bool = VerboseOption,
+) -> None:
+    """Print the pipeline's graph as Mermaid (default) or Graphviz DOT."""
+    from . import diagram
+    from .config import load_pipeline
+
+    render = {"mermaid": diagram.mermaid, "dot": diagram.dot}.get(format)
+    if render is None:
+        raise ConfigError(f"--format must be mermaid or dot, not '{format}'")
+    sys.stdout.write(render(load_pipeline(pipeline_file)))
+
+
+@app.command()
+@_guarded
+def schema(verbose: bool = VerboseOption) -> None:
+    """Print the JSON Schema of pipeline files (for editor completion and checks)."""
+    from .spec import json_schema
+
+    sys.stdout.write(json.dumps(json_schema(), indent=2) + "\n")
+
+
+@app.callback(epilog=EXIT_CODES_HELP)
+def _root() -> None:
+    """hybridflow: one YAML pipeline, each stage on the engine that suits it."""
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

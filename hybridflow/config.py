@@ -1,0 +1,183 @@
+"""Loading a pipeline file: YAML -> environment values -> spec -> cross checks, every problem located."""
+
+from __future__ import annotations
+
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from .checks import check_pipeline
+from .diagnostics import Problem, did_you_mean, errors_in
+from .errors import ConfigError
+from .pipeline import Pipeline
+from .spec import PipelineSpec
+from .yamlsource import SourceMap, load_yaml
+
+_ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
+CLI = "<command line>"
+
+
+def load_pipeline(file: str | Path, params: list[str] = (), environ: dict[str, str] | None = None) -> Pipeline:
+    """Load and check a pipeline; raises ConfigError carrying every problem found."""
+    pipeline, problems = check_file(file, params, environ)
+    errors = errors_in(problems)
+    if errors:
+        more = f" (and {len(errors) - 1} more problems; run hybridflow validate)" if len(errors) > 1 else ""
+        raise ConfigError(f"{errors[0]}{more}", problems=problems)
+    return pipeline
+
+
+def check_file(file: str | Path, params: list[str] = (),
+               environ: dict[str, str] | None = None) -> tuple[Pipeline | None, list[Problem]]:
+    """Every problem in one pass; the Pipeline too when there is no error."""
+    import os
+
+    environ = dict(os.environ) if environ is None else environ
+    path = Path(file)
+    shown = str(file)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, [Problem(shown, 1, 1, "no such file")]
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        return None, [Problem(shown, 1, 1, f"cannot read the file: {exc}")]
+    data, source, problems = load_yaml(text, shown)
+    if data is None or problems:
+        return None, problems
+    if not isinstance(data, dict):
+        return None, [Problem(shown, 1, 1, "the top level must be a mapping with 'name' and 'stages'")]
+    secrets: set[str] = set()
+    data = _interpolate(data, (), environ, source, secrets, problems)
+    try:
+        spec = PipelineSpec.model_validate(data)
+    except ValidationError as exc:
+        problems += [_locate(error, source) for error in exc.errors()]
+        return None, sorted(problems)
+    root = (path.parent / (spec.root or ".")).resolve()
+    pipeline = Pipeline(spec, path.resolve(), root, (root / spec.workdir).resolve(), source, frozenset(secrets))
+    problems += check_pipeline(pipeline)
+    problems += _apply_cli_params(pipeline, params)
+    return pipeline, sorted(problems)
+
+
+def _interpolate(value: Any, path: tuple, environ, source: SourceMap, secrets: set, problems: list) -> Any:
+    """Replace ${env:NAME} in every string; the values are remembered as secrets."""
+    if isinstance(value, dict):
+        return {k: _interpolate(v, path + (k,), environ, source, secrets, problems) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interpolate(v, path + (i,), environ, source, secrets, problems) for i, v in enumerate(value)]
+    if not isinstance(value, str) or "${env:" not in value:
+        return value
+
+    def replace(match: re.Match) -> str:
+        name = match.group(1)
+        if name not in environ:
+            problems.append(source.problem(path, f"environment variable {name} is not set "
+                                                 f"(export {name}=... before running)"))
+            return ""
+        if environ[name]:
+            secrets.add(environ[name])
+        return environ[name]
+
+    return _ENV_REF.sub(replace, value)
+
+
+def _locate(error: dict, source: SourceMap) -> Problem:
+    """A pydantic error as a file:line:col problem in words a user understands."""
+    loc = tuple(error["loc"])
+    where = _describe(loc)
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        known = _fields_at(loc[:-1])
+        parent = f" in {_describe(loc[:-1])}" if loc[:-1] else ""
+        return source.problem(loc, f"unknown key '{loc[-1]}'{parent}{did_you_mean(loc[-1], known)}", at_key=True)
+    if kind == "missing":
+        parent = _describe(loc[:-1]) or "the pipeline"
+        return source.problem(loc[:-1], f"{parent} is missing the required key '{loc[-1]}'", at_key=True)
+    if kind == "literal_error":
+        allowed = re.findall(r"'([^']*)'", error["ctx"]["expected"])
+        given = error.get("input")
+        return source.problem(loc, f"{where} must be one of {', '.join(allowed)}, not {given!r}"
+                                   f"{did_you_mean(str(given), allowed)}")
+    if kind == "string_pattern_mismatch" and loc == ("name",):
+        return source.problem(loc, "the pipeline name may only hold letters, digits, - and _ "
+                                   f"(got {error.get('input')!r})")
+    if kind == "too_short" and loc == ("stages",):
+        return source.problem(loc, "a pipeline needs at least one stage under 'stages'")
+    message = error["msg"].removeprefix("Value error, ")
+    return source.problem(loc, f"{where}: {message}")
+
+
+def _describe(loc: tuple) -> str:
+    """('stages', 'clean', 'backend') -> "stages.clean.backend"."""
+    return ".".join(str(part) for part in loc)
+
+
+def _fields_at(loc: tuple) -> list[str]:
+    """The keys allowed at a location of the spec, for "did you mean"."""
+    model: Any = PipelineSpec
+    for part in loc:
+        model = _step(model, part)
+        if model is None:
+            return []
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return [f.alias or name for name, f in model.model_fields.items()]
+    return []
+
+
+def _step(annotation: Any, part: Any) -> Any:
+    """The type one step into `annotation` (a model field, a dict value or a list item)."""
+    while typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        fields = {f.alias or n: f for n, f in annotation.model_fields.items()}
+        field = fields.get(part)
+        if field is None:
+            return None
+        return _unwrap_optional(field.annotation)
+    origin = typing.get_origin(annotation)
+    if origin is dict:
+        return _unwrap_optional(typing.get_args(annotation)[1])
+    if origin is list:
+        return _unwrap_optional(typing.get_args(annotation)[0])
+    return None
+
+
+def _unwrap_optional(annotation: Any) -> Any:
+    while typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
+        return args[0]
+    return annotation
+
+
+def _apply_cli_params(pipeline: Pipeline, params: list[str]) -> list[Problem]:
+    """--param key=value (pipeline-wide) and --param stage.key=value; values parsed as YAML scalars."""
+    problems = []
+    for item in params:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            problems.append(Problem(CLI, 1, 1, f"--param '{item}' must look like key=value or stage.key=value"))
+            continue
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        if isinstance(value, (dict, list)):
+            value = raw  # a scalar was asked for; keep the text rather than guess a structure
+        stage, dot, name = key.partition(".")
+        if not dot:
+            pipeline.overrides[key] = value
+        elif stage in pipeline.stages:
+            pipeline.stage_overrides.setdefault(stage, {})[name] = value
+        else:
+            problems.append(Problem(CLI, 1, 1, f"--param {key}: there is no stage '{stage}'"
+                                               f"{did_you_mean(stage, pipeline.stages)}"))
+    return problems

@@ -1,0 +1,84 @@
+"""Every error a user can cause, and the one table that maps them to exit codes.
+
+The CLI is the only place that prints; everything below it raises one of these
+with a message that says what went wrong, where, and how to fix it.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Documented exit codes (BSD sysexits where one fits, shell conventions for signals)."""
+
+    OK = 0
+    STAGE_FAILED = 1  # one or more stages raised; the rest of the run was consistent
+    USAGE = 2  # bad command-line usage (unknown option, missing argument)
+    DATA = 65  # an input is missing or a dataset breaks its schema contract
+    UNAVAILABLE = 69  # an engine or an optional extra is not installed or cannot start
+    INTERNAL = 70  # a bug in hybridflow itself; rerun with --verbose and report it
+    LOCKED = 75  # another run of the same pipeline holds its lock; try again later
+    CONFIG = 78  # the pipeline file is invalid
+    TIMEOUT = 124  # a stage ran past its timeout
+    INTERRUPTED = 130  # SIGINT (Ctrl-C)
+    TERMINATED = 143  # SIGTERM
+
+
+class HybridflowError(Exception):
+    """Base of all user-facing errors: one line of message plus an optional hint."""
+
+    exit_code: ExitCode = ExitCode.INTERNAL
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def one_line(self) -> str:
+        return f"{self.message} ({self.hint})" if self.hint else self.message
+
+
+class ConfigError(HybridflowError):
+    """The pipeline file (or a CLI override of it) is invalid."""
+
+    exit_code = ExitCode.CONFIG
+
+    def __init__(self, message: str, *, hint: str | None = None, problems: list | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.problems = problems or []
+
+
+class DataError(HybridflowError):
+    """An input dataset is missing or unreadable, or an output breaks its schema contract."""
+
+    exit_code = ExitCode.DATA
+
+
+class UnavailableError(HybridflowError):
+    """An engine or optional dependency is missing or cannot start."""
+
+    exit_code = ExitCode.UNAVAILABLE
+
+
+class LockedError(HybridflowError):
+    """Another run of the same pipeline is in progress."""
+
+    exit_code = ExitCode.LOCKED
+
+
+class StageError(HybridflowError):
+    """A stage's own code raised; the message is the user's exception, located in the user's file."""
+
+    exit_code = ExitCode.STAGE_FAILED
+
+
+class InterruptedRun(HybridflowError):
+    """The run was stopped by a signal."""
+
+    def __init__(self, signum: int) -> None:
+        import signal
+
+        name = signal.Signals(signum).name
+        super().__init__(f"run interrupted by {name}; nothing half-written was published")
+        self.exit_code = ExitCode.TERMINATED if name == "SIGTERM" else ExitCode.INTERRUPTED

@@ -1,0 +1,58 @@
+"""A loaded, checked pipeline: the spec plus everything resolved against the file system."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from .dag import Dag
+from .spec import DatasetSpec, PipelineSpec, StageSpec
+from .yamlsource import SourceMap
+
+REDACTED = "***"
+
+
+@dataclass
+class Pipeline:
+    spec: PipelineSpec
+    file: Path  # absolute path of the YAML file
+    root: Path  # absolute; relative paths and stage modules resolve against it
+    workdir: Path  # absolute
+    source: SourceMap
+    secrets: frozenset[str] = frozenset()  # values that came from ${env:...}: never printed or stored
+    overrides: dict[str, Any] = field(default_factory=dict)  # --param key=value
+    stage_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)  # --param stage.key=value
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def stages(self) -> dict[str, StageSpec]:
+        return self.spec.stages
+
+    @cached_property
+    def dag(self) -> Dag:
+        return Dag({n: s.inputs for n, s in self.stages.items()}, {n: s.outputs for n, s in self.stages.items()})
+
+    def dataset(self, name: str) -> DatasetSpec:
+        """A dataset's declaration; undeclared datasets are parquet tables in the workdir."""
+        return self.spec.datasets.get(name) or DatasetSpec()
+
+    def is_external(self, name: str) -> bool:
+        return name not in self.dag.producer
+
+    def external_path(self, name: str) -> Path:
+        return (self.root / (self.dataset(name).path or "")).resolve()
+
+    def params_for(self, stage: str) -> dict[str, Any]:
+        """Pipeline params < stage params < --param key=value < --param stage.key=value."""
+        return {**self.spec.params, **self.stages[stage].params, **self.overrides,
+                **self.stage_overrides.get(stage, {})}
+
+    def redact(self, text: str) -> str:
+        for secret in sorted(self.secrets, key=len, reverse=True):
+            text = text.replace(secret, REDACTED)
+        return text

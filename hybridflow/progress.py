@@ -1,0 +1,109 @@
+"""Drawing a run: live stage lines on a terminal, plain lines in logs and cron, a summary table."""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from .runner import Listener, RunResult, StageResult
+
+STYLES = {"waiting": "dim", "running": "cyan", "done": "green", "failed": "bold red", "skipped": "yellow",
+          "not run": "dim"}
+
+
+def _elapsed(stage: StageResult) -> str:
+    if stage.duration is not None:
+        return f"{stage.duration:.1f}s"
+    if stage.started_at is not None:
+        return f"{time.monotonic() - stage.started_at:.1f}s"
+    return ""
+
+
+def _stage_line(stage: StageResult) -> Text:
+    detail = stage.error or stage.reason or ""
+    line = Text.assemble((f"{stage.status:<8}", STYLES.get(stage.status, "")), " ",
+                         (f"{stage.name:<24}", "bold"), f" {stage.backend:<7} {_elapsed(stage):>7}")
+    if detail:
+        line.append(f"  {detail}", style="red" if stage.status == "failed" else "dim")
+    return line
+
+
+class LiveListener(Listener):
+    """One line per stage, redrawn in place (a terminal)."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.stages: list[StageResult] = []
+        self.engines: list[str] = []
+        self.live: Live | None = None
+
+    def _render(self) -> Group:
+        return Group(*(Text(e, style="dim") for e in self.engines), *(_stage_line(s) for s in self.stages))
+
+    def run_started(self, run_id: str, stages: list[StageResult]) -> None:
+        self.stages = stages
+        self.console.print(f"run [bold]{run_id}[/]")
+        self.live = Live(self._render(), console=self.console, refresh_per_second=4, get_renderable=self._render,
+                         transient=False)
+        self.live.start()
+
+    def engine_started(self, backend: str, seconds: float) -> None:
+        self.engines.append(f"engine {backend} started in {seconds:.1f}s")
+
+    def stage_changed(self, stage: StageResult) -> None:
+        if self.live:
+            self.live.refresh()
+
+    def close(self) -> None:
+        if self.live:
+            self.live.stop()
+            self.live = None
+
+
+class PlainListener(Listener):
+    """A line per change, for logs and cron mail where a live display would be noise."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def run_started(self, run_id: str, stages: list[StageResult]) -> None:
+        self.console.print(f"run {run_id}: {len(stages)} stages", highlight=False)
+
+    def engine_started(self, backend: str, seconds: float) -> None:
+        self.console.print(f"engine {backend} started in {seconds:.1f}s", highlight=False)
+
+    def stage_changed(self, stage: StageResult) -> None:
+        self.console.print(_stage_line(stage), highlight=False, soft_wrap=True)
+
+    def close(self) -> None:
+        pass
+
+
+def listener_for(console: Console) -> LiveListener | PlainListener:
+    return LiveListener(console) if console.is_terminal else PlainListener(console)
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return ""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return ""
+
+
+def summary_table(result: RunResult) -> Table:
+    table = Table(title=f"{result.pipeline} · run {result.run_id} · {result.status} in {result.duration:.1f}s",
+                  title_justify="left")
+    for column in ("stage", "backend", "status", "duration", "rows", "bytes"):
+        table.add_column(column, justify="right" if column in ("duration", "rows", "bytes") else "left")
+    for stage in result.stages.values():
+        table.add_row(stage.name, stage.backend, Text(stage.status, style=STYLES.get(stage.status, "")),
+                      f"{stage.duration:.1f}s" if stage.duration is not None else "",
+                      f"{stage.rows_out:,}" if stage.rows_out is not None else "", _size(stage.bytes_out))
+    return table

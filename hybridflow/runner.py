@@ -1,0 +1,444 @@
+"""Runs a pipeline: plans the stages, starts engines on first use, calls each stage,
+publishes its outputs, and always stops what it started.
+
+The runner never prints. It reports progress to a listener (the CLI renders it)
+and returns a RunResult; errors come back as hybridflow errors with exit codes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import secrets
+import signal
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
+
+from . import backends, signature
+from .catalog import Catalog, Version
+from .context import StageContext
+from .contract import check_schema, declared_schema
+from .errors import ConfigError, DataError, HybridflowError, InterruptedRun, StageError
+from .lock import RunLock
+from .pipeline import Pipeline
+from .stagecode import import_function
+from .tables import TableSource
+
+
+@dataclass
+class Selection:
+    only: Sequence[str] = ()
+    start: Sequence[str] = ()  # --from
+    end: Sequence[str] = ()  # --to
+
+    def as_args(self) -> str:
+        parts = [f"--only {s}" for s in self.only] + [f"--from {s}" for s in self.start]
+        return " ".join(parts + [f"--to {s}" for s in self.end])
+
+
+@dataclass
+class StageResult:
+    name: str
+    backend: str
+    status: str = "waiting"  # waiting | running | done | failed | skipped | not run
+    started_at: float | None = None
+    duration: float | None = None
+    rows_out: int | None = None
+    bytes_out: int | None = None
+    error: str | None = None
+    reason: str | None = None  # why it was skipped or not run
+    log_path: str | None = None
+    outputs: dict[str, str] = field(default_factory=dict)  # dataset -> published version
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    pipeline: str
+    status: str  # success | failed | interrupted
+    stages: dict[str, StageResult]
+    engines: dict[str, float]  # backend -> start-up seconds
+    started_at: str
+    duration: float
+    run_dir: Path
+    resume_command: str | None = None
+    error: HybridflowError | None = None
+
+    @property
+    def failed(self) -> list[StageResult]:
+        return [s for s in self.stages.values() if s.status == "failed"]
+
+
+class Listener:
+    """Receives progress; the CLI subclasses it to draw. Every method may be left as is."""
+
+    def run_started(self, run_id: str, stages: list[StageResult]) -> None: ...
+
+    def engine_started(self, backend: str, seconds: float) -> None: ...
+
+    def stage_changed(self, stage: StageResult) -> None: ...
+
+
+@dataclass(frozen=True)
+class PlannedInput:
+    dataset: str
+    state: str  # "external" | "published" | "produced in this run" | "missing"
+    detail: str
+
+
+def new_run_id() -> str:
+    return f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+
+
+class Runner:
+    def __init__(self, pipeline: Pipeline, selection: Selection | None = None, *, keep_going: bool = False,
+                 listener: Listener | None = None, wait_for_lock: bool = False, trigger: str = "manual") -> None:
+        self.pipeline = pipeline
+        self.selection = selection or Selection()
+        self.keep_going = keep_going
+        self.listener = listener or Listener()
+        self.wait_for_lock = wait_for_lock
+        self.trigger = trigger
+        self.home = pipeline.workdir / pipeline.name
+        self.catalog = Catalog(self.home)
+        self.stages = pipeline.dag.select(self.selection.only, self.selection.start, self.selection.end)
+        self._engines: dict[str, Any] = {}
+        self._engine_seconds: dict[str, float] = {}
+
+    # -- planning -------------------------------------------------------------------------------
+
+    def plan(self) -> dict[str, list[PlannedInput]]:
+        """For each selected stage, where each of its inputs will come from."""
+        produced_here = {ds for s in self.stages for ds in self.pipeline.stages[s].outputs}
+        plan = {}
+        for stage in self.stages:
+            plan[stage] = [self._plan_input(ds, produced_here) for ds in self.pipeline.stages[stage].inputs]
+        return plan
+
+    def _plan_input(self, dataset: str, produced_here: set[str]) -> PlannedInput:
+        if dataset in produced_here:
+            return PlannedInput(dataset, "produced in this run", f"by stage {self.pipeline.dag.producer[dataset]}")
+        if self.pipeline.is_external(dataset):
+            path = self.pipeline.external_path(dataset)
+            return PlannedInput(dataset, "external" if path.exists() else "missing", str(path))
+        version = self.catalog.current(dataset)
+        if version:
+            return PlannedInput(dataset, "published", f"version {version.id}")
+        return PlannedInput(dataset, "missing", f"never published by stage {self.pipeline.dag.producer[dataset]}")
+
+    def _preflight(self) -> None:
+        """Everything that can fail before a stage starts: engines available, inputs present."""
+        for stage in self.stages:
+            backends.require(self.pipeline.stages[stage].backend)
+        for stage, inputs in self.plan().items():
+            for item in inputs:
+                if item.state != "missing":
+                    continue
+                if self.pipeline.is_external(item.dataset):
+                    raise DataError(f"external input '{item.dataset}' of stage '{stage}' does not exist at "
+                                    f"{item.detail}", hint="create it, or fix its path under datasets")
+                producer = self.pipeline.dag.producer[item.dataset]
+                raise DataError(f"input '{item.dataset}' of stage '{stage}' is not published yet",
+                                hint=f"run stage '{producer}' first: hybridflow run {self._file_arg()} "
+                                     f"--to {producer}")
+
+    # -- running --------------------------------------------------------------------------------
+
+    def run(self) -> RunResult:
+        run_id = new_run_id()
+        run_dir = self.home / "runs" / run_id
+        results = {s: StageResult(s, self.pipeline.stages[s].backend) for s in self.stages}
+        started, clock = datetime.now(timezone.utc), time.monotonic()
+        lock = RunLock(self.home / "run.lock")
+        lock.acquire(run_id, wait=self.wait_for_lock)
+        status, error = "failed", None
+        try:
+            # Under the lock no other run is writing: whatever is in staging is a dead run's leftovers.
+            self.catalog.discard_staging()
+            self._preflight()
+            (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+            self.listener.run_started(run_id, list(results.values()))
+            with _signals_as_exceptions():
+                status, error = self._run_stages(run_id, run_dir, results)
+        except (KeyboardInterrupt, _Terminated) as exc:
+            status = "interrupted"
+            error = InterruptedRun(signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT)
+            for result in results.values():
+                if result.status == "running":
+                    self._finish(result, "failed", error="interrupted")
+                elif result.status == "waiting":
+                    self._finish(result, "not run", reason="run interrupted")
+        finally:
+            self._stop_engines()
+            self.catalog.discard_staging(run_id)
+            lock.release()
+        result = RunResult(run_id, self.pipeline.name, status, results, dict(self._engine_seconds),
+                           started.isoformat(timespec="seconds"), time.monotonic() - clock, run_dir,
+                           error=error)
+        if status != "success" and (failed := result.failed):
+            result.resume_command = f"hybridflow run {self._file_arg()} --from {failed[0].name}"
+        _write_record(result)
+        return result
+
+    def _run_stages(self, run_id: str, run_dir: Path, results: dict[str, StageResult]):
+        first_error: HybridflowError | None = None
+        for stage in self.stages:
+            result = results[stage]
+            blocked = [p for p in self.pipeline.dag.upstream[stage]
+                       if p in results and results[p].status in ("failed", "skipped", "not run")]
+            if blocked:
+                self._finish(result, "skipped", reason=f"upstream stage '{blocked[0]}' did not finish")
+                continue
+            if first_error and not self.keep_going:
+                self._finish(result, "not run", reason="an earlier stage failed")
+                continue
+            try:
+                self._run_stage(run_id, run_dir, result)
+            except HybridflowError as exc:
+                first_error = first_error or exc
+                self._finish(result, "failed", error=self.pipeline.redact(exc.one_line()))
+        return ("failed", first_error) if first_error else ("success", None)
+
+    def _run_stage(self, run_id: str, run_dir: Path, result: StageResult) -> None:
+        spec = self.pipeline.stages[result.name]
+        log_path = run_dir / "logs" / f"{result.name}.log"
+        result.log_path = str(log_path)
+        result.status, result.started_at = "running", time.monotonic()
+        self.listener.stage_changed(result)
+        with _stage_log(self.pipeline, result.name, log_path) as log:
+            try:
+                backend = self._engine(spec.backend, run_dir)
+                produced = self._call(run_id, result, backend, log)
+                self._publish(run_id, result, backend, produced)
+            except HybridflowError as exc:
+                log.error("stage failed: %s", self.pipeline.redact(exc.one_line()), exc_info=exc)
+                raise
+        self._finish(result, "done")
+
+    def _call(self, run_id: str, result: StageResult, backend, log: logging.Logger) -> dict[str, Any]:
+        spec = self.pipeline.stages[result.name]
+        params = self.pipeline.params_for(result.name)
+        try:
+            fn = import_function(self.pipeline.root, spec.run)
+        except HybridflowError:
+            raise
+        except BaseException as exc:  # the user's module raised while being imported
+            if isinstance(exc, (KeyboardInterrupt, _Terminated)):
+                raise
+            raise self._user_error(exc, log) from exc
+        problems = signature.call_problems(signature.from_callable(fn), spec.inputs, params)
+        if problems:
+            raise ConfigError(f"cannot call {spec.run}: {problems[0]}")
+        inputs = {ds: self._read(ds, backend) for ds in spec.inputs}
+        files_dirs = {ds: self.catalog.new_staging(run_id, ds)
+                      for ds in spec.outputs if self.pipeline.dataset(ds).kind == "files"}
+        ctx = StageContext(self.pipeline.name, result.name, run_id, spec.backend, params, log,
+                           files_dirs, backend.handles())
+        kwargs = signature.call_arguments(signature.from_callable(fn), inputs, params, ctx)
+        log.info("calling %s with %s", spec.run, ", ".join(kwargs) or "no arguments")
+        try:
+            with _output_to(log):
+                returned = fn(**kwargs)
+        except (KeyboardInterrupt, _Terminated):
+            raise
+        except Exception as exc:
+            raise self._user_error(exc, log) from exc
+        return self._outputs_of(result.name, returned, backend)
+
+    def _read(self, dataset: str, backend) -> Any:
+        ds = self.pipeline.dataset(dataset)
+        if self.pipeline.is_external(dataset):
+            path = self.pipeline.external_path(dataset)
+            if ds.kind == "files":
+                return path
+            declared = declared_schema(ds.schema_)
+            import pyarrow as pa
+
+            schema = pa.schema(list(declared.items())) if declared else None
+            return backend.read(TableSource(dataset, (path,), ds.format, schema))
+        version = self.catalog.current(dataset)
+        return version.directory if ds.kind == "files" else backend.read(version.source())
+
+    def _outputs_of(self, stage: str, returned: Any, backend) -> dict[str, Any]:
+        """The stage's table outputs by name, checked against what it declared."""
+        spec = self.pipeline.stages[stage]
+        tables = [ds for ds in spec.outputs if self.pipeline.dataset(ds).kind == "table"]
+        if isinstance(returned, dict):
+            unknown = [k for k in returned if k not in spec.outputs]
+            if unknown:
+                raise StageError(f"stage '{stage}' returned '{unknown[0]}', which is not one of its outputs "
+                                 f"({', '.join(spec.outputs) or 'none'})")
+            frames = {k: v for k, v in returned.items() if k in tables}
+        elif returned is None:
+            frames = {}
+        elif len(tables) == 1:
+            frames = {tables[0]: returned}
+        else:
+            raise StageError(f"stage '{stage}' returned a {type(returned).__name__}; with "
+                             f"{len(tables)} table outputs it must return a dict keyed by output name")
+        missing = [ds for ds in tables if ds not in frames]
+        if missing:
+            raise StageError(f"stage '{stage}' did not return its output '{missing[0]}'",
+                             hint="return the frame, or a dict keyed by output name")
+        for name, frame in frames.items():
+            if not backend.is_frame(frame):
+                raise StageError(f"stage '{stage}' returned a {type(frame).__name__} for output '{name}'; "
+                                 f"the {backend.name} backend writes {backend.frame_types}")
+        return frames
+
+    def _publish(self, run_id: str, result: StageResult, backend, frames: dict[str, Any]) -> None:
+        spec = self.pipeline.stages[result.name]
+        inputs = {ds: self._input_version(ds) for ds in spec.inputs}
+        rows: int | None = None
+        size = 0
+        for dataset in spec.outputs:
+            ds = self.pipeline.dataset(dataset)
+            if ds.kind == "files":
+                staging = self.catalog.staging_root() / run_id / dataset
+            else:
+                staging = self.catalog.new_staging(run_id, dataset)
+                backend.write(frames[dataset], staging)
+            version = self.catalog.publish(dataset, staging, kind=ds.kind, stage=result.name, run_id=run_id,
+                                           inputs=inputs, declared=declared_schema(ds.schema_))
+            result.outputs[dataset] = version.id
+            if version.rows is not None:
+                rows = (rows or 0) + version.rows
+            size += version.bytes
+        result.rows_out, result.bytes_out = rows, size
+
+    def _input_version(self, dataset: str) -> str:
+        if self.pipeline.is_external(dataset):
+            return external_fingerprint(self.pipeline.external_path(dataset))
+        version: Version | None = self.catalog.current(dataset)
+        return version.id if version else "unknown"
+
+    def _user_error(self, exc: BaseException, log: logging.Logger) -> StageError:
+        """The user's exception as one line located in the user's own file."""
+        log.error("the stage raised:\n%s", "".join(traceback.format_exception(exc)))
+        where = _user_frame(exc, self.pipeline.root)
+        message = self.pipeline.redact(f"{type(exc).__name__}: {exc}")
+        return StageError(f"{message} ({where})" if where else message)
+
+    # -- engines --------------------------------------------------------------------------------
+
+    def _engine(self, name: str, run_dir: Path):
+        """Start an engine the first time a stage needs it; reuse it for the rest of the run."""
+        if name not in self._engines:
+            engine = backends.create(name, getattr(self.pipeline.spec.backends, name, None), run_dir / "logs")
+            clock = time.monotonic()
+            self._engines[name] = engine
+            engine.start()
+            if name != "python":  # in-process: nothing was started
+                self._engine_seconds[name] = time.monotonic() - clock
+                self.listener.engine_started(name, self._engine_seconds[name])
+        return self._engines[name]
+
+    def _stop_engines(self) -> None:
+        for engine in self._engines.values():
+            with contextlib.suppress(Exception):
+                engine.stop()
+        self._engines.clear()
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _finish(self, result: StageResult, status: str, *, error: str | None = None,
+                reason: str | None = None) -> None:
+        result.status, result.error, result.reason = status, error, reason
+        if result.started_at is not None:
+            result.duration = time.monotonic() - result.started_at
+        self.listener.stage_changed(result)
+
+    def _file_arg(self) -> str:
+        try:
+            return str(self.pipeline.file.relative_to(Path.cwd()))
+        except ValueError:
+            return str(self.pipeline.file)
+
+
+def external_fingerprint(path: Path) -> str:
+    """A cheap identity of an external input: its files' relative paths, sizes and mtimes."""
+    digest = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    for file in files:
+        stat = file.stat()
+        digest.update(f"{file.relative_to(path) if file != path else file.name}\0{stat.st_size}\0"
+                      f"{stat.st_mtime_ns}\n".encode())
+    return f"external:{digest.hexdigest()[:16]}"
+
+
+def _user_frame(exc: BaseException, root: Path) -> str | None:
+    """file:line in function of the deepest traceback frame inside the pipeline root."""
+    root = root.resolve()
+    where = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        path = Path(frame.filename).resolve()
+        if path.is_relative_to(root):
+            where = f"{path.relative_to(root)}:{frame.lineno} in {frame.name}"
+    if where is None and isinstance(exc, SyntaxError) and exc.filename:
+        where = f"{exc.filename}:{exc.lineno}"
+    return where
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised in the main thread so cleanup runs exactly as for Ctrl-C."""
+
+
+@contextlib.contextmanager
+def _signals_as_exceptions():
+    def on_term(signum, frame):
+        raise _Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, on_term)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _stage_log(pipeline: Pipeline, stage: str, path: Path):
+    """A logger writing to the stage's own log file (never the terminal)."""
+    logger = logging.getLogger(f"hybridflow.stage.{pipeline.name}.{stage}")
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logger.addHandler(handler)
+    try:
+        yield logger
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+
+
+@contextlib.contextmanager
+def _output_to(log: logging.Logger):
+    """What a stage prints goes to its log file, so it cannot garble the progress display."""
+    stream = log.handlers[0].stream
+    with contextlib.redirect_stdout(stream), contextlib.redirect_stderr(stream):
+        yield
+
+
+def _write_record(result: RunResult) -> None:
+    result.run_dir.mkdir(parents=True, exist_ok=True)
+    record = {
+        "run_id": result.run_id, "pipeline": result.pipeline, "status": result.status,
+        "started_at": result.started_at, "duration": round(result.duration, 3), "engines": result.engines,
+        "error": result.error.one_line() if result.error else None, "resume": result.resume_command,
+        "stages": {name: {k: v for k, v in asdict(s).items() if k != "started_at"}
+                   for name, s in result.stages.items()},
+    }
+    tmp = result.run_dir / ".run.json.tmp"
+    tmp.write_text(json.dumps(record, indent=1))
+    os.replace(tmp, result.run_dir / "run.json")

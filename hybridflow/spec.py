@@ -1,0 +1,167 @@
+"""The pipeline file's model: every key a user may write, its type and its default.
+
+This is the user-facing contract (and the source of `hybridflow schema`). Checks
+that need the whole file (the graph, names, stage functions) live in `checks`.
+"""
+
+from __future__ import annotations
+
+import re
+import zoneinfo
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+
+BACKENDS = ("python", "spark", "dask", "ray")
+Backend = Literal["python", "spark", "dask", "ray"]
+
+PIPELINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+RUN_TARGET = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
+_DURATION_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(value: Any) -> float | None:
+    """`90`, `90s`, `30m`, `1h30m`, `2d` -> seconds. Bare numbers are seconds."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError("a duration must be a number of seconds or a string like 30m, 1h30m")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    else:
+        text = str(value).strip().replace(" ", "")
+        parts = _DURATION_PART.findall(text)
+        if not parts or "".join(n + u for n, u in parts) != text:
+            raise ValueError(f"'{value}' is not a duration: write e.g. 90s, 30m, 1h30m or 2d")
+        seconds = sum(float(n) * _DURATION_SECONDS[u] for n, u in parts)
+    if seconds <= 0:
+        raise ValueError("a duration must be greater than zero")
+    return seconds
+
+
+def _gpu_mode(value: Any) -> bool | str:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() == "auto":
+        return "auto"
+    raise ValueError(f"gpu must be true, false or auto, not {value!r}")
+
+
+def _none_as_empty(empty):
+    """An empty YAML section (`params:` with nothing under it) means 'none', not an error."""
+    return BeforeValidator(lambda v: empty() if v is None else v)
+
+
+Duration = Annotated[float | None, BeforeValidator(parse_duration)]
+GpuMode = Annotated[bool | Literal["auto"], BeforeValidator(_gpu_mode)]
+Params = Annotated[dict[str, Any], _none_as_empty(dict)]
+Names = Annotated[list[str], _none_as_empty(list)]
+
+
+class _Section(BaseModel):
+    # Unknown keys are errors: a misspelt key silently ignored is the worst kind of bug.
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class SparkSettings(_Section):
+    master: str | None = Field(None, description="local[N] or spark://host:7077; default local[*]")
+    conf: Params = Field(default_factory=dict, description="Spark configuration, e.g. spark.sql.shuffle.partitions")
+    gpu: GpuMode = False
+    rapids_jar: str | None = None
+
+
+class DaskSettings(_Section):
+    address: str | None = Field(None, description="scheduler address (tcp://host:8786); default: a local cluster")
+    n_workers: int | None = Field(None, ge=1)
+    threads_per_worker: int | None = Field(None, ge=1)
+    processes: bool | None = None
+    memory_limit: str | None = None
+    gpu: GpuMode = False
+    rmm_pool_size: str | None = None
+
+
+class RaySettings(_Section):
+    address: str | None = Field(None, description="head address (host:6379); default: a local instance")
+    num_cpus: int | None = Field(None, ge=1)
+    num_gpus: int | None = Field(None, ge=0)
+    init: Params = Field(default_factory=dict, description="extra keyword arguments for ray.init")
+    gpu: GpuMode = False
+
+
+class BackendSettings(_Section):
+    spark: Annotated[SparkSettings, _none_as_empty(SparkSettings)] = Field(default_factory=SparkSettings)
+    dask: Annotated[DaskSettings, _none_as_empty(DaskSettings)] = Field(default_factory=DaskSettings)
+    ray: Annotated[RaySettings, _none_as_empty(RaySettings)] = Field(default_factory=RaySettings)
+    python: Params = Field(default_factory=dict, description="reserved; the python backend has no settings")
+
+
+class DatasetSpec(_Section):
+    path: str | None = Field(None, description="external input only: where it lives, relative to root")
+    format: Literal["parquet", "csv", "json"] = "parquet"
+    kind: Literal["table", "files"] = "table"
+    schema_: Params | None = Field(None, alias="schema", description="column -> Arrow type name")
+    description: str | None = None
+
+
+class StageSpec(_Section):
+    run: str = Field(description="module:function, importable from root")
+    backend: Backend = "python"
+    inputs: Names = Field(default_factory=list)
+    outputs: Names = Field(default_factory=list)
+    params: Params = Field(default_factory=dict)
+    gpu: GpuMode = False
+    retries: int = Field(0, ge=0, le=100)
+    timeout: Duration = None
+    description: str | None = None
+
+    @field_validator("run")
+    @classmethod
+    def _run_target(cls, value: str) -> str:
+        if not RUN_TARGET.match(value):
+            raise ValueError(f"'{value}' is not a module:function reference (write e.g. stages.etl:clean)")
+        return value
+
+
+class ScheduleSpec(_Section):
+    cron: str
+    timezone: str = "UTC"
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        from croniter import croniter  # only needed when a schedule is declared
+
+        if not croniter.is_valid(value):
+            raise ValueError(f"'{value}' is not a valid cron expression (five fields: minute hour "
+                             "day-of-month month day-of-week, e.g. '0 3 * * 1')")
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _timezone(cls, value: str) -> str:
+        try:
+            zoneinfo.ZoneInfo(value)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone '{value}' (use an IANA name such as UTC or Europe/Paris)") from None
+        return value
+
+
+class PipelineSpec(_Section):
+    name: str = Field(pattern=PIPELINE_NAME.pattern, description="letters, digits, - and _")
+    description: str | None = None
+    root: str | None = Field(None, description="relative to this file's directory; default: that directory")
+    workdir: str = Field(".hybridflow", description="relative to root")
+    params: Params = Field(default_factory=dict)
+    backends: Annotated[BackendSettings, _none_as_empty(BackendSettings)] = Field(default_factory=BackendSettings)
+    datasets: Annotated[dict[str, DatasetSpec], _none_as_empty(dict)] = Field(default_factory=dict)
+    stages: dict[str, StageSpec] = Field(min_length=1)
+    schedule: ScheduleSpec | None = None
+
+
+def json_schema() -> dict:
+    schema = PipelineSpec.model_json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "hybridflow pipeline"
+    return schema

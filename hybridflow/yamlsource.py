@@ -1,0 +1,144 @@
+"""Safe YAML loading that remembers where every key and value came from.
+
+PyYAML alone loses line numbers, silently keeps the last of two duplicate keys
+and, with the wrong loader, executes tags. We compose the node tree with the safe
+loader, reject any tag outside the YAML core schema, report duplicate keys at
+both places, and record a line:col for every path so later checks can say where.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from yaml.constructor import SafeConstructor
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from .diagnostics import Problem
+
+Path = tuple  # a tuple of mapping keys (str) and sequence indexes (int)
+
+_CORE = "tag:yaml.org,2002:"
+_ALLOWED_TAGS = {_CORE + t for t in ("str", "int", "float", "bool", "null", "timestamp", "map", "seq")}
+_MERGE_TAG = _CORE + "merge"
+
+
+@dataclass(frozen=True)
+class Mark:
+    line: int
+    col: int
+
+
+@dataclass
+class SourceMap:
+    """Where each path of the loaded document is in its file (1-based line and column)."""
+
+    file: str
+    keys: dict[Path, Mark] = field(default_factory=dict)
+    values: dict[Path, Mark] = field(default_factory=dict)
+
+    def value_at(self, path: Path) -> Mark:
+        """The value's position, or the nearest enclosing one we know."""
+        return self._nearest(self.values, tuple(path))
+
+    def key_at(self, path: Path) -> Mark:
+        """The key's position (for unknown or misspelt keys), falling back to the value's."""
+        path = tuple(path)
+        return self.keys.get(path) or self._nearest(self.values, path)
+
+    def problem(self, path: Path, message: str, *, severity="error", at_key=False) -> Problem:
+        mark = self.key_at(path) if at_key else self.value_at(path)
+        return Problem(self.file, mark.line, mark.col, message, severity)
+
+    @staticmethod
+    def _nearest(table: dict[Path, Mark], path: Path) -> Mark:
+        while path and path not in table:
+            path = path[:-1]
+        return table.get(path, Mark(1, 1))
+
+
+def _mark(node: Node) -> Mark:
+    return Mark(node.start_mark.line + 1, node.start_mark.column + 1)
+
+
+class _Builder:
+    def __init__(self, file: str) -> None:
+        self.source = SourceMap(file)
+        self.problems: list[Problem] = []
+        self._scalars = SafeConstructor()
+
+    def fail(self, node: Node, message: str) -> None:
+        mark = _mark(node)
+        self.problems.append(Problem(self.source.file, mark.line, mark.col, message))
+
+    def build(self, node: Node, path: Path) -> Any:
+        self.source.values[path] = _mark(node)
+        if node.tag not in _ALLOWED_TAGS:
+            self.fail(node, f"YAML tag {node.tag.replace(_CORE, '!!')} is not allowed: pipeline files are "
+                            "loaded safely and tags are never executed (remove the tag)")
+            return None
+        if isinstance(node, MappingNode):
+            return self._mapping(node, path)
+        if isinstance(node, SequenceNode):
+            return [self.build(item, path + (i,)) for i, item in enumerate(node.value)]
+        try:
+            return self._scalars.construct_object(node)
+        except yaml.YAMLError as exc:
+            self.fail(node, f"invalid value: {getattr(exc, 'problem', exc)}")
+            return None
+
+    def _mapping(self, node: MappingNode, path: Path) -> dict:
+        explicit: dict[str, Any] = {}
+        first_seen: dict[str, Node] = {}
+        merged: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                merged.update(self._merge_source(value_node, path))
+                continue
+            if not isinstance(key_node, ScalarNode):
+                self.fail(key_node, "mapping keys must be plain strings")
+                continue
+            # Keys keep their source text: YAML 1.1 would turn a key like `on` or `NO` into a bool.
+            key = key_node.value
+            if key in first_seen:
+                other = first_seen[key]
+                self.fail(key_node, f"duplicate key '{key}' (first at line {_mark(other).line}); "
+                                    "YAML would silently keep only the last one: remove one of them")
+                self.fail(other, f"duplicate key '{key}' (again at line {_mark(key_node).line}); "
+                                 "YAML would silently keep only the last one: remove one of them")
+                continue
+            first_seen[key] = key_node
+            self.source.keys[path + (key,)] = _mark(key_node)
+            explicit[key] = self.build(value_node, path + (key,))
+        return {**merged, **explicit}
+
+    def _merge_source(self, node: Node, path: Path) -> dict:
+        sources = node.value if isinstance(node, SequenceNode) else [node]
+        merged: dict = {}
+        for source in reversed(sources):  # earlier sources win, as in YAML's merge key spec
+            value = self.build(source, path)
+            if isinstance(value, dict):
+                merged.update(value)
+            else:
+                self.fail(source, "a merge key (<<) must refer to a mapping")
+        return merged
+
+
+def load_yaml(text: str, file: str) -> tuple[Any, SourceMap, list[Problem]]:
+    """Parse one YAML document; returns (data, source map, problems). Never executes tags."""
+    builder = _Builder(file)
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        reason = " ".join(str(part) for part in (exc.context, exc.problem) if part)
+        return None, builder.source, [Problem(file, line, col, f"YAML syntax error: {reason}")]
+    except yaml.YAMLError as exc:
+        return None, builder.source, [Problem(file, 1, 1, f"YAML error: {exc}")]
+    if root is None:
+        return None, builder.source, [Problem(file, 1, 1, "the file is empty: a pipeline needs at least "
+                                                           "'name' and 'stages'")]
+    data = builder.build(root, ())
+    return data, builder.source, builder.problems
