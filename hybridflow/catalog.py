@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import time
@@ -36,6 +37,7 @@ from .tables import TableSource
 MANIFEST = "_manifest.json"
 POINTER = "CURRENT"
 MANIFEST_FORMAT = 1
+_COMPONENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,7 @@ class Catalog:
         self.home = home  # <workdir>/<pipeline>
 
     def dataset_dir(self, name: str) -> Path:
-        return self._inside(self.home / "datasets" / name)
+        return self._child(self.home / "datasets", name)
 
     def staging_root(self) -> Path:
         return self.home / "staging"
@@ -93,7 +95,7 @@ class Catalog:
         return Version(name, version_id, directory, manifest)
 
     def new_staging(self, run_id: str, name: str) -> Path:
-        directory = self._inside(self.staging_root() / run_id / name)
+        directory = self._child(self._child(self.staging_root(), run_id), name)
         if directory.exists():
             shutil.rmtree(directory)
         directory.mkdir(parents=True)
@@ -101,8 +103,8 @@ class Catalog:
 
     def discard_staging(self, run_id: str | None = None) -> None:
         """Remove one run's staging area, or all of it (only ever under the lock)."""
-        target = self.staging_root() / run_id if run_id else self.staging_root()
-        shutil.rmtree(self._inside(target), ignore_errors=True)
+        target = self._child(self.staging_root(), run_id) if run_id else self.staging_root()
+        shutil.rmtree(target, ignore_errors=True)
 
     def publish(self, name: str, staging: Path, *, kind: str, stage: str, run_id: str,
                 inputs: dict[str, str], declared: dict[str, pa.DataType] | None = None) -> Version:
@@ -130,12 +132,13 @@ class Catalog:
         faults.checkpoint("publish:committed")
         return Version(name, version_id, final, manifest)
 
-    def _inside(self, path: Path) -> Path:
-        """Refuse any path that escapes the pipeline's home (a bad name must never delete data)."""
-        resolved = path.resolve()
-        if resolved == self.home.resolve() or not resolved.is_relative_to(self.home.resolve()):
-            raise DataError(f"refusing to use {path}: it is not inside {self.home}")
-        return resolved
+    @staticmethod
+    def _child(parent: Path, name: str) -> Path:
+        """parent/name, where name must be one plain path component: a name like '', '.' or '..'
+        joined onto a data directory is the directory itself, and must never be written or deleted."""
+        if not _COMPONENT.match(name or ""):
+            raise DataError(f"refusing to use {name!r} as a dataset or run name under {parent}")
+        return parent / name
 
 
 def _list_files(staging: Path, name: str) -> list[Path]:

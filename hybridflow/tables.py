@@ -31,17 +31,18 @@ class TableSource:
 
 
 def read_arrow(source: TableSource) -> pa.Table:
+    """A dataset as one Arrow table; a declared schema is applied and then checked."""
     try:
-        if source.format == "csv":
-            return _read_text(source, "csv")
-        if source.format == "json":
-            return _read_text(source, "json")
-        table = pq.read_table([str(f) for f in source.files] if len(source.files) > 1 else str(source.files[0]),
-                              schema=source.schema)
+        if source.format in ("csv", "json"):
+            table = _read_text(source, source.format)
+        else:
+            files = [str(f) for f in source.files]
+            table = pq.read_table(files if len(files) > 1 else files[0])
     except (OSError, pa.ArrowException) as exc:
         raise DataError(f"cannot read dataset '{source.name}': {exc}") from exc
     if source.schema is not None:
         check_schema(source.name, dict(zip(source.schema.names, source.schema.types)), table.schema)
+        table = table.select(source.schema.names).cast(source.schema)  # exact declared types and order
     return table
 
 
