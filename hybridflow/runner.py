@@ -212,17 +212,17 @@ class Runner:
         result.log_path = str(log_path)
         result.status, result.started_at = "running", time.monotonic()
         self.listener.stage_changed(result)
-        with _stage_log(self.pipeline, result.name, log_path) as log:
+        with _stage_log(self.pipeline, result.name, log_path) as (log, log_stream):
             try:
                 backend = self._engine(spec.backend, run_dir)
-                produced = self._call(run_id, result, backend, log)
+                produced = self._call(run_id, result, backend, log, log_stream)
                 self._publish(run_id, result, backend, produced)
             except HybridflowError as exc:
                 log.error("stage failed: %s", self.pipeline.redact(exc.one_line()), exc_info=exc)
                 raise
         self._finish(result, "done")
 
-    def _call(self, run_id: str, result: StageResult, backend, log: logging.Logger) -> dict[str, Any]:
+    def _call(self, run_id: str, result: StageResult, backend, log: logging.Logger, log_stream) -> dict[str, Any]:
         spec = self.pipeline.stages[result.name]
         params = self.pipeline.params_for(result.name)
         try:
@@ -244,7 +244,8 @@ class Runner:
         kwargs = signature.call_arguments(signature.from_callable(fn), inputs, params, ctx)
         log.info("calling %s with %s", spec.run, ", ".join(kwargs) or "no arguments")
         try:
-            with _output_to(log):
+            # What a stage prints goes to its log file, so it cannot garble the progress display.
+            with contextlib.redirect_stdout(log_stream), contextlib.redirect_stderr(log_stream):
                 returned = fn(**kwargs)
         except (KeyboardInterrupt, _Terminated):
             raise
@@ -408,7 +409,7 @@ def _signals_as_exceptions():
 
 @contextlib.contextmanager
 def _stage_log(pipeline: Pipeline, stage: str, path: Path):
-    """A logger writing to the stage's own log file (never the terminal)."""
+    """A logger writing to the stage's own log file (never the terminal), and that file's stream."""
     logger = logging.getLogger(f"hybridflow.stage.{pipeline.name}.{stage}")
     logger.setLevel(logging.INFO)
     logger.propagate = False
@@ -416,18 +417,10 @@ def _stage_log(pipeline: Pipeline, stage: str, path: Path):
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     logger.addHandler(handler)
     try:
-        yield logger
+        yield logger, handler.stream
     finally:
         logger.removeHandler(handler)
         handler.close()
-
-
-@contextlib.contextmanager
-def _output_to(log: logging.Logger):
-    """What a stage prints goes to its log file, so it cannot garble the progress display."""
-    stream = log.handlers[0].stream
-    with contextlib.redirect_stdout(stream), contextlib.redirect_stderr(stream):
-        yield
 
 
 def _write_record(result: RunResult) -> None:

@@ -1,0 +1,138 @@
+"""The hybridflow command through typer's CliRunner: output, exit codes, and no raw tracebacks."""
+
+import json
+
+from typer.testing import CliRunner
+
+from hybridflow.cli import app
+from hybridflow.errors import ExitCode
+
+from .test_runner import PIPELINE, STAGES
+
+cli = CliRunner()
+
+
+def invoke(*args):
+    return cli.invoke(app, [str(a) for a in args])
+
+
+def test_validate_reports_every_problem_with_its_location(project):
+    path = project.pipeline('''
+    name: demo
+    stages:
+      clean:
+        backend: sparc
+        run: mypkg.steps:make
+        ouputs: [x]
+    ''')
+    project.stages(STAGES)
+    result = invoke("validate", path)
+    assert result.exit_code == ExitCode.CONFIG
+    lines = result.output.splitlines()
+    assert f"{path}:4:14: error: stages.clean.backend must be one of python, spark, dask, ray, not 'sparc' " \
+           "(did you mean 'spark'?)" in lines
+    assert f"{path}:6:5: error: unknown key 'ouputs' in stages.clean (did you mean 'outputs'?)" in lines
+    assert "Traceback" not in result.output
+
+
+def test_validate_directory_and_json_format(project):
+    project.stages(STAGES)
+    project.pipeline("root: ..\n" + PIPELINE.lstrip(), "configs/good.yaml")
+    project.pipeline("name: bad\nstages: {}\n", "configs/nested/bad.yml")
+    result = invoke("validate", "--format", "json", project.root / "configs")
+    assert result.exit_code == ExitCode.CONFIG
+    report = json.loads(result.output)
+    assert report["valid"] is False
+    assert len(report["files"]) == 2
+    [problem] = report["problems"]
+    assert problem["file"].endswith("bad.yml") and problem["line"] == 2
+    assert "at least one stage" in problem["message"]
+
+
+def test_validate_ok_exits_zero(project):
+    project.stages(STAGES)
+    result = invoke("validate", project.pipeline(PIPELINE))
+    assert result.exit_code == 0, result.output
+    assert "valid (0 errors, 0 warnings)" in result.output
+
+
+def test_run_prints_summary_and_exit_code(project):
+    project.stages(STAGES)
+    result = invoke("run", project.pipeline(PIPELINE))
+    assert result.exit_code == 0, result.output
+    assert "success" in result.output
+    for stage in ("make", "double", "sink"):
+        assert stage in result.output
+
+
+def test_run_failure_shows_one_line_error_log_path_and_resume(project):
+    project.stages(STAGES)
+    path = project.pipeline("name: demo\nstages:\n  make: {run: 'mypkg.steps:make', outputs: [numbers, meta]}\n"
+                            "  bad: {run: 'mypkg.steps:boom', inputs: [numbers], outputs: [y]}\n")
+    result = invoke("run", path)
+    assert result.exit_code == ExitCode.STAGE_FAILED
+    assert "bad failed: ValueError: the data is bad: 3 (mypkg/steps.py:" in result.output
+    assert "log: " in result.output and "bad.log" in result.output
+    assert f"resume with: hybridflow run {path} --from bad" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_run_config_error_is_one_line_with_exit_78(project):
+    path = project.pipeline("name: demo\nstages:\n  a: {run: 'nope:fn'}\n")
+    result = invoke("run", path)
+    assert result.exit_code == ExitCode.CONFIG
+    assert f"error: {path}:3:" in result.output and "module 'nope' not found" in result.output
+    assert "Traceback" not in result.output
+    verbose = invoke("run", path, "--verbose")
+    assert "Traceback" in verbose.output
+
+
+def test_dry_run_prints_plan_and_runs_nothing(project):
+    project.stages(STAGES)
+    path = project.pipeline(PIPELINE)
+    result = invoke("run", path, "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "1. make on python" in result.output and "3. sink on python" in result.output
+    assert "produced in this run" in result.output
+    assert not (project.home("demo") / "datasets").exists()
+
+
+def test_param_for_unknown_stage_is_a_config_error(project):
+    project.stages(STAGES)
+    result = invoke("run", project.pipeline(PIPELINE), "--param", "dubble.factor=2")
+    assert result.exit_code == ExitCode.CONFIG
+    assert "there is no stage 'dubble' (did you mean 'double'?)" in result.output
+
+
+def test_unknown_selection_stage_is_a_config_error(project):
+    project.stages(STAGES)
+    result = invoke("run", project.pipeline(PIPELINE), "--only", "mke")
+    assert result.exit_code == ExitCode.CONFIG
+    assert "no stage named 'mke' (did you mean 'make'?)" in result.output
+
+
+def test_graph_mermaid_and_dot(project):
+    project.stages(STAGES)
+    path = project.pipeline(PIPELINE)
+    mermaid = invoke("graph", path)
+    assert mermaid.exit_code == 0
+    assert mermaid.output.startswith("flowchart LR")
+    assert "st_make --> ds_numbers" in mermaid.output and "ds_numbers --> st_double" in mermaid.output
+    dot = invoke("graph", path, "--format", "dot")
+    assert dot.output.startswith('digraph "demo"') and "st_double -> ds_artifact;" in dot.output
+    assert invoke("graph", path, "--format", "png").exit_code == ExitCode.CONFIG
+
+
+def test_schema_is_json_schema_of_the_pipeline_file():
+    result = invoke("schema")
+    schema = json.loads(result.output)
+    assert schema["title"] == "hybridflow pipeline"
+    assert set(schema["required"]) == {"name", "stages"}
+    stage = schema["$defs"]["StageSpec"]
+    assert stage["additionalProperties"] is False
+    assert "run" in stage["required"]
+    assert "schema" in schema["$defs"]["DatasetSpec"]["properties"]
+
+
+def test_usage_error_exit_code():
+    assert invoke("run").exit_code == ExitCode.USAGE
