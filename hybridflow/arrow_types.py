@@ -13,7 +13,12 @@ import zoneinfo
 
 import pyarrow as pa
 
+from .diagnostics import did_you_mean
+
 _TIME_UNITS = ("s", "ms", "us", "ns")
+COMMON_TYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
+                "float64", "double", "bool", "string", "large_string", "binary", "large_binary", "date32",
+                "date64", "timestamp", "decimal", "list", "large_list", "struct", "map", "null")
 _OFFSET = re.compile(r"^[+-]\d{2}:\d{2}$")
 
 
@@ -82,7 +87,7 @@ class _Parser:
         try:
             return pa.type_for_alias(name)
         except (ValueError, KeyError):
-            raise ArrowTypeError(f"unknown Arrow type '{name}'") from None
+            raise ArrowTypeError(f"unknown Arrow type '{name}'{did_you_mean(name, COMMON_TYPES)}") from None
 
     def decimal(self, name: str) -> pa.DataType:
         try:
@@ -158,8 +163,8 @@ def _check_timezone(tz: str) -> None:
     try:
         zoneinfo.ZoneInfo(tz)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise ArrowTypeError(f"unknown time zone '{tz}' (use UTC, an IANA name like Europe/Paris, "
-                             "or an offset like +01:00)") from None
+        raise ArrowTypeError(f"unknown time zone '{tz}'{did_you_mean(tz, zoneinfo.available_timezones())} "
+                             "(use UTC, an IANA name like Europe/Paris, or an offset like +01:00)") from None
 
 
 def parse_arrow_type(text: str) -> pa.DataType:

@@ -85,12 +85,13 @@ def _check_inputs(p: Pipeline) -> list[Problem]:
         for i, dataset in enumerate(spec.inputs):
             if dataset in p.dag.producer or p.dataset(dataset).path:
                 continue
-            if dataset in p.spec.datasets:
-                why = f"dataset '{dataset}' is declared without a path and no stage produces it"
+            if dataset in p.spec.datasets:  # declared on purpose, so not a typo: no "did you mean"
+                why = (f"dataset '{dataset}' is declared without a path and no stage produces it "
+                       "(give it a path, or add a stage that produces it)")
             else:
-                why = f"no stage produces dataset '{dataset}' and it is not declared under datasets with a path"
-            problems.append(p.source.problem(("stages", stage, "inputs", i),
-                                             f"{why}{did_you_mean(dataset, known - {dataset})}"))
+                why = (f"no stage produces dataset '{dataset}' and it is not declared under datasets with a path"
+                       f"{did_you_mean(dataset, known - {dataset} - set(spec.outputs))}")
+            problems.append(p.source.problem(("stages", stage, "inputs", i), why))
     return problems
 
 
@@ -109,7 +110,7 @@ def _check_datasets(p: Pipeline) -> list[Problem]:
                                              f"always parquet; format {ds.format} is for external inputs only"))
         if ds.kind == "files" and ds.schema_:
             problems.append(p.source.problem(at + ("schema",), f"dataset '{name}' is kind: files and cannot "
-                                             "have a schema (schemas describe tables)"))
+                                             "have a schema (schemas describe tables)", at_key=True))
         for column, type_text in (ds.schema_ or {}).items():
             try:
                 parse_arrow_type(type_text)
@@ -128,7 +129,7 @@ def _check_datasets(p: Pipeline) -> list[Problem]:
 
 def _check_cycles(p: Pipeline) -> list[Problem]:
     cycle = p.dag.find_cycle()
-    if not cycle:
+    if not cycle or len(cycle) == 2:  # a stage reading its own output is reported on its own
         return []
     return [p.source.problem(("stages", cycle[0]), f"the stages form a cycle: {' -> '.join(cycle)}", at_key=True)]
 

@@ -13,6 +13,7 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from .errors import ConfigError, ExitCode, HybridflowError
 
@@ -46,7 +47,7 @@ def _guarded(command):
         except HybridflowError as exc:
             if verbose:
                 err.print_exception()
-            err.print(f"[bold red]error:[/] {exc.one_line()}", soft_wrap=True)
+            err.print(f"[bold red]error:[/] {escape(exc.one_line())}", soft_wrap=True)
             raise typer.Exit(int(exc.exit_code)) from None
         except KeyboardInterrupt:
             err.print("[bold red]interrupted[/]")
@@ -54,7 +55,7 @@ def _guarded(command):
         except Exception as exc:  # a bug in hybridflow: say so plainly
             if verbose:
                 err.print_exception()
-            err.print(f"[bold red]internal error:[/] {type(exc).__name__}: {exc} "
+            err.print(f"[bold red]internal error:[/] {type(exc).__name__}: {escape(str(exc))} "
                       "(rerun with --verbose for the traceback, and please report it)", soft_wrap=True)
             raise typer.Exit(int(ExitCode.INTERNAL)) from None
 
@@ -98,8 +99,8 @@ def validate(
     else:
         for problem in problems:
             style = "red" if problem.severity == "error" else "yellow"
-            out.print(f"{problem.file}:{problem.line}:{problem.col}: [{style}]{problem.severity}[/]: "
-                      f"{problem.message}", soft_wrap=True)
+            out.print(f"{escape(problem.file)}:{problem.line}:{problem.col}: [{style}]{problem.severity}[/]: "
+                      f"{escape(problem.message)}", soft_wrap=True)
         warnings = len(problems) - len(errors)
         verdict = "[green]valid[/]" if not errors else "[red]invalid[/]"
         out.print(f"{len(files)} file{'s' * (len(files) != 1)} checked: {verdict} "
@@ -132,7 +133,7 @@ def run(
     if dry_run:
         _print_plan(runner)
         return
-    from .progress import listener_for, summary_table
+    from .progress import listener_for, summary_line, summary_table
 
     listener = listener_for(err)
     runner.listener = listener
@@ -141,11 +142,12 @@ def run(
     finally:
         listener.close()
     out.print(summary_table(result))
+    out.print(summary_line(result))
     for stage in result.failed:
-        err.print(f"[bold red]{stage.name} failed:[/] {stage.error}", soft_wrap=True)
-        err.print(f"  log: {stage.log_path}", soft_wrap=True)
+        err.print(f"[bold red]{stage.name} failed:[/] {escape(stage.error or '')}", soft_wrap=True)
+        err.print(f"  log: {stage.log_path}", soft_wrap=True, markup=False)
     if result.resume_command:
-        err.print(f"resume with: {result.resume_command}", soft_wrap=True)
+        err.print(f"resume with: {result.resume_command}", soft_wrap=True, markup=False)
     if result.error is not None:
         raise typer.Exit(int(result.error.exit_code))
 
@@ -157,7 +159,7 @@ def _print_plan(runner) -> None:
         out.print(f"{number:>3}. [bold]{stage}[/] on {spec.backend}: {spec.run}")
         for item in inputs:
             style = "red" if item.state == "missing" else "dim"
-            out.print(f"       in  {item.dataset}: [{style}]{item.state}[/] ({item.detail})", soft_wrap=True)
+            out.print(f"       in  {item.dataset}: [{style}]{item.state}[/] ({escape(item.detail)})", soft_wrap=True)
         for ds in spec.outputs:
             out.print(f"       out {ds}")
 

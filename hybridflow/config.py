@@ -50,7 +50,7 @@ def check_file(file: str | Path, params: list[str] = (),
     if data is None or problems:
         return None, problems
     if not isinstance(data, dict):
-        return None, [Problem(shown, 1, 1, "the top level must be a mapping with 'name' and 'stages'")]
+        return None, [source.problem((), "the top level must be a mapping with 'name' and 'stages'")]
     secrets: set[str] = set()
     data = _interpolate(data, (), environ, source, secrets, problems)
     try:
@@ -107,10 +107,24 @@ def _locate(error: dict, source: SourceMap) -> Problem:
     if kind == "string_pattern_mismatch" and loc == ("name",):
         return source.problem(loc, "the pipeline name may only hold letters, digits, - and _ "
                                    f"(got {error.get('input')!r})")
-    if kind == "too_short" and loc == ("stages",):
-        return source.problem(loc, "a pipeline needs at least one stage under 'stages'")
+    if loc == ("stages",) and (kind == "too_short" or error.get("input") is None):
+        return source.problem(loc, "a pipeline needs at least one stage under 'stages'", at_key=True)
+    if kind in _TYPE_WORDS:
+        what = _TYPE_EXAMPLES.get(loc[-1]) if kind == "list_type" else None
+        return source.problem(loc, f"{where} must be {what or _TYPE_WORDS[kind]}, not {error.get('input')!r}")
     message = error["msg"].removeprefix("Value error, ")
     return source.problem(loc, f"{where}: {message}")
+
+
+# pydantic's "Input should be ..." reads as if it were about a stage input: say it plainly
+_TYPE_WORDS = {
+    "list_type": "a list", "dict_type": "a mapping of key: value", "model_type": "a mapping of key: value",
+    "string_type": "a string", "int_type": "a whole number", "int_parsing": "a whole number",
+    "int_from_float": "a whole number", "bool_type": "true or false", "bool_parsing": "true or false",
+    "float_type": "a number", "float_parsing": "a number",
+}
+_TYPE_EXAMPLES = {"inputs": "a list of dataset names, e.g. [events]",
+                  "outputs": "a list of dataset names, e.g. [clean_events]"}
 
 
 def _describe(loc: tuple) -> str:

@@ -71,10 +71,10 @@ class PlainListener(Listener):
         self.console = console
 
     def run_started(self, run_id: str, stages: list[StageResult]) -> None:
-        self.console.print(f"run {run_id}: {len(stages)} stages", highlight=False)
+        self.console.print(f"run {run_id}: {len(stages)} stages", markup=False)
 
     def engine_started(self, backend: str, seconds: float) -> None:
-        self.console.print(f"engine {backend} started in {seconds:.1f}s", highlight=False)
+        self.console.print(f"engine {backend} started in {seconds:.1f}s", markup=False)
 
     def stage_changed(self, stage: StageResult) -> None:
         self.console.print(_stage_line(stage), highlight=False, soft_wrap=True)
@@ -97,9 +97,14 @@ def _size(n: int | None) -> str:
     return ""
 
 
+def summary_line(result: RunResult) -> Text:
+    style = {"success": "bold green", "failed": "bold red"}.get(result.status, "bold yellow")
+    return Text.assemble(f"{result.pipeline} run {result.run_id}: ", (result.status, style),
+                         f" in {result.duration:.1f}s")
+
+
 def summary_table(result: RunResult) -> Table:
-    table = Table(title=f"{result.pipeline} · run {result.run_id} · {result.status} in {result.duration:.1f}s",
-                  title_justify="left")
+    table = Table()
     for column in ("stage", "backend", "status", "duration", "rows", "bytes"):
         table.add_column(column, justify="right" if column in ("duration", "rows", "bytes") else "left")
     for stage in result.stages.values():

@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
+from .diagnostics import did_you_mean
+
 BACKENDS = ("python", "spark", "dask", "ray")
 Backend = Literal["python", "spark", "dask", "ray"]
 
@@ -46,7 +48,7 @@ def _gpu_mode(value: Any) -> bool | str:
         return value
     if isinstance(value, str) and value.lower() == "auto":
         return "auto"
-    raise ValueError(f"gpu must be true, false or auto, not {value!r}")
+    raise ValueError(f"must be true, false or auto, not {value!r}")
 
 
 def _none_as_empty(empty):
@@ -144,7 +146,8 @@ class ScheduleSpec(_Section):
         try:
             zoneinfo.ZoneInfo(value)
         except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"unknown time zone '{value}' (use an IANA name such as UTC or Europe/Paris)") from None
+            hint = did_you_mean(value, zoneinfo.available_timezones())
+            raise ValueError(f"unknown time zone '{value}'{hint} (use an IANA name such as UTC or Europe/Paris)") from None
         return value
 
 

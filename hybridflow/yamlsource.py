@@ -131,10 +131,7 @@ def load_yaml(text: str, file: str) -> tuple[Any, SourceMap, list[Problem]]:
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
-        reason = " ".join(str(part) for part in (exc.context, exc.problem) if part)
-        return None, builder.source, [Problem(file, line, col, f"YAML syntax error: {reason}")]
+        return None, builder.source, [_syntax_problem(exc, file)]
     except yaml.YAMLError as exc:
         return None, builder.source, [Problem(file, 1, 1, f"YAML error: {exc}")]
     if root is None:
@@ -142,3 +139,28 @@ def load_yaml(text: str, file: str) -> tuple[Any, SourceMap, list[Problem]]:
                                                            "'name' and 'stages'")]
     data = builder.build(root, ())
     return data, builder.source, builder.problems
+
+
+_OPENERS = {"flow sequence": ("[", "]"), "flow mapping": ("{", "}")}
+
+
+def _syntax_problem(exc: yaml.MarkedYAMLError, file: str) -> Problem:
+    """PyYAML's parser wording, turned into what went wrong and how to fix it."""
+    mark = exc.problem_mark or exc.context_mark
+    line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+    context, problem = str(exc.context or ""), str(exc.problem or "")
+    for kind, (opening, closing) in _OPENERS.items():
+        if kind in context and exc.context_mark is not None:
+            opened = exc.context_mark
+            return Problem(file, opened.line + 1, opened.column + 1,
+                           f"YAML syntax error: the '{opening}' opened here is not closed before line {line} "
+                           f"(add '{closing}', or separate items with ',')")
+    if "expected <block end>" in problem:
+        message = "this line's indentation does not line up with the keys above it (indent with spaces)"
+    elif "mapping values are not allowed" in problem:
+        message = "a ':' is not allowed here: check the indentation, or quote a value that contains ': '"
+    elif "\\t" in problem or "tab" in problem:
+        message = "tabs cannot indent YAML: indent with spaces"
+    else:
+        message = "; ".join(part for part in (context, problem) if part)
+    return Problem(file, line, col, f"YAML syntax error: {message}")

@@ -136,3 +136,9 @@ def test_schema_is_json_schema_of_the_pipeline_file():
 
 def test_usage_error_exit_code():
     assert invoke("run").exit_code == ExitCode.USAGE
+
+
+def test_messages_with_brackets_are_printed_verbatim(project):
+    path = project.pipeline("name: demo\nstages:\n  a: {run: 'x:y', inputs: events}\n")
+    result = invoke("validate", path)
+    assert "must be a list of dataset names, e.g. [events], not 'events'" in result.output
