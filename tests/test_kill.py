@@ -99,3 +99,43 @@ def test_sigkill_at_random_moments_never_exposes_a_partial_version(project):
     final = start(path, 99, rows)
     assert final.wait(60) == 0, final.stderr.read()
     assert assert_complete(catalog, "table", rows) == 99
+
+
+SLOW = '''
+import time
+import pandas as pd
+
+
+def make(generation: int, rows: int):
+    return {"table": pd.DataFrame({"gen": [generation] * (rows + generation)}),
+            "second": pd.DataFrame({"gen": [generation]})}
+
+
+def slow(table):
+    print("slow stage started", flush=True)
+    time.sleep(60)
+    return table
+'''
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_sigterm_and_sigint_stop_the_run_cleanly(project, signum, code):
+    import json
+
+    project.stages(SLOW)
+    path = project.pipeline(PIPELINE + '  slow: {run: "mypkg.steps:slow", inputs: [table], outputs: [slowed]}\n')
+    run = start(path, 1)
+    deadline = time.monotonic() + 60
+    while not any("slow stage started" in p.read_text() for p in project.home("killme").glob("runs/*/logs/slow.log")):
+        assert time.monotonic() < deadline and run.poll() is None, "the slow stage never started"
+        time.sleep(0.1)
+    clock = time.monotonic()
+    run.send_signal(signum)
+    assert run.wait(30) == code
+    assert time.monotonic() - clock < 10
+    [record] = [json.loads(p.read_text()) for p in project.home("killme").glob("runs/*/run.json")]
+    assert record["status"] == "interrupted"
+    assert record["stages"]["make"]["status"] == "done" and record["stages"]["slow"]["status"] == "failed"
+    catalog = Catalog(project.home("killme"))
+    assert assert_complete(catalog, "table", 1000) == 1 and catalog.current("slowed") is None
+    assert not any((project.home("killme") / "staging").iterdir())

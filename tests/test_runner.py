@@ -232,12 +232,15 @@ def test_missing_external_input_fails_before_any_stage(project):
 def test_secrets_from_the_environment_never_reach_logs_or_records(project, monkeypatch):
     secret = "s3cr3t-token-value"
     monkeypatch.setenv("HF_TEST_TOKEN", secret)
-    project.stages("def leak(token, ctx):\n    ctx.log.info('token is %s', token)\n    raise RuntimeError('bad token ' + token)\n")
+    project.stages("def leak(token, ctx):\n    ctx.log.info('token is %s', token)\n    print('printed', token)\n"
+                   "    raise RuntimeError('bad token ' + token)\n")
     text = "name: demo\nparams: {token: '${env:HF_TEST_TOKEN}'}\nstages:\n  leak: {run: 'mypkg.steps:leak'}\n"
     result = run(project.pipeline(text))
     assert result.status == "failed"
     assert secret not in result.stages["leak"].error and "***" in result.stages["leak"].error
     assert secret not in (result.run_dir / "run.json").read_text()
+    log = (result.run_dir / "logs" / "leak.log").read_text()
+    assert "token is ***" in log and "printed ***" in log and secret not in log
 
 
 def test_a_second_run_is_refused_while_the_lock_is_held(project):
