@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import secrets
 import signal
 import time
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import backends, signature
+from .backends.base import process_output_to, unwrap_error
 from .catalog import Catalog, Version
 from .context import StageContext
 from .contract import check_schema, declared_schema
@@ -216,7 +218,7 @@ class Runner:
             try:
                 backend = self._engine(spec.backend, run_dir)
                 produced = self._call(run_id, result, backend, log, log_stream)
-                self._publish(run_id, result, backend, produced)
+                self._publish(run_id, result, backend, produced, log)
             except HybridflowError as exc:
                 log.error("stage failed: %s", self.pipeline.redact(exc.one_line()), exc_info=exc)
                 raise
@@ -294,7 +296,8 @@ class Runner:
                                  f"the {backend.name} backend writes {backend.frame_types}")
         return frames
 
-    def _publish(self, run_id: str, result: StageResult, backend, frames: dict[str, Any]) -> None:
+    def _publish(self, run_id: str, result: StageResult, backend, frames: dict[str, Any],
+                 log: logging.Logger) -> None:
         spec = self.pipeline.stages[result.name]
         inputs = {ds: self._input_version(ds) for ds in spec.inputs}
         rows: int | None = None
@@ -305,7 +308,12 @@ class Runner:
                 staging = self.catalog.staging_root() / run_id / dataset
             else:
                 staging = self.catalog.new_staging(run_id, dataset)
-                backend.write(frames[dataset], staging)
+                try:
+                    backend.write(frames[dataset], staging)
+                except (KeyboardInterrupt, _Terminated, HybridflowError):
+                    raise
+                except Exception as exc:  # engines compute lazily: the stage's own code fails here
+                    raise self._user_error(exc, log) from exc
             version = self.catalog.publish(dataset, staging, kind=ds.kind, stage=result.name, run_id=run_id,
                                            inputs=inputs, declared=declared_schema(ds.schema_))
             result.outputs[dataset] = version.id
@@ -321,10 +329,12 @@ class Runner:
         return version.id if version else "unknown"
 
     def _user_error(self, exc: BaseException, log: logging.Logger) -> StageError:
-        """The user's exception as one line located in the user's own file."""
+        """The user's exception as one line located in the user's own file, not an engine's wrapper."""
         log.error("the stage raised:\n%s", "".join(traceback.format_exception(exc)))
-        where = _user_frame(exc, self.pipeline.root)
-        message = self.pipeline.redact(f"{type(exc).__name__}: {exc}")
+        own = unwrap_error(exc)
+        where = _user_frame(own, self.pipeline.root) or _user_frame(exc, self.pipeline.root)
+        first_line = (str(own).strip().splitlines() or [""])[0]
+        message = self.pipeline.redact(f"{type(own).__name__}: {first_line}".rstrip(": "))
         return StageError(f"{message} ({where})" if where else message)
 
     # -- engines --------------------------------------------------------------------------------
@@ -335,7 +345,8 @@ class Runner:
             engine = backends.create(name, getattr(self.pipeline.spec.backends, name, None), run_dir / "logs")
             clock = time.monotonic()
             self._engines[name] = engine
-            engine.start()
+            with process_output_to(run_dir / "logs" / "engines.log"):
+                engine.start()
             if name != "python":  # in-process: nothing was started
                 self._engine_seconds[name] = time.monotonic() - clock
                 self.listener.engine_started(name, self._engine_seconds[name])
@@ -374,14 +385,20 @@ def external_fingerprint(path: Path) -> str:
     return f"external:{digest.hexdigest()[:16]}"
 
 
+_REMOTE_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+
+
 def _user_frame(exc: BaseException, root: Path) -> str | None:
-    """file:line in function of the deepest traceback frame inside the pipeline root."""
+    """file:line in function of the deepest frame inside the pipeline root: from the traceback, or
+    from a traceback an engine carried over as text (a Ray task, a Spark Python worker)."""
     root = root.resolve()
+    frames = [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(exc.__traceback__)]
+    frames += [(m[0], int(m[1]), m[2]) for m in _REMOTE_FRAME.findall(str(exc))]
     where = None
-    for frame in traceback.extract_tb(exc.__traceback__):
-        path = Path(frame.filename).resolve()
+    for filename, line, function in frames:
+        path = Path(filename).resolve()
         if path.is_relative_to(root):
-            where = f"{path.relative_to(root)}:{frame.lineno} in {frame.name}"
+            where = f"{path.relative_to(root)}:{line} in {function}"
     if where is None and isinstance(exc, SyntaxError) and exc.filename:
         where = f"{exc.filename}:{exc.lineno}"
     return where

@@ -15,7 +15,7 @@ BACKEND_EXTRAS: dict[str, tuple[str, str]] = {
 }
 
 # backends with an implementation in this release
-IMPLEMENTED = {"python": "hybridflow.backends.python"}
+IMPLEMENTED = {name: f"hybridflow.backends.{name}" for name in ("python", "spark", "dask", "ray")}
 
 
 def require(name: str) -> None:

@@ -3,6 +3,9 @@ abstracts DataFrame operations: stage code is written against the engine's own A
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
@@ -38,3 +41,63 @@ class Backend(ABC):
 
     def stop(self) -> None:
         """Stop what this backend started (never an attached cluster). Safe to call twice."""
+
+
+@contextlib.contextmanager
+def process_output_to(path: Path):
+    """Point this process's stdout and stderr file descriptors at `path` while an engine starts, so
+    the processes it launches (a JVM, Ray's daemons, Dask's workers) write their chatter there for
+    good instead of over the progress display. Python-level streams are left alone."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        os.dup2(target, 1)
+        os.dup2(target, 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, target):
+            os.close(fd)
+
+
+def unwrap_error(exc: BaseException) -> BaseException:
+    """The user's own exception inside an engine's wrapper (Ray task errors carry it as .cause)."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, BaseException) else exc
+
+
+def check_reachable(backend: str, address: str, host: str, port: int, timeout: float = 5.0) -> None:
+    """Fail fast with one line when a cluster address does not answer (engines would retry for minutes)."""
+    import socket
+
+    from ..errors import UnavailableError
+
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise UnavailableError(f"cannot reach the {backend} cluster at {address}: {exc.strerror or exc}",
+                               hint=f"start it, or fix backends.{backend} in the pipeline file") from None
+
+
+def split_host_port(address: str, default_port: int) -> tuple[str, int]:
+    """'spark://h:7077', 'tcp://h:8786', 'h:6379' -> (host, port)."""
+    rest = address.split("://", 1)[-1].split("/", 1)[0]
+    host, _, port = rest.rpartition(":")
+    return (host, int(port)) if host and port.isdigit() else (rest, default_port)
+
+
+def case_collisions(names: list[str]) -> list[str]:
+    """Column names that differ only by case: Spark refuses them, other engines do not."""
+    seen: dict[str, str] = {}
+    clashes = []
+    for name in names:
+        other = seen.setdefault(name.lower(), name)
+        if other != name:
+            clashes.append(f"'{other}' and '{name}'")
+    return clashes

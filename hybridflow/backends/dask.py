@@ -1,0 +1,98 @@
+"""Dask: stages get dask.dataframe.DataFrames with Arrow-backed dtypes, on a local or attached cluster.
+
+The local cluster binds to 127.0.0.1 with the dashboard off. Data stays on the workers:
+the runner never collects a frame into this process.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import DataError, UnavailableError
+from ..tables import TableSource, read_arrow
+from .base import Backend, check_reachable, split_host_port
+
+
+class DaskBackend(Backend):
+    name = "dask"
+    frame_types = "dask.dataframe.DataFrame"
+
+    def __init__(self, settings, log_dir: Path) -> None:
+        self.settings = settings
+        self.log_dir = log_dir
+        self.client = None
+        self.cluster = None  # only set when we started it
+
+    @property
+    def address(self) -> str:
+        return self.settings.address or "a local cluster"
+
+    def start(self) -> None:
+        from distributed import Client, LocalCluster
+
+        try:
+            if self.settings.address:
+                host, port = split_host_port(self.settings.address, 8786)
+                check_reachable("dask", self.settings.address, host, port)
+                self.client = Client(self.settings.address, timeout="15s")
+            else:
+                self.cluster = LocalCluster(
+                    n_workers=self.settings.n_workers or 2,
+                    threads_per_worker=self.settings.threads_per_worker or 1,
+                    processes=True if self.settings.processes is None else self.settings.processes,
+                    memory_limit=self.settings.memory_limit or "auto",
+                    host="127.0.0.1", dashboard_address=None, silence_logs=logging.ERROR,
+                )
+                self.client = Client(self.cluster)
+        except UnavailableError:
+            raise
+        except Exception as exc:
+            self.stop()
+            raise UnavailableError(f"dask failed to start ({self.address}): {exc}") from exc
+
+    def handles(self) -> dict[str, Any]:
+        return {"dask": self.client}
+
+    def is_frame(self, value: Any) -> bool:
+        import dask.dataframe as dd
+
+        return isinstance(value, dd.DataFrame)
+
+    def read(self, source: TableSource):
+        import dask.dataframe as dd
+        import pandas as pd
+
+        if source.format != "parquet":  # external text input: read and typed once, then distributed
+            return dd.from_pandas(read_arrow(source).to_pandas(types_mapper=pd.ArrowDtype), npartitions=2)
+        frame = dd.read_parquet([str(f) for f in source.files], dtype_backend="pyarrow",
+                                calculate_divisions=False, index=False)
+        return frame
+
+    def write(self, frame: Any, directory: Path) -> pa.Schema:
+        if frame.index.name is not None:  # a named index is data: keep it as a column
+            frame = frame.reset_index()
+        try:
+            schema = pa.Schema.from_pandas(frame._meta, preserve_index=False)
+        except (pa.ArrowException, TypeError, ValueError) as exc:
+            raise DataError(f"cannot derive an Arrow schema from the frame: {exc}") from exc
+        frame.to_parquet(str(directory), write_index=False, engine="pyarrow", schema=schema.remove_metadata(),
+                         write_metadata_file=False, coerce_timestamps="us", allow_truncated_timestamps=False)
+        files = sorted(directory.glob("*.parquet"))
+        return pq.read_schema(files[0]) if files else schema
+
+    def stop(self) -> None:
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+        if self.cluster is not None:
+            self.cluster.close()
+            self.cluster = None
+
+
+def create(settings, log_dir: Path) -> DaskBackend:
+    return DaskBackend(settings, log_dir)

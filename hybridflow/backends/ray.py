@@ -1,0 +1,93 @@
+"""Ray: stages get ray.data.Datasets, on a local instance or an attached cluster.
+
+The local instance has its dashboard off and binds to 127.0.0.1. Only a local instance is
+shut down at the end; from an attached cluster the driver just disconnects.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import UnavailableError
+from ..tables import TableSource, read_arrow
+from .base import Backend, check_reachable, split_host_port
+
+ROWS_PER_FILE = 1_000_000  # Ray's default tiny files read slowly everywhere
+
+
+class RayBackend(Backend):
+    name = "ray"
+    frame_types = "ray.data.Dataset"
+
+    def __init__(self, settings, log_dir: Path) -> None:
+        self.settings = settings
+        self.log_dir = log_dir
+        self.ray = None
+
+    def start(self) -> None:
+        # Without this Ray swaps 127.0.0.1 for the machine's "reachable" address.
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        import ray
+
+        options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                                   "configure_logging": True, "logging_level": "error"}
+        if self.settings.address:
+            host, port = split_host_port(self.settings.address, 6379)
+            check_reachable("ray", self.settings.address, host, port)
+            options["address"] = self.settings.address
+        else:
+            # "local" always starts a fresh instance, never joining a stale one from an address file
+            options.update(address="local", num_cpus=self.settings.num_cpus or os.cpu_count() or 2,
+                           _node_ip_address="127.0.0.1")
+            if self.settings.num_gpus is not None:
+                options["num_gpus"] = self.settings.num_gpus
+        options.update(self.settings.init)
+        try:
+            ray.init(**options)
+        except Exception as exc:
+            raise UnavailableError(f"ray failed to start ({self.settings.address or 'local'}): "
+                                   f"{str(exc).strip().splitlines()[0] if str(exc).strip() else exc}") from exc
+        context = ray.data.DataContext.get_current()
+        context.enable_progress_bars = False
+        context.print_on_execution_start = False
+        for name in ("ray", "ray.data", "ray.tune", "ray.train"):
+            logging.getLogger(name).setLevel(logging.ERROR)  # engine chatter belongs in Ray's own log files
+        self.ray = ray
+
+    def handles(self) -> dict[str, Any]:
+        return {"ray": self.ray}
+
+    def is_frame(self, value: Any) -> bool:
+        return isinstance(value, self.ray.data.Dataset)
+
+    def read(self, source: TableSource):
+        if source.format != "parquet":
+            return self.ray.data.from_arrow(read_arrow(source))
+        return self.ray.data.read_parquet([str(f) for f in source.files], file_extensions=None)
+
+    def write(self, frame: Any, directory: Path) -> pa.Schema:
+        frame.write_parquet(str(directory), min_rows_per_file=ROWS_PER_FILE, coerce_timestamps="us",
+                            allow_truncated_timestamps=False)
+        files = sorted(directory.glob("*.parquet"))
+        if files:
+            return pq.read_schema(files[0])
+        # Ray writes nothing at all for an empty dataset: publish its schema as one empty file.
+        schema = frame.schema()
+        arrow_schema = schema.base_schema if schema is not None else pa.schema([])
+        pq.write_table(arrow_schema.empty_table(), directory / "part-00000.parquet")
+        return arrow_schema
+
+    def stop(self) -> None:
+        if self.ray is not None:
+            self.ray.shutdown()
+            self.ray = None
+
+
+def create(settings, log_dir: Path) -> RayBackend:
+    return RayBackend(settings, log_dir)
