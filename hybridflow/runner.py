@@ -23,14 +23,14 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import backends, signature
-from .backends.base import process_output_to, unwrap_error
+from .backends.base import ENGINE_PACKAGES, ENGINE_WRAPPERS, is_engine_error, process_output_to, unwrap_error
 from .catalog import Catalog, Version
 from .context import StageContext
 from .contract import check_schema, declared_schema
 from .errors import ConfigError, DataError, HybridflowError, InterruptedRun, StageError
 from .lock import RunLock
 from .pipeline import Pipeline
-from .stagecode import import_function
+from .stagecode import import_function, module_file
 from .tables import TableSource
 
 
@@ -101,7 +101,8 @@ def new_run_id() -> str:
 
 class Runner:
     def __init__(self, pipeline: Pipeline, selection: Selection | None = None, *, keep_going: bool = False,
-                 listener: Listener | None = None, wait_for_lock: bool = False, trigger: str = "manual") -> None:
+                 listener: Listener | None = None, wait_for_lock: bool = False, trigger: str = "manual",
+                 engines: dict[str, Any] | None = None) -> None:
         self.pipeline = pipeline
         self.selection = selection or Selection()
         self.keep_going = keep_going
@@ -111,6 +112,7 @@ class Runner:
         self.home = pipeline.workdir / pipeline.name
         self.catalog = Catalog(self.home)
         self.stages = pipeline.dag.select(self.selection.only, self.selection.start, self.selection.end)
+        self._given = dict(engines or {})  # started by the caller: used, never stopped here
         self._engines: dict[str, Any] = {}
         self._engine_seconds: dict[str, float] = {}
 
@@ -333,24 +335,33 @@ class Runner:
         log.error("the stage raised:\n%s", "".join(traceback.format_exception(exc)))
         own = unwrap_error(exc)
         where = _user_frame(own, self.pipeline.root) or _user_frame(exc, self.pipeline.root)
-        first_line = (str(own).strip().splitlines() or [""])[0]
-        message = self.pipeline.redact(f"{type(own).__name__}: {first_line}".rstrip(": "))
+        kind, text = _remote_exception(own, str(exc)) or (type(own).__name__, str(own))
+        first_line = (text.strip().splitlines() or [""])[0]
+        message = self.pipeline.redact(f"{kind}: {first_line}".rstrip(": "))
         return StageError(f"{message} ({where})" if where else message)
 
     # -- engines --------------------------------------------------------------------------------
 
     def _engine(self, name: str, run_dir: Path):
         """Start an engine the first time a stage needs it; reuse it for the rest of the run."""
+        if name in self._given:
+            return self._given[name]
         if name not in self._engines:
             engine = backends.create(name, getattr(self.pipeline.spec.backends, name, None), run_dir / "logs")
             clock = time.monotonic()
             self._engines[name] = engine
             with process_output_to(run_dir / "logs" / "engines.log"):
-                engine.start()
+                engine.start(self._stage_code())
             if name != "python":  # in-process: nothing was started
                 self._engine_seconds[name] = time.monotonic() - clock
                 self.listener.engine_started(name, self._engine_seconds[name])
         return self._engines[name]
+
+    def _stage_code(self) -> list[Path]:
+        """The top-level packages (or module files) under root that hold the stages' functions."""
+        tops = {self.pipeline.stages[s].run.split(":")[0].split(".")[0] for s in self.stages}
+        found = [module_file(self.pipeline.root, top) for top in sorted(tops)]
+        return [f.parent if f.name == "__init__.py" else f for f in found if f is not None]
 
     def _stop_engines(self) -> None:
         for engine in self._engines.values():
@@ -385,6 +396,20 @@ def external_fingerprint(path: Path) -> str:
     return f"external:{digest.hexdigest()[:16]}"
 
 
+_REMOTE_RAISE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)): (.*)$", re.MULTILINE)
+
+
+def _remote_exception(exc: BaseException, text: str) -> tuple[str, str] | None:
+    """(type, message) of the user's exception when an engine carried it only as text (a Spark
+    Python worker's PythonException, a Ray task's UserCodeException): the last exception line in
+    `text` (the outermost wrapper's, which holds the whole chain) whose type is not the engine's."""
+    if not is_engine_error(exc):
+        return None
+    found = [(kind, message) for kind, message in _REMOTE_RAISE.findall(text)
+             if not kind.startswith(ENGINE_PACKAGES) and kind.rsplit(".", 1)[-1] not in ENGINE_WRAPPERS]
+    return (found[-1][0].rsplit(".", 1)[-1], found[-1][1]) if found else None
+
+
 _REMOTE_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 
 
@@ -396,12 +421,26 @@ def _user_frame(exc: BaseException, root: Path) -> str | None:
     frames += [(m[0], int(m[1]), m[2]) for m in _REMOTE_FRAME.findall(str(exc))]
     where = None
     for filename, line, function in frames:
-        path = Path(filename).resolve()
-        if path.is_relative_to(root):
-            where = f"{path.relative_to(root)}:{line} in {function}"
+        relative = _root_relative(filename, root)
+        if relative is not None:
+            where = f"{relative}:{line} in {function}"
     if where is None and isinstance(exc, SyntaxError) and exc.filename:
         where = f"{exc.filename}:{exc.lineno}"
     return where
+
+
+def _root_relative(filename: str, root: Path) -> Path | None:
+    """A frame's file relative to root, also when an engine ran a shipped copy of it (a Spark worker
+    imports stages/etl.py from .../userFiles-.../stages-1a2b.zip/stages/etl.py): then the longest
+    trailing package/module path that exists under root."""
+    path = Path(filename)
+    if path.resolve().is_relative_to(root):
+        return path.resolve().relative_to(root)
+    for start in range(1, len(path.parts) - 1):  # at least package/module.py
+        candidate = Path(*path.parts[start:])
+        if ".." not in candidate.parts and (root / candidate).is_file():
+            return candidate
+    return None
 
 
 class _Terminated(BaseException):

@@ -8,7 +8,7 @@ import os
 import sys
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import pyarrow as pa
 
@@ -20,8 +20,10 @@ class Backend(ABC):
     frame_types: str  # what stages on this engine return, in words, for error messages
 
     @abstractmethod
-    def start(self) -> None:
-        """Start the engine, or attach to the cluster the settings name. Called once, on first use."""
+    def start(self, code: Sequence[Path] = ()) -> None:
+        """Start the engine, or attach to the cluster the settings name. Called once, on first use.
+        `code`: the stage packages (directories or .py files under the pipeline root) that the
+        engine's worker processes must be able to import to run functions defined in them."""
 
     @abstractmethod
     def read(self, source: TableSource) -> Any:
@@ -65,10 +67,25 @@ def process_output_to(path: Path):
             os.close(fd)
 
 
+ENGINE_PACKAGES = ("ray", "pyspark", "py4j", "distributed", "dask", "org.apache", "java.")
+ENGINE_WRAPPERS = ("PythonException", "Py4JJavaError", "UserCodeException", "RayTaskError", "TaskError")
+
+
+def is_engine_error(exc: BaseException) -> bool:
+    return type(exc).__module__.startswith(ENGINE_PACKAGES)
+
+
 def unwrap_error(exc: BaseException) -> BaseException:
-    """The user's own exception inside an engine's wrapper (Ray task errors carry it as .cause)."""
-    cause = getattr(exc, "cause", None)
-    return cause if isinstance(cause, BaseException) else exc
+    """The user's own exception inside an engine's wrappers (Ray's RayTaskError carries it as .cause,
+    Ray Data's UserCodeException as __cause__)."""
+    for _ in range(10):
+        if not is_engine_error(exc):
+            break
+        inner = getattr(exc, "cause", None) or exc.__cause__
+        if not isinstance(inner, BaseException):
+            break
+        exc = inner
+    return exc
 
 
 def check_reachable(backend: str, address: str, host: str, port: int, timeout: float = 5.0) -> None:
@@ -101,3 +118,20 @@ def case_collisions(names: list[str]) -> list[str]:
         if other != name:
             clashes.append(f"'{other}' and '{name}'")
     return clashes
+
+
+def code_archive(path: Path, into: Path) -> Path:
+    """A zip of one stage package (or module file) that engines ship to their workers."""
+    import hashlib
+    import zipfile
+
+    into = into / "shipped-code"
+    into.mkdir(parents=True, exist_ok=True)
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*.py") if "__pycache__" not in p.parts)
+    digest = hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:12]
+    archive = into / f"{path.stem}-{digest}.zip"
+    if not archive.exists():
+        with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as bundle:
+            for file in files:
+                bundle.write(file, file.relative_to(path.parent).as_posix())
+    return archive

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import DataError, UnavailableError
 from ..tables import TableSource, read_arrow
-from .base import Backend, check_reachable, split_host_port
+from .base import Backend, check_reachable, code_archive, split_host_port
 
 
 class DaskBackend(Backend):
@@ -32,7 +32,7 @@ class DaskBackend(Backend):
     def address(self) -> str:
         return self.settings.address or "a local cluster"
 
-    def start(self) -> None:
+    def start(self, code: Sequence[Path] = ()) -> None:
         from distributed import Client, LocalCluster
 
         try:
@@ -49,6 +49,8 @@ class DaskBackend(Backend):
                     host="127.0.0.1", dashboard_address=None, silence_logs=logging.ERROR,
                 )
                 self.client = Client(self.cluster)
+            for path in code:  # workers import the stage modules to run functions defined there
+                self.client.upload_file(str(code_archive(path, self.log_dir)), load=False)
         except UnavailableError:
             raise
         except Exception as exc:

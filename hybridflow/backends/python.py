@@ -21,8 +21,8 @@ class PythonBackend(Backend):
     name = "python"
     frame_types = "pandas DataFrames or pyarrow Tables"
 
-    def start(self) -> None:
-        pass  # nothing to start: stages run in this process
+    def start(self, code=()) -> None:
+        pass  # nothing to start: stages run in this process, which imports their code itself
 
     def read(self, source: TableSource) -> pd.DataFrame:
         return read_arrow(source).to_pandas(types_mapper=pd.ArrowDtype)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -30,7 +30,7 @@ class RayBackend(Backend):
         self.log_dir = log_dir
         self.ray = None
 
-    def start(self) -> None:
+    def start(self, code: Sequence[Path] = ()) -> None:
         # Without this Ray swaps 127.0.0.1 for the machine's "reachable" address.
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         import ray
@@ -47,6 +47,8 @@ class RayBackend(Backend):
                            _node_ip_address="127.0.0.1")
             if self.settings.num_gpus is not None:
                 options["num_gpus"] = self.settings.num_gpus
+        if code:  # workers import the stage modules to run functions defined there
+            options["runtime_env"] = {"py_modules": [str(_as_module_dir(p, self.log_dir)) for p in code]}
         options.update(self.settings.init)
         try:
             ray.init(**options)
@@ -87,6 +89,16 @@ class RayBackend(Backend):
         if self.ray is not None:
             self.ray.shutdown()
             self.ray = None
+
+
+def _as_module_dir(path: Path, scratch: Path) -> Path:
+    """Ray ships packages (directories); a single-file module becomes a package of the same name."""
+    if path.is_dir():
+        return path
+    package = scratch / "shipped-code" / path.stem
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_bytes(path.read_bytes())
+    return package
 
 
 def create(settings, log_dir: Path) -> RayBackend:

@@ -12,14 +12,14 @@ import os
 import shutil
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import DataError, UnavailableError
 from ..tables import TableSource
-from .base import Backend, case_collisions, check_reachable, split_host_port
+from .base import Backend, case_collisions, check_reachable, code_archive, split_host_port
 
 def default_conf(master: str) -> dict[str, str]:
     cores = os.cpu_count() or 2
@@ -50,7 +50,7 @@ class SparkBackend(Backend):
         self.master = settings.master or "local[*]"
         self.session = None
 
-    def start(self) -> None:
+    def start(self, code: Sequence[Path] = ()) -> None:
         if self.master.startswith("spark://"):
             host, port = split_host_port(self.master, 7077)
             check_reachable("spark", self.master, host, port)
@@ -73,6 +73,8 @@ class SparkBackend(Backend):
             raise UnavailableError(f"spark failed to start (master {self.master}): {_first_line(exc)}",
                                    hint=f"see {self.log_dir / 'engines.log'}") from exc
         self.session.sparkContext.setLogLevel("ERROR")
+        for path in code:  # Python UDFs run in worker processes, which import the stage modules
+            self.session.sparkContext.addPyFile(str(code_archive(path, self.log_dir)))
 
     def handles(self) -> dict[str, Any]:
         return {"spark": self.session}

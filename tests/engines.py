@@ -1,0 +1,63 @@
+"""Engine sessions for tests: small, bound to 127.0.0.1, one per engine per test module."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hybridflow import backends
+from hybridflow.spec import DaskSettings, RaySettings, SparkSettings
+
+ENGINES = ("python", "spark", "dask", "ray")
+TEST_SETTINGS = {
+    "python": None,
+    "spark": SparkSettings(master="local[2]", conf={"spark.sql.shuffle.partitions": 2}),
+    "dask": DaskSettings(n_workers=1, threads_per_worker=2),
+    "ray": RaySettings(num_cpus=2),
+}
+
+
+def start_engines(log_dir: Path, names=ENGINES, code=()) -> dict:
+    started = {}
+    for name in names:
+        engine = backends.create(name, TEST_SETTINGS[name], log_dir)
+        with backends.base.process_output_to(log_dir / "engines.log"):
+            engine.start(code)
+        started[name] = engine
+    return started
+
+
+def child_pids(pid: int | None = None) -> set[int]:
+    """Every live descendant of `pid` (default: this process), read from /proc."""
+    pid = os.getpid() if pid is None else pid
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                parents[int(entry.name)] = int(fields[1])
+    found, todo = set(), [pid]
+    while todo:
+        current = todo.pop()
+        for child, parent in parents.items():
+            if parent == current and child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def processes_with_env(marker: str) -> list[str]:
+    """Command lines of live processes whose environment holds `marker` (an engine's children too)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker.encode() in (entry / "environ").read_bytes():
+                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            continue
+    return found

@@ -1,0 +1,187 @@
+"""The backend contract, written once and held against every engine (python, spark, dask, ray):
+native frames in and out, every type of the Parquet contract across every (writer, reader) pair,
+empty outputs, files outputs, and failures reported in the user's own code.
+
+One session per engine for the whole module keeps this fast on two cores."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from hybridflow.catalog import Catalog
+from hybridflow.config import load_pipeline
+from hybridflow.contract import schema_differences
+from hybridflow.errors import DataError, ExitCode
+from hybridflow.runner import Runner
+from hybridflow.tables import TableSource, read_arrow, write_arrow
+
+from .conftest import Project
+from .engines import ENGINES, start_engines
+from .typetable import every_type_table
+
+EXPECTED = every_type_table()
+
+
+@pytest.fixture(scope="module")
+def shared_project(tmp_path_factory):
+    """One project for the module: its stage package is shipped to the engines' workers once."""
+    project = Project(tmp_path_factory.mktemp("contract"))
+    project.stages(STAGES)
+    return project
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory, shared_project):
+    started = start_engines(tmp_path_factory.mktemp("engine-logs"), code=[shared_project.root / "mypkg"])
+    yield started
+    for engine in started.values():
+        engine.stop()
+
+
+def source_of(directory, table: pa.Table) -> TableSource:
+    directory.mkdir(parents=True, exist_ok=True)
+    write_arrow(table, directory)
+    return TableSource("t", tuple(sorted(directory.glob("*.parquet"))), "parquet", table.schema)
+
+
+def hand_off(engine, source: TableSource, directory) -> pa.Table:
+    """Read with the engine, write its native frame back, and return what landed on disk."""
+    directory.mkdir()
+    engine.write(engine.read(source), directory)
+    files = sorted(directory.rglob("*.parquet"))
+    assert files, "the engine wrote no parquet file"
+    return pq.read_table([str(f) for f in files])
+
+
+def assert_same(actual: pa.Table, expected: pa.Table) -> None:
+    declared = dict(zip(expected.schema.names, expected.schema.types))
+    assert schema_differences(declared, actual.schema) == []
+    actual = actual.select(expected.schema.names).cast(expected.schema)  # only normalises flavours
+    for name in expected.schema.names:
+        assert actual.column(name).to_pylist() == expected.column(name).to_pylist(), name
+
+
+@pytest.mark.parametrize("writer", ENGINES)
+@pytest.mark.parametrize("reader", ENGINES)
+def test_every_type_survives_every_writer_reader_pair(engines, tmp_path, writer, reader):
+    written = hand_off(engines[writer], source_of(tmp_path / "src", EXPECTED), tmp_path / "written")
+    assert_same(written, EXPECTED)
+    again = hand_off(engines[reader], source_of(tmp_path / "mid", written), tmp_path / "read")
+    assert_same(again, EXPECTED)
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_empty_output_publishes_a_valid_dataset_with_its_schema(engines, tmp_path, name):
+    empty = EXPECTED.slice(0, 0)
+    catalog = Catalog(tmp_path / "home")
+    staging = catalog.new_staging("run1", "empty")
+    engines[name].write(engines[name].read(source_of(tmp_path / "src", empty)), staging)
+    version = catalog.publish("empty", staging, kind="table", stage="s", run_id="run1", inputs={})
+    assert version.rows == 0
+    table = read_arrow(version.source())
+    assert table.num_rows == 0
+    assert schema_differences(dict(zip(EXPECTED.schema.names, EXPECTED.schema.types)), table.schema) == []
+
+
+STAGES = '''
+import pandas as pd
+
+
+def make():
+    return pd.DataFrame({"id": pd.array([1, 2, 3], dtype="int64[pyarrow]")})
+
+
+def bad_value(x):
+    raise ValueError(f"bad row {x}")  # the line every engine must point at
+
+
+def double_python(numbers, ctx):
+    assert type(numbers).__module__.startswith("pandas")
+    (ctx.output_path("note") / "engine.txt").write_text("python")
+    return numbers.assign(id=numbers["id"] * 2)
+
+
+def double_spark(numbers, ctx):
+    from pyspark.sql import DataFrame, functions as F
+    assert isinstance(numbers, DataFrame) and ctx.spark is not None
+    (ctx.output_path("note") / "engine.txt").write_text("spark")
+    return numbers.select((F.col("id") * 2).alias("id"))
+
+
+def double_dask(numbers, ctx):
+    import dask.dataframe as dd
+    assert isinstance(numbers, dd.DataFrame) and ctx.dask is not None
+    assert isinstance(numbers["id"].dtype, pd.ArrowDtype)
+    (ctx.output_path("note") / "engine.txt").write_text("dask")
+    return numbers.assign(id=numbers["id"] * 2)
+
+
+def double_ray(numbers, ctx):
+    assert isinstance(numbers, ctx.ray.data.Dataset)
+    (ctx.output_path("note") / "engine.txt").write_text("ray")
+    return numbers.map_batches(lambda b: b.assign(id=b["id"] * 2), batch_format="pandas")
+
+
+def fail_python(numbers):
+    return numbers.assign(id=numbers["id"].map(bad_value))
+
+
+def fail_spark(numbers):
+    from pyspark.sql import functions as F
+    return numbers.select(F.udf(bad_value, "long")("id").alias("id"))
+
+
+def fail_dask(numbers):
+    return numbers.map_partitions(lambda part: part.assign(id=part["id"].map(bad_value)), meta=numbers._meta)
+
+
+def fail_ray(numbers):
+    return numbers.map_batches(lambda b: b.assign(id=b["id"].map(bad_value)), batch_format="pandas")
+'''
+
+
+def pipeline(project, stage: str, outputs: str) -> str:
+    backend = stage.split("_")[1]
+    return project.pipeline(f'''
+    name: contract-{stage.replace("_", "-")}
+    datasets:
+      note: {{kind: files}}
+    stages:
+      make: {{run: "mypkg.steps:make", outputs: [numbers]}}
+      {stage}: {{run: "mypkg.steps:{stage}", backend: {backend}, inputs: [numbers], outputs: {outputs}}}
+    ''', f"{stage}.yaml")
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_stage_gets_native_frames_and_returns_them(engines, shared_project, name):
+    path = pipeline(shared_project, f"double_{name}", "[doubled, note]")
+    result = Runner(load_pipeline(path), engines=engines).run()
+    assert result.status == "success", result.error
+    catalog = Catalog(shared_project.home(f"contract-double-{name}"))
+    assert sorted(read_arrow(catalog.current("doubled").source()).column("id").to_pylist()) == [2, 4, 6]
+    assert (catalog.current("note").directory / "engine.txt").read_text() == name
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_failure_inside_the_engine_is_the_users_own_error(engines, shared_project, name):
+    path = pipeline(shared_project, f"fail_{name}", "[broken]")
+    result = Runner(load_pipeline(path), engines=engines).run()
+    assert result.status == "failed" and result.error.exit_code == ExitCode.STAGE_FAILED
+    error = result.stages[f"fail_{name}"].error
+    line = STAGES.lstrip("\n").splitlines().index('    raise ValueError(f"bad row {x}")  # the line every engine must point at')
+    assert error.startswith("ValueError: bad row "), error
+    assert f"mypkg/steps.py:{line + 1} in bad_value" in error, error
+    assert "Py4J" not in error and "RayTaskError" not in error
+    assert Catalog(shared_project.home(f"contract-fail-{name}")).current("broken") is None
+
+
+@pytest.mark.parametrize("columns, message", [
+    ({"count": pa.array([1], pa.uint32())}, "column 'count': Spark has no uint32 type"),
+    ({"a": [1], "A": [2]}, "columns 'a' and 'A' differ only by case"),
+])
+def test_spark_refuses_what_it_cannot_represent_naming_the_column(engines, tmp_path, columns, message):
+    table = pa.table(columns)
+    with pytest.raises(DataError, match=message):
+        engines["spark"].read(source_of(tmp_path / "src", table))
