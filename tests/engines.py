@@ -28,7 +28,9 @@ def start_engines(log_dir: Path, names=ENGINES, code=()) -> dict:
 
 
 def child_pids(pid: int | None = None) -> set[int]:
-    """Every live descendant of `pid` (default: this process), read from /proc."""
+    """Every live descendant of `pid` (default: this process), read from /proc. Python's own
+    multiprocessing resource tracker is left out: it belongs to this interpreter, not to an engine,
+    and ends with it."""
     pid = os.getpid() if pid is None else pid
     parents: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
@@ -37,7 +39,7 @@ def child_pids(pid: int | None = None) -> set[int]:
                 fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if fields[0] != "Z":
+            if fields[0] != "Z" and b"resource_tracker" not in _cmdline(entry):
                 parents[int(entry.name)] = int(fields[1])
     found, todo = set(), [pid]
     while todo:
@@ -47,6 +49,13 @@ def child_pids(pid: int | None = None) -> set[int]:
                 found.add(child)
                 todo.append(child)
     return found
+
+
+def _cmdline(entry: Path) -> bytes:
+    try:
+        return (entry / "cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def processes_with_env(marker: str) -> list[str]:

@@ -1,0 +1,62 @@
+"""Each engine starts when asked, stops everything it started (twice is fine), and fails fast and
+in one line when it cannot start or its cluster does not answer."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+
+import pytest
+
+from hybridflow import backends
+from hybridflow.config import check_file
+from hybridflow.errors import UnavailableError
+from hybridflow.spec import DaskSettings, RaySettings, SparkSettings
+
+from .engines import TEST_SETTINGS, child_pids
+
+
+@pytest.mark.parametrize("name", ["spark", "dask", "ray"])
+def test_stop_ends_every_process_the_engine_started_and_is_safe_twice(tmp_path, name):
+    before = child_pids()
+    engine = backends.create(name, TEST_SETTINGS[name], tmp_path)
+    with backends.base.process_output_to(tmp_path / "engines.log"):
+        engine.start()
+    assert child_pids() - before, f"{name} started no process?"
+    engine.stop()
+    engine.stop()
+    deadline = time.monotonic() + 20
+    while child_pids() - before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not child_pids() - before
+
+
+@pytest.mark.parametrize("name, settings, address", [
+    ("spark", SparkSettings(master="spark://127.0.0.1:1"), "spark://127.0.0.1:1"),
+    ("dask", DaskSettings(address="tcp://127.0.0.1:1"), "tcp://127.0.0.1:1"),
+    ("ray", RaySettings(address="127.0.0.1:1"), "127.0.0.1:1"),
+])
+def test_unreachable_cluster_is_one_line_naming_backend_and_address(tmp_path, name, settings, address):
+    engine = backends.create(name, settings, tmp_path)
+    clock = time.monotonic()
+    with pytest.raises(UnavailableError) as info:
+        engine.start()
+    assert time.monotonic() - clock < 10
+    message = info.value.one_line()
+    assert f"cannot reach the {name} cluster at {address}" in message and "\n" not in message
+    engine.stop()
+
+
+def test_missing_extra_is_reported_by_validate_and_run_with_the_install_command(project, monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "ray" else real(n, *a))
+    project.stages("def tune(x):\n    return x\n")
+    path = project.pipeline("name: demo\ndatasets: {x: {path: x.parquet}}\n"
+                            "stages:\n  tune: {run: 'mypkg.steps:tune', backend: ray, inputs: [x], outputs: [y]}\n")
+    _, problems = check_file(path)
+    [warning] = [p for p in problems if "ray" in p.message]
+    assert warning.severity == "warning" and warning.line == 4
+    assert "pip install 'hybridflow[ray]'" in warning.message
+    with pytest.raises(UnavailableError) as info:
+        backends.require("ray")
+    assert info.value.hint == "pip install 'hybridflow[ray]'"

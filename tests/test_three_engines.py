@@ -1,0 +1,120 @@
+"""The example pipeline python -> spark -> dask -> ray -> python, run from the CLI as a user would:
+its results checked against plain pandas, and no engine process left behind after a run that
+succeeds, fails or is interrupted."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from decimal import Decimal
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from hybridflow.catalog import Catalog
+from hybridflow.tables import read_arrow
+
+from .engines import processes_with_env
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def example(tmp_path) -> Path:
+    for part in ("configs", "stages", "data"):
+        shutil.copytree(REPO / part, tmp_path / part)
+    return tmp_path
+
+
+def start_run(example: Path, *args: str) -> tuple[subprocess.Popen, str]:
+    marker = f"HYBRIDFLOW_TEST_RUN={uuid.uuid4().hex}"
+    env = {**os.environ, "HYBRIDFLOW_TEST_RUN": marker.split("=")[1]}
+    process = subprocess.Popen([sys.executable, "-m", "hybridflow.cli", "run", "configs/three_engines.yaml", *args],
+                               cwd=example, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return process, marker
+
+
+def assert_nothing_left(marker: str) -> None:
+    deadline = time.monotonic() + 15
+    while (left := processes_with_env(marker)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, f"processes outlived the run: {left}"
+
+
+def dataset(example: Path, name: str) -> pd.DataFrame:
+    version = Catalog(example / ".hybridflow" / "three-engines").current(name)
+    return read_arrow(version.source()).to_pandas()
+
+
+def expected_customer_weeks(csv: Path) -> pd.DataFrame:
+    raw = pd.read_csv(csv, dtype={"customer_id": "Int64"})
+    raw["ts"] = pd.to_datetime(raw["ts"], utc=True)
+    raw["amount"] = raw["amount"].map(lambda v: Decimal(str(v)) if pd.notna(v) else None)
+    clean = raw.sort_values("ts").drop_duplicates("event_id")
+    clean = clean[clean["customer_id"].notna() & clean["amount"].map(lambda a: a is None or a >= 0)]
+    clean = clean.assign(week=(clean["ts"].dt.floor("D") - pd.to_timedelta(clean["ts"].dt.dayofweek, "D")).dt.date)
+    grouped = clean.groupby(["customer_id", "week"])
+    return pd.DataFrame({
+        "events": grouped.size(),
+        "purchases": grouped["event_type"].agg(lambda s: int((s == "purchase").sum())),
+        "tickets": grouped["event_type"].agg(lambda s: int((s == "support_ticket").sum())),
+        # SQL's SUM: NULL when every amount is NULL
+        "revenue": grouped["amount"].agg(lambda s: sum(a for a in s if a is not None) if s.notna().any() else None),
+    }).reset_index()
+
+
+def test_three_engine_pipeline_gives_the_pandas_answer_and_leaves_no_process(example):
+    run, marker = start_run(example)
+    output, _ = run.communicate(timeout=240)
+    assert run.returncode == 0, output
+    for engine in ("spark", "dask", "ray"):
+        assert f"engine {engine} started in" in output
+    assert_nothing_left(marker)
+
+    actual = dataset(example, "customer_weeks").sort_values(["customer_id", "week"]).reset_index(drop=True)
+    expected = expected_customer_weeks(example / "data/sample/events.csv")
+    expected = expected.sort_values(["customer_id", "week"]).reset_index(drop=True)
+    assert actual["customer_id"].tolist() == [int(c) for c in expected["customer_id"]]
+    assert actual["week"].tolist() == expected["week"].tolist()
+    for column in ("events", "purchases", "tickets"):
+        assert actual[column].tolist() == expected[column].tolist(), column
+    assert actual["revenue"].tolist() == expected["revenue"].tolist()
+
+    scores = dataset(example, "scores").sort_values(["customer_id", "week"]).reset_index(drop=True)
+    tickets_total = expected.groupby("customer_id")["tickets"].cumsum()
+    rolling = expected.groupby("customer_id")["events"].transform(lambda s: s.rolling(2, min_periods=1).mean())
+    assert scores["risk"].round(9).tolist() == (1.5 * tickets_total - rolling).round(9).tolist()
+    report = json.loads(next((example / ".hybridflow/three-engines/datasets/risk_report/versions").glob("*/risk.json"))
+                        .read_text())
+    assert report["week"] == str(expected["week"].max()) and len(report["riskiest"]) == 5
+
+
+def test_failed_run_reports_the_users_error_and_leaves_no_process(example):
+    run, marker = start_run(example, "--param", "window=0")
+    output, _ = run.communicate(timeout=240)
+    assert run.returncode == 1, output
+    assert "features failed: ValueError:" in output and "stages/three_engines.py:" in output
+    assert "resume with: hybridflow run configs/three_engines.yaml --from features" in output
+    assert_nothing_left(marker)
+
+
+def test_interrupted_run_stops_every_engine(example):
+    run, marker = start_run(example)
+    logs = example / ".hybridflow/three-engines/runs"
+    deadline = time.monotonic() + 180
+    while not list(logs.glob("*/logs/score.log")):
+        assert time.monotonic() < deadline and run.poll() is None, "the ray stage never started"
+        time.sleep(0.2)
+    run.send_signal(signal.SIGINT)
+    output, _ = run.communicate(timeout=60)
+    assert run.returncode == 130, output
+    [record] = [json.loads(p.read_text()) for p in logs.glob("*/run.json")]
+    assert record["status"] == "interrupted"
+    assert_nothing_left(marker)
