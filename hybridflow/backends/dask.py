@@ -50,7 +50,7 @@ class DaskBackend(Backend):
                 )
                 self.client = Client(self.cluster)
             for path in code:  # workers import the stage modules to run functions defined there
-                self.client.upload_file(str(code_archive(path, self.log_dir)), load=False)
+                self.client.upload_file(str(code_archive(path, self.log_dir)))
         except UnavailableError:
             raise
         except Exception as exc:
