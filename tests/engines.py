@@ -19,11 +19,16 @@ TEST_SETTINGS = {
 
 def start_engines(log_dir: Path, names=ENGINES, code=()) -> dict:
     started = {}
-    for name in names:
-        engine = backends.create(name, TEST_SETTINGS[name], log_dir)
-        with backends.base.process_output_to(log_dir / "engines.log"):
-            engine.start(code)
-        started[name] = engine
+    try:
+        for name in names:
+            engine = backends.create(name, TEST_SETTINGS[name], log_dir)
+            with backends.base.process_output_to(log_dir / "engines.log"):
+                engine.start(code)
+            started[name] = engine
+    except BaseException:
+        for engine in started.values():  # never leave a half-started set of engines behind
+            engine.stop()
+        raise
     return started
 
 

@@ -18,8 +18,6 @@ import urllib.request
 from pathlib import Path
 
 from hybridflow.catalog import Catalog
-from hybridflow.config import load_pipeline
-from hybridflow.runner import Runner
 from hybridflow.tables import read_arrow
 
 BIN = Path(sys.executable).parent
@@ -86,7 +84,8 @@ def stop(processes: list[subprocess.Popen]) -> None:
             process.wait(10)
 
 
-def run_attached(project, backend: str, settings: str) -> list:
+def run_attached(project, backend: str, settings: str, env: dict | None = None) -> list:
+    """Run the pipeline from the CLI in its own process, as a user would, attached to the cluster."""
     project.stages(STAGES)
     path = project.pipeline(f'''
     name: attached-{backend}
@@ -96,8 +95,9 @@ def run_attached(project, backend: str, settings: str) -> list:
       make: {{run: "mypkg.steps:make", outputs: [numbers]}}
       square: {{run: "mypkg.steps:{backend}_square", backend: {backend}, inputs: [numbers], outputs: [squares]}}
     ''')
-    result = Runner(load_pipeline(path)).run()
-    assert result.status == "success", result.error
+    done = subprocess.run([sys.executable, "-m", "hybridflow.cli", "run", str(path)], env={**os.environ, **(env or {})},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
     table = read_arrow(Catalog(project.home(f"attached-{backend}")).current("squares").source())
     return sorted(zip(table.column("id").to_pylist(), table.column("squared").to_pylist()))
 
@@ -156,19 +156,18 @@ def test_dask_scheduler_and_worker(project, tmp_path):
         stop([p for p in (worker, scheduler) if p])
 
 
-def test_ray_head(project, tmp_path, monkeypatch):
+def test_ray_head(project, tmp_path):
     temp_dir = tempfile.mkdtemp(prefix="hf-ray-")  # short: Ray's socket paths must fit in 107 bytes
     token = "hybridflow-test-token-0123456789"
     env = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)  # the driver needs the same token as the cluster
     head = launch([str(BIN / "ray"), "start", "--head", "--block", "--port", str(RAY_PORT),
                    "--node-ip-address", "127.0.0.1", "--include-dashboard=false", "--num-cpus", "2",
                    "--temp-dir", temp_dir], env, tmp_path / "head.log")
     try:
         wait_for(lambda: port_open(RAY_PORT), "the ray head")
         time.sleep(3)  # the raylet registers after the GCS opens its port
-        assert run_attached(project, "ray", f'{{address: "127.0.0.1:{RAY_PORT}"}}') == SQUARES
+        # the driver needs the cluster's token, like any client of a token-protected Ray cluster
+        assert run_attached(project, "ray", f'{{address: "127.0.0.1:{RAY_PORT}"}}', env) == SQUARES
         assert head.poll() is None
     finally:
         stop([head])

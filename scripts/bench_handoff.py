@@ -1,0 +1,124 @@
+"""Hand-off benchmark: write and read one table with every engine and with plain pyarrow.
+
+For each engine, "write" is the engine's Parquet write of a frame it already holds in memory, and
+"read" is reading the published files back into a materialised native frame. Both go through the
+same backend code a pipeline run uses. Prints seconds, MB/s (of the in-memory Arrow size) and the
+ratio of each engine's write + read to pyarrow's.
+
+    python scripts/bench_handoff.py              # 5M rows
+    python scripts/bench_handoff.py --rows 500000
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from hybridflow import backends
+from hybridflow.spec import DaskSettings, RaySettings, SparkSettings
+from hybridflow.tables import TableSource, write_arrow
+
+SETTINGS = {
+    "python": None,
+    "spark": SparkSettings(master="local[2]", conf={"spark.driver.memory": "6g", "spark.sql.shuffle.partitions": 4}),
+    "dask": DaskSettings(n_workers=1, threads_per_worker=2, processes=False),
+    "ray": RaySettings(num_cpus=2),
+}
+
+
+def make_table(rows: int, seed: int = 1) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    start = np.datetime64("2026-01-01T00:00:00", "us").astype("int64")
+    ts = start + rng.integers(0, 365 * 86400 * 10**6, rows)
+    null = rng.random(rows) < 0.1
+    return pa.table({
+        "id": pa.array(np.arange(rows, dtype=np.int64)),
+        "value": pa.array(rng.normal(size=rows)),
+        "name": pa.array([f"customer-{i % 100_000}" for i in range(rows)]),
+        "flag": pa.array(rng.random(rows) < 0.5),
+        "ts_utc": pa.array(ts, pa.timestamp("us", "UTC")),
+        "ts_naive": pa.array(ts, pa.timestamp("us")),
+        "day": pa.array((ts // (86400 * 10**6)).astype(np.int32), pa.date32()),
+        "amount": pa.array(rng.integers(0, 10**8, rows), pa.int64()).cast(pa.decimal128(18, 0))
+                    .cast(pa.decimal128(20, 2)),
+        "maybe_int": pa.array(np.where(null, 0, rng.integers(0, 1000, rows)), mask=null),
+        "maybe_text": pa.array(np.where(null, "", "x"), mask=null),
+        "plan": pa.array(np.array(["free", "pro", "team"])[rng.integers(0, 3, rows)]),
+        "scores": pa.ListArray.from_arrays(np.arange(0, rows * 2 + 1, 2, dtype=np.int32),
+                                           pa.array(rng.random(rows * 2), pa.float32())),
+    })
+
+
+def materialise(name: str, frame):
+    """Force an engine's lazy frame into memory, the way a stage's consumer would."""
+    if name == "spark":
+        frame = frame.cache()
+        frame.write.format("noop").mode("overwrite").save()
+    elif name == "dask":
+        frame = frame.persist()
+        frame.map_partitions(len).compute()
+    elif name == "ray":
+        frame = frame.materialize()
+    return frame
+
+
+def timed(fn):
+    clock = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - clock, result
+
+
+def bench(name: str, engine, source: TableSource, scratch: Path) -> tuple[float, float]:
+    held = materialise(name, engine.read(source))  # the frame a stage would return
+    out = scratch / f"{name}-out"
+    out.mkdir()
+    write_s, _ = timed(lambda: engine.write(held, out))
+    published = TableSource("bench", tuple(sorted(out.rglob("*.parquet"))), "parquet", None)
+    read_s, _ = timed(lambda: materialise(name, engine.read(published)))
+    return write_s, read_s
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=5_000_000)
+    parser.add_argument("--engines", default="python,spark,dask,ray")
+    args = parser.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="hf-bench-"))
+    try:
+        table = make_table(args.rows)
+        mb = table.nbytes / 1e6
+        print(f"{args.rows:,} rows, {table.num_columns} columns, {mb:.0f} MB in memory")
+        floor = scratch / "pyarrow"
+        floor.mkdir()
+        write_s, _ = timed(lambda: write_arrow(table, floor))
+        read_s, _ = timed(lambda: pq.read_table([str(f) for f in sorted(floor.glob("*.parquet"))]))
+        rows = [("pyarrow", write_s, read_s)]
+        source = TableSource("bench", tuple(sorted(floor.glob("*.parquet"))), "parquet", None)
+        for name in args.engines.split(","):
+            engine = backends.create(name, SETTINGS[name], scratch)
+            start_s, _ = timed(lambda: engine.start())
+            try:
+                write_s, read_s = bench(name, engine, source, scratch)
+            finally:
+                engine.stop()
+            rows.append((f"{name} (start {start_s:.1f}s)", write_s, read_s))
+        base = rows[0][1] + rows[0][2]
+        print(f"{'engine':<22} {'write s':>8} {'MB/s':>7} {'read s':>8} {'MB/s':>7} {'total s':>8} {'x pyarrow':>9}")
+        for label, write_s, read_s in rows:
+            total = write_s + read_s
+            print(f"{label:<22} {write_s:8.2f} {mb / write_s:7.0f} {read_s:8.2f} {mb / read_s:7.0f} "
+                  f"{total:8.2f} {total / base:9.2f}")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
