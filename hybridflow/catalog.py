@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from . import faults
 from .contract import check_schema, schema_to_dict
 from .errors import DataError
-from .tables import TableSource
+from .tables import TableSource, partition_values
 
 MANIFEST = "_manifest.json"
 POINTER = "CURRENT"
@@ -65,7 +65,8 @@ class Version:
         return sum(f["size"] for f in self.manifest["files"])
 
     def source(self) -> TableSource:
-        return TableSource(self.dataset, self.files, "parquet", self.schema)
+        return TableSource(self.dataset, self.files, "parquet", self.schema,
+                           tuple(self.manifest.get("partition_by", ())), self.directory)
 
 
 class Catalog:
@@ -107,7 +108,8 @@ class Catalog:
         shutil.rmtree(target, ignore_errors=True)
 
     def publish(self, name: str, staging: Path, *, kind: str, stage: str, run_id: str,
-                inputs: dict[str, str], declared: dict[str, pa.DataType] | None = None) -> Version:
+                inputs: dict[str, str], declared: dict[str, pa.DataType] | None = None,
+                partition_by: tuple[str, ...] = (), written: pa.Schema | None = None) -> Version:
         """Check, hash and atomically publish what a stage wrote into `staging`."""
         files = _list_files(staging, name)
         manifest: dict[str, Any] = {
@@ -116,7 +118,7 @@ class Catalog:
             "inputs": inputs, "files": [_describe(staging, f) for f in files],
         }
         if kind == "table":
-            manifest.update(_table_facts(name, files, declared))
+            manifest.update(_table_facts(name, staging, files, declared, tuple(partition_by), written))
         faults.checkpoint("publish:staged")
         _fsync_tree(staging, files)
         version_id = _new_version_id(manifest)
@@ -157,8 +159,10 @@ def _describe(root: Path, file: Path) -> dict[str, Any]:
     return {"path": file.relative_to(root).as_posix(), "size": file.stat().st_size, "sha256": digest}
 
 
-def _table_facts(name: str, files: list[Path], declared: dict[str, pa.DataType] | None) -> dict[str, Any]:
-    """Open every written file: row count, one schema for all, and the declared contract."""
+def _table_facts(name: str, staging: Path, files: list[Path], declared: dict[str, pa.DataType] | None,
+                 partition_by: tuple[str, ...], written: pa.Schema | None) -> dict[str, Any]:
+    """Open every written file: row count, one schema for all, partition values that fit their
+    column's type, and the declared contract."""
     data_files = [f for f in files if f.suffix == ".parquet"]
     if not data_files:
         raise DataError(f"output '{name}' was written without any parquet file")
@@ -172,8 +176,31 @@ def _table_facts(name: str, files: list[Path], declared: dict[str, pa.DataType] 
         if schema is not None and not file_schema.equals(schema):
             raise DataError(f"output '{name}': {file.name} has a different schema from the other files")
         rows, schema = rows + meta.num_rows, file_schema
+    if partition_by:
+        schema = _with_partitions(name, staging, data_files, schema, partition_by, written)
     check_schema(name, declared, schema)
-    return {"rows": rows, "schema": schema_to_dict(schema), "arrow_schema": schema.serialize().to_pybytes().hex()}
+    return {"rows": rows, "schema": schema_to_dict(schema), "arrow_schema": schema.serialize().to_pybytes().hex(),
+            "partition_by": list(partition_by)}
+
+
+def _with_partitions(name: str, staging: Path, files: list[Path], data: pa.Schema, partition_by: tuple[str, ...],
+                     written: pa.Schema | None) -> pa.Schema:
+    """The full schema of a partitioned output: its files' columns plus the partition columns, typed as
+    the engine held them, after checking every directory value fits that type."""
+    types = {f.name: f.type for f in written} if written is not None else {}
+    fields = [pa.field(c, types.get(c, pa.string())) for c in partition_by]
+    for file in files:
+        values = partition_values(file, staging, partition_by)
+        for field in fields:
+            try:
+                pa.array([values.get(field.name)], pa.string()).cast(field.type)
+            except pa.ArrowInvalid as exc:
+                raise DataError(f"output '{name}': partition value {values.get(field.name)!r} of '{field.name}' "
+                                f"is not a {field.type}: {exc}") from exc
+    full = pa.schema(list(data) + fields)
+    if written is not None and set(written.names) == set(full.names):
+        full = pa.schema([full.field(n) for n in written.names])  # the column order the stage produced
+    return full
 
 
 def _new_version_id(manifest: dict[str, Any]) -> str:

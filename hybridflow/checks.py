@@ -111,6 +111,7 @@ def _check_datasets(p: Pipeline) -> list[Problem]:
         if ds.kind == "files" and ds.schema_:
             problems.append(p.source.problem(at + ("schema",), f"dataset '{name}' is kind: files and cannot "
                                              "have a schema (schemas describe tables)", at_key=True))
+        problems += _partition_problems(p, name, ds)
         for column, type_text in (ds.schema_ or {}).items():
             try:
                 parse_arrow_type(type_text)
@@ -124,6 +125,21 @@ def _check_datasets(p: Pipeline) -> list[Problem]:
         if not producer and name not in consumed:
             problems.append(p.source.problem(at, f"dataset '{name}' is declared but no stage reads or writes it",
                                              severity="warning", at_key=True))
+    return problems
+
+
+def _partition_problems(p: Pipeline, name: str, ds) -> list[Problem]:
+    at = ("datasets", name, "partition_by")
+    if ds.partition_by and ds.kind == "files":
+        return [p.source.problem(at, f"dataset '{name}' is kind: files and cannot be partitioned", at_key=True)]
+    problems = []
+    for i, column in enumerate(ds.partition_by):
+        if column in ds.partition_by[:i]:
+            problems.append(p.source.problem(at + (i,), f"'{column}' is listed twice in partition_by"))
+        elif ds.schema_ is not None and column not in ds.schema_:
+            problems.append(p.source.problem(at + (i,), f"dataset '{name}' is partitioned by '{column}', which is "
+                                             f"not in its schema{did_you_mean(column, ds.schema_)} (declare its type "
+                                             "there so every engine reads it back as that type)"))
     return problems
 
 

@@ -267,7 +267,7 @@ class Runner:
             import pyarrow as pa
 
             schema = pa.schema(list(declared.items())) if declared else None
-            return backend.read(TableSource(dataset, (path,), ds.format, schema))
+            return backend.read(TableSource(dataset, (path,), ds.format, schema, tuple(ds.partition_by), path))
         version = self.catalog.current(dataset)
         return version.directory if ds.kind == "files" else backend.read(version.source())
 
@@ -306,18 +306,21 @@ class Runner:
         size = 0
         for dataset in spec.outputs:
             ds = self.pipeline.dataset(dataset)
+            written = None
             if ds.kind == "files":
                 staging = self.catalog.staging_root() / run_id / dataset
             else:
                 staging = self.catalog.new_staging(run_id, dataset)
+                partition_by = tuple(ds.partition_by)
                 try:
-                    backend.write(frames[dataset], staging)
+                    written = backend.write(frames[dataset], staging, partition_by)
                 except (KeyboardInterrupt, _Terminated, HybridflowError):
                     raise
                 except Exception as exc:  # engines compute lazily: the stage's own code fails here
                     raise self._user_error(exc, log) from exc
             version = self.catalog.publish(dataset, staging, kind=ds.kind, stage=result.name, run_id=run_id,
-                                           inputs=inputs, declared=declared_schema(ds.schema_))
+                                           inputs=inputs, declared=declared_schema(ds.schema_),
+                                           partition_by=tuple(ds.partition_by), written=written)
             result.outputs[dataset] = version.id
             if version.rows is not None:
                 rows = (rows or 0) + version.rows

@@ -104,6 +104,7 @@ class DatasetSpec(_Section):
     format: Literal["parquet", "csv", "json"] = "parquet"
     kind: Literal["table", "files"] = "table"
     schema_: Params | None = Field(None, alias="schema", description="column -> Arrow type name")
+    partition_by: Names = Field(default_factory=list, description="Hive-style partition columns, e.g. [week]")
     description: str | None = None
 
 

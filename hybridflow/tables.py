@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -16,6 +17,7 @@ import pyarrow.parquet as pq
 from .contract import check_schema
 from .errors import DataError
 
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 ROWS_PER_FILE = 4_000_000
 ROW_GROUP_ROWS = 1_000_000
 
@@ -28,6 +30,8 @@ class TableSource:
     files: tuple[Path, ...]  # for external inputs: the path given (a file or a directory)
     format: str = "parquet"
     schema: pa.Schema | None = None  # the declared or recorded schema, applied on read
+    partition_by: tuple[str, ...] = ()  # Hive-style partition columns, their values in the file paths
+    base: Path | None = None  # the directory the partition paths start from
 
 
 def read_arrow(source: TableSource) -> pa.Table:
@@ -35,6 +39,8 @@ def read_arrow(source: TableSource) -> pa.Table:
     try:
         if source.format in ("csv", "json"):
             table = _read_text(source, source.format)
+        elif source.partition_by:
+            table = pa.concat_tables([read_partitioned_file(f, source) for f in _parquet_files(source)])
         else:
             files = [str(f) for f in source.files]
             table = pq.read_table(files if len(files) > 1 else files[0])
@@ -69,12 +75,66 @@ def _expand(path: Path, suffixes: tuple[str, ...]) -> list[Path]:
     return files
 
 
-def write_arrow(table: pa.Table, directory: Path) -> pa.Schema:
-    """Write a table as part-NNNNN.parquet files; refuses to lose timestamp precision."""
+def _parquet_files(source: TableSource) -> list[Path]:
+    """An external partitioned dataset is given as its directory; a published one as its file list."""
+    if len(source.files) == 1 and source.files[0].is_dir():
+        return sorted(source.files[0].rglob("*.parquet"))
+    return list(source.files)
+
+
+def partition_values(file: Path, base: Path, partition_by: tuple[str, ...]) -> dict[str, str | None]:
+    """{column: raw value} from a Hive-style path such as base/week=2026-11-16/part-0.parquet."""
+    found = {}
+    for part in file.relative_to(base).parts[:-1]:
+        key, sep, value = part.partition("=")
+        if sep and key in partition_by:
+            found[key] = None if value == HIVE_NULL else unquote(value)
+    return found
+
+
+def read_partitioned_file(file: Path, source: TableSource) -> pa.Table:
+    """One file of a partitioned dataset, with its partition columns restored in their recorded types."""
+    table = pq.read_table(file)
+    base = source.base or source.files[0]
+    values = partition_values(file, base, source.partition_by)
+    types = dict(zip(source.schema.names, source.schema.types)) if source.schema else {}
+    for column in source.partition_by:
+        raw = pa.array([values.get(column)] * table.num_rows, pa.string())
+        table = table.append_column(column, raw.cast(types.get(column, pa.string())))
+    return table
+
+
+def add_partitions_from_paths(table: pa.Table, source: TableSource, path_column: str = "path") -> pa.Table:
+    """For engines that read files with their path as a column (Ray): the partition columns, typed, in
+    place of that path column."""
+    paths = table.column(path_column).combine_chunks().dictionary_encode()
+    files = [Path(p) for p in paths.dictionary.to_pylist()]
+    base = source.base or source.files[0]
+    for column in source.partition_by:
+        values = pa.array([partition_values(f, base, source.partition_by).get(column) for f in files], pa.string())
+        typed = pa.DictionaryArray.from_arrays(paths.indices, values.cast(source.schema.field(column).type))
+        table = table.append_column(column, typed.cast(source.schema.field(column).type))
+    return table.select(source.schema.names)
+
+
+def write_arrow(table: pa.Table, directory: Path, partition_by: tuple[str, ...] = ()) -> pa.Schema:
+    """Write a table as part-NNNNN.parquet files (under Hive-style directories when partitioned);
+    refuses to lose timestamp precision."""
     table = table.replace_schema_metadata(None)
+    if partition_by:
+        pq.write_to_dataset(table, directory, partition_cols=list(partition_by), basename_template="part-{i}.parquet",
+                            coerce_timestamps="us", allow_truncated_timestamps=False, compression="snappy")
+        return table.schema
     chunks = range(0, max(table.num_rows, 1), ROWS_PER_FILE)
     for i, offset in enumerate(chunks):
         pq.write_table(table.slice(offset, ROWS_PER_FILE), directory / f"part-{i:05d}.parquet",
                        row_group_size=ROW_GROUP_ROWS, coerce_timestamps="us",
                        allow_truncated_timestamps=False, compression="snappy")
     return table.schema
+
+
+def ensure_schema_file(directory: Path, schema: pa.Schema, partition_by: tuple[str, ...] = ()) -> None:
+    """An empty output must still publish its schema: some engines write no file at all for zero rows."""
+    if not any(directory.rglob("*.parquet")):
+        data_fields = [f for f in schema if f.name not in partition_by]
+        pq.write_table(pa.schema(data_fields).empty_table(), directory / "part-00000.parquet")

@@ -47,8 +47,7 @@ def make_table(rows: int, seed: int = 1) -> pa.Table:
         "ts_utc": pa.array(ts, pa.timestamp("us", "UTC")),
         "ts_naive": pa.array(ts, pa.timestamp("us")),
         "day": pa.array((ts // (86400 * 10**6)).astype(np.int32), pa.date32()),
-        "amount": pa.array(rng.integers(0, 10**8, rows), pa.int64()).cast(pa.decimal128(18, 0))
-                    .cast(pa.decimal128(20, 2)),
+        "amount": pa.array(rng.integers(0, 10**8, rows), pa.int64()).cast(pa.decimal128(22, 2)),
         "maybe_int": pa.array(np.where(null, 0, rng.integers(0, 1000, rows)), mask=null),
         "maybe_text": pa.array(np.where(null, "", "x"), mask=null),
         "plan": pa.array(np.array(["free", "pro", "team"])[rng.integers(0, 3, rows)]),
@@ -104,7 +103,8 @@ def main() -> None:
         source = TableSource("bench", tuple(sorted(floor.glob("*.parquet"))), "parquet", None)
         for name in args.engines.split(","):
             engine = backends.create(name, SETTINGS[name], scratch)
-            start_s, _ = timed(lambda: engine.start())
+            with backends.base.process_output_to(scratch / "engines.log"):
+                start_s, _ = timed(lambda: engine.start())
             try:
                 write_s, read_s = bench(name, engine, source, scratch)
             finally:

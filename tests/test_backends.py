@@ -6,6 +6,9 @@ One session per engine for the whole module keeps this fast on two cores."""
 
 from __future__ import annotations
 
+import datetime as dt
+from decimal import Decimal
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -83,6 +86,31 @@ def test_empty_output_publishes_a_valid_dataset_with_its_schema(engines, tmp_pat
     table = read_arrow(version.source())
     assert table.num_rows == 0
     assert schema_differences(dict(zip(EXPECTED.schema.names, EXPECTED.schema.types)), table.schema) == []
+
+
+PARTITIONED = pa.table({
+    "week": pa.array([dt.date(2026, 11, 9), dt.date(2026, 11, 16), dt.date(2026, 11, 16), None], pa.date32()),
+    "customer": pa.array([1, 2, 3, 4], pa.int64()),
+    "spend": pa.array([Decimal("1.50"), None, Decimal("3.25"), Decimal("0.00")], pa.decimal128(10, 2)),
+})
+
+
+@pytest.mark.parametrize("writer", ENGINES)
+@pytest.mark.parametrize("reader", ENGINES)
+def test_partitioned_dataset_keeps_the_partition_type_on_every_engine(engines, tmp_path, writer, reader):
+    catalog = Catalog(tmp_path / "home")
+    staging = catalog.new_staging("run1", "weekly")
+    source = source_of(tmp_path / "src", PARTITIONED)
+    written = engines[writer].write(engines[writer].read(source), staging, ("week",))
+    assert sorted(p.name for p in staging.iterdir() if p.is_dir()) == [
+        "week=2026-11-09", "week=2026-11-16", "week=__HIVE_DEFAULT_PARTITION__"]
+    version = catalog.publish("weekly", staging, kind="table", stage="s", run_id="run1", inputs={},
+                              partition_by=("week",), written=written, declared={"week": pa.date32(),
+                              "customer": pa.int64(), "spend": pa.decimal128(10, 2)})
+    assert version.rows == 4 and version.manifest["schema"]["week"] == "date32[day]"
+    back = hand_off(engines[reader], version.source(), tmp_path / "read")
+    assert back.schema.field("week").type == pa.date32()
+    assert_same(back.sort_by("customer"), PARTITIONED)
 
 
 STAGES = '''

@@ -276,3 +276,34 @@ def test_modules_of_two_projects_do_not_shadow_each_other(tmp_path):
         run(p.pipeline("name: demo\nstages:\n  make: {run: 'mypkg.steps:make', outputs: [who]}\n"))
         results.append(current_frame(p, "who")["who"].tolist())
     assert results == [["first"], ["second"]]
+
+
+def test_partitioned_dataset_flows_between_stages_with_its_declared_type(project):
+    project.stages('''
+import datetime as dt
+import pandas as pd
+import pyarrow as pa
+
+
+def make():
+    return pa.table({"week": pa.array([dt.date(2026, 11, 9), dt.date(2026, 11, 16)] * 2, pa.date32()),
+                     "n": [1, 2, 3, 4]})
+
+
+def check(weekly):
+    assert weekly["week"].dtype == pd.ArrowDtype(pa.date32()), weekly.dtypes
+    return weekly.groupby("week", as_index=False)["n"].sum()
+''')
+    path = project.pipeline('''
+    name: demo
+    datasets:
+      weekly: {partition_by: [week], schema: {week: date32, n: int64}}
+    stages:
+      make: {run: "mypkg.steps:make", outputs: [weekly]}
+      check: {run: "mypkg.steps:check", inputs: [weekly], outputs: [totals]}
+    ''')
+    assert run(path).status == "success"
+    version = Catalog(project.home("demo")).current("weekly")
+    assert sorted({f.parent.name for f in version.files}) == ["week=2026-11-09", "week=2026-11-16"]
+    assert version.manifest["partition_by"] == ["week"]
+    assert current_frame(project, "totals")["n"].tolist() == [4, 6]

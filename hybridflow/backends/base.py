@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import pyarrow as pa
 
-from ..tables import TableSource
+from ..tables import TableSource, ensure_schema_file
 
 
 class Backend(ABC):
@@ -29,9 +29,16 @@ class Backend(ABC):
     def read(self, source: TableSource) -> Any:
         """A dataset as this engine's native frame."""
 
+    def write(self, frame: Any, directory: Path, partition_by: tuple[str, ...] = ()) -> pa.Schema:
+        """Write a native frame as Parquet into an empty staging directory (Hive-style directories when
+        partitioned); returns the frame's full Arrow schema. Zero rows still leave a file with the schema."""
+        schema = self.write_files(frame, directory, partition_by)
+        ensure_schema_file(directory, schema, partition_by)
+        return schema
+
     @abstractmethod
-    def write(self, frame: Any, directory: Path) -> pa.Schema:
-        """Write a native frame as Parquet files into an empty staging directory; returns its Arrow schema."""
+    def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...]) -> pa.Schema:
+        """The engine's own Parquet write; returns the Arrow schema of the whole frame."""
 
     def is_frame(self, value: Any) -> bool:
         """Whether a stage's return value is a frame this engine can write."""

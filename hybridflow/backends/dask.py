@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..errors import DataError, UnavailableError
-from ..tables import TableSource, read_arrow
+from ..tables import TableSource, read_arrow, read_partitioned_file
 from .base import Backend, check_reachable, code_archive, split_host_port
 
 
@@ -41,13 +40,14 @@ class DaskBackend(Backend):
                 check_reachable("dask", self.settings.address, host, port)
                 self.client = Client(self.settings.address, timeout="15s")
             else:
+                processes = True if self.settings.processes is None else self.settings.processes
+                # worker processes listen on 127.0.0.1 only; threads in this process listen nowhere
+                network = {"host": "127.0.0.1"} if processes else {}
                 self.cluster = LocalCluster(
                     n_workers=self.settings.n_workers or 2,
-                    threads_per_worker=self.settings.threads_per_worker or 1,
-                    processes=True if self.settings.processes is None else self.settings.processes,
-                    memory_limit=self.settings.memory_limit or "auto",
-                    host="127.0.0.1", dashboard_address=None, silence_logs=logging.ERROR,
-                )
+                    threads_per_worker=self.settings.threads_per_worker or 1, processes=processes,
+                    memory_limit=self.settings.memory_limit or "auto", dashboard_address=None,
+                    silence_logs=logging.ERROR, **network)
                 self.client = Client(self.cluster)
             for path in code:  # workers import the stage modules to run functions defined there
                 self.client.upload_file(str(code_archive(path, self.log_dir)))
@@ -71,21 +71,23 @@ class DaskBackend(Backend):
 
         if source.format != "parquet":  # external text input: read and typed once, then distributed
             return dd.from_pandas(read_arrow(source).to_pandas(types_mapper=pd.ArrowDtype), npartitions=2)
-        frame = dd.read_parquet([str(f) for f in source.files], dtype_backend="pyarrow",
-                                calculate_divisions=False, index=False)
-        return frame
+        if source.partition_by:  # one task per file, partition columns restored from its path
+            meta = source.schema.empty_table().to_pandas(types_mapper=pd.ArrowDtype)
+            return dd.from_map(_read_partitioned_pandas, list(source.files), source=source, meta=meta)
+        return dd.read_parquet([str(f) for f in source.files], dtype_backend="pyarrow",
+                               calculate_divisions=False, index=False)
 
-    def write(self, frame: Any, directory: Path) -> pa.Schema:
+    def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...]) -> pa.Schema:
         if frame.index.name is not None:  # a named index is data: keep it as a column
             frame = frame.reset_index()
         try:
-            schema = pa.Schema.from_pandas(frame._meta, preserve_index=False)
+            schema = pa.Schema.from_pandas(frame._meta, preserve_index=False).remove_metadata()
         except (pa.ArrowException, TypeError, ValueError) as exc:
             raise DataError(f"cannot derive an Arrow schema from the frame: {exc}") from exc
-        frame.to_parquet(str(directory), write_index=False, engine="pyarrow", schema=schema.remove_metadata(),
-                         write_metadata_file=False, coerce_timestamps="us", allow_truncated_timestamps=False)
-        files = sorted(directory.glob("*.parquet"))
-        return pq.read_schema(files[0]) if files else schema
+        frame.to_parquet(str(directory), write_index=False, engine="pyarrow", schema=schema,
+                         partition_on=list(partition_by) or None, write_metadata_file=False,
+                         coerce_timestamps="us", allow_truncated_timestamps=False)
+        return schema
 
     def stop(self) -> None:
         if self.client is not None:
@@ -94,6 +96,12 @@ class DaskBackend(Backend):
         if self.cluster is not None:
             self.cluster.close()
             self.cluster = None
+
+
+def _read_partitioned_pandas(file: Path, source: TableSource):
+    import pandas as pd
+
+    return read_partitioned_file(file, source).select(source.schema.names).to_pandas(types_mapper=pd.ArrowDtype)
 
 
 def create(settings, log_dir: Path) -> DaskBackend:

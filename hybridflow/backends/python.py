@@ -30,8 +30,8 @@ class PythonBackend(Backend):
     def is_frame(self, value: Any) -> bool:
         return isinstance(value, (pd.DataFrame, pa.Table))
 
-    def write(self, frame: Any, directory: Path) -> pa.Schema:
-        return write_arrow(to_arrow(frame), directory)
+    def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...]) -> pa.Schema:
+        return write_arrow(to_arrow(frame), directory, partition_by)
 
 
 def to_arrow(frame: pd.DataFrame | pa.Table) -> pa.Table:

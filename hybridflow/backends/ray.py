@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..errors import UnavailableError
-from ..tables import TableSource, read_arrow
+from ..tables import TableSource, add_partitions_from_paths, read_arrow
 from .base import Backend, check_reachable, split_host_port
 
 ROWS_PER_FILE = 1_000_000  # Ray's default tiny files read slowly everywhere
@@ -71,19 +70,19 @@ class RayBackend(Backend):
     def read(self, source: TableSource):
         if source.format != "parquet":
             return self.ray.data.from_arrow(read_arrow(source))
-        return self.ray.data.read_parquet([str(f) for f in source.files], file_extensions=None)
+        files = [str(f) for f in source.files]
+        if not source.partition_by:
+            return self.ray.data.read_parquet(files, file_extensions=None, partitioning=None)
+        # Partition values come from each file's path, typed as recorded: Ray's own hive parsing
+        # would hand them over as strings.
+        dataset = self.ray.data.read_parquet(files, file_extensions=None, partitioning=None, include_paths=True)
+        return dataset.map_batches(add_partitions_from_paths, batch_format="pyarrow", fn_kwargs={"source": source})
 
-    def write(self, frame: Any, directory: Path) -> pa.Schema:
-        frame.write_parquet(str(directory), min_rows_per_file=ROWS_PER_FILE, coerce_timestamps="us",
-                            allow_truncated_timestamps=False)
-        files = sorted(directory.glob("*.parquet"))
-        if files:
-            return pq.read_schema(files[0])
-        # Ray writes nothing at all for an empty dataset: publish its schema as one empty file.
+    def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...]) -> pa.Schema:
+        frame.write_parquet(str(directory), min_rows_per_file=ROWS_PER_FILE, partition_cols=list(partition_by) or None,
+                            coerce_timestamps="us", allow_truncated_timestamps=False)
         schema = frame.schema()
-        arrow_schema = schema.base_schema if schema is not None else pa.schema([])
-        pq.write_table(arrow_schema.empty_table(), directory / "part-00000.parquet")
-        return arrow_schema
+        return schema.base_schema if schema is not None else pa.schema([])
 
     def stop(self) -> None:
         if self.ray is not None:

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..errors import DataError, UnavailableError
 from ..tables import TableSource
@@ -87,31 +86,42 @@ class SparkBackend(Backend):
     def read(self, source: TableSource):
         if source.schema is not None:
             _check_representable(source.name, source.schema)
-        reader = self.session.read
-        paths = [str(f) for f in source.files]
-        if source.format == "parquet":
-            return reader.parquet(*paths)
         from pyspark.sql.pandas.types import from_arrow_schema
 
+        reader = self.session.read
+        paths = [str(f) for f in source.files]
+        if source.partition_by:
+            # an explicit schema makes Spark parse partition values as their recorded types
+            reader = reader.option("basePath", str(source.base)).schema(from_arrow_schema(source.schema))
+            return reader.parquet(*paths).select(*source.schema.names)
+        if source.format == "parquet":
+            return reader.parquet(*paths)
         if source.schema is not None:
             reader = reader.schema(from_arrow_schema(source.schema))
         if source.format == "csv":
             return reader.option("header", True).option("mode", "FAILFAST").csv(paths)
         return reader.option("mode", "FAILFAST").json(paths)
 
-    def write(self, frame: Any, directory: Path) -> pa.Schema:
+    def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...]) -> pa.Schema:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
         clashes = case_collisions(frame.columns)
         if clashes:
             raise DataError(f"columns {', '.join(clashes)} differ only by case, which Spark cannot hold apart",
                             hint="rename one of them")
         # Spark insists on creating its output directory itself; it is inside our fresh staging area.
         target = directory / "_spark_output"
-        frame.write.mode("errorifexists").parquet(str(target))
-        for part in sorted(target.glob("part-*.parquet")):
-            part.rename(directory / part.name)
-        shutil.rmtree(target)  # _SUCCESS and .crc files: not data
-        files = sorted(directory.glob("*.parquet"))
-        return pq.read_schema(files[0]) if files else pa.schema([])
+        writer = frame.write.mode("errorifexists")
+        if partition_by:
+            writer = writer.partitionBy(*partition_by)
+        writer.parquet(str(target))
+        for entry in sorted(target.iterdir()):
+            if entry.name.endswith(".parquet") or (entry.is_dir() and "=" in entry.name):
+                entry.rename(directory / entry.name)
+        shutil.rmtree(target)  # _SUCCESS: not data
+        for checksum in directory.rglob(".*.crc"):
+            checksum.unlink()
+        return to_arrow_schema(frame.schema, timezone="UTC")
 
     def stop(self) -> None:
         if self.session is not None:
