@@ -56,13 +56,15 @@ def make_table(rows: int, seed: int = 1) -> pa.Table:
     })
 
 
-def materialise(name: str, frame):
-    """Force an engine's lazy frame into memory, the way a stage's consumer would."""
+def materialise(name: str, frame, keep: bool):
+    """Force an engine's lazy frame through: held in memory (`keep`, the frame a stage returns), or
+    just read to the end (Spark's `noop` sink, a Dask count), as a stage consuming it would."""
     if name == "spark":
-        frame = frame.cache()
+        if keep:
+            frame = frame.cache()
         frame.write.format("noop").mode("overwrite").save()
     elif name == "dask":
-        frame = frame.persist()
+        frame = frame.persist() if keep else frame
         frame.map_partitions(len).compute()
     elif name == "ray":
         frame = frame.materialize()
@@ -76,12 +78,12 @@ def timed(fn):
 
 
 def bench(name: str, engine, source: TableSource, scratch: Path) -> tuple[float, float]:
-    held = materialise(name, engine.read(source))  # the frame a stage would return
+    held = materialise(name, engine.read(source), keep=True)  # the frame a stage would return
     out = scratch / f"{name}-out"
     out.mkdir()
     write_s, _ = timed(lambda: engine.write(held, out))
     published = TableSource("bench", tuple(sorted(out.rglob("*.parquet"))), "parquet", None)
-    read_s, _ = timed(lambda: materialise(name, engine.read(published)))
+    read_s, _ = timed(lambda: materialise(name, engine.read(published), keep=False))
     return write_s, read_s
 
 
