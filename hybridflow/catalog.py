@@ -107,10 +107,17 @@ class Catalog:
         target = self._child(self.staging_root(), run_id) if run_id else self.staging_root()
         shutil.rmtree(target, ignore_errors=True)
 
-    def publish(self, name: str, staging: Path, *, kind: str, stage: str, run_id: str,
+    def publish(self, name: str, staging: Path, **facts: Any) -> Version:
+        """Check, hash and atomically publish what a stage wrote into `staging`."""
+        version = self.prepare(name, staging, **facts)
+        self.commit(version)
+        return version
+
+    def prepare(self, name: str, staging: Path, *, kind: str, stage: str, run_id: str,
                 inputs: dict[str, str], declared: dict[str, pa.DataType] | None = None,
                 partition_by: tuple[str, ...] = (), written: pa.Schema | None = None) -> Version:
-        """Check, hash and atomically publish what a stage wrote into `staging`."""
+        """Check, hash and fsync what a stage wrote, and move it into an immutable version directory
+        that no reader sees until commit() points the dataset at it."""
         files = _list_files(staging, name)
         manifest: dict[str, Any] = {
             "format": MANIFEST_FORMAT, "dataset": name, "kind": kind, "stage": stage, "run_id": run_id,
@@ -120,19 +127,25 @@ class Catalog:
         if kind == "table":
             manifest.update(_table_facts(name, staging, files, declared, tuple(partition_by), written))
         faults.checkpoint("publish:staged")
+        for file in files:
+            file.chmod(0o444)  # published versions are immutable
         _fsync_tree(staging, files)
         version_id = _new_version_id(manifest)
         manifest["version"] = version_id
         _write_durably(staging / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
+        (staging / MANIFEST).chmod(0o444)
         versions = self.dataset_dir(name) / "versions"
         versions.mkdir(parents=True, exist_ok=True)
         final = versions / version_id
         os.rename(staging, final)
         _fsync_dir(versions)
         faults.checkpoint("publish:moved")
-        _write_durably(self.dataset_dir(name) / POINTER, json.dumps({"version": version_id}) + "\n")
-        faults.checkpoint("publish:committed")
         return Version(name, version_id, final, manifest)
+
+    def commit(self, version: Version) -> None:
+        """Make a prepared version the dataset's current one: the single atomic step."""
+        _write_durably(self.dataset_dir(version.dataset) / POINTER, json.dumps({"version": version.id}) + "\n")
+        faults.checkpoint("publish:committed")
 
     @staticmethod
     def _child(parent: Path, name: str) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import types
 import typing
@@ -57,12 +58,18 @@ def check_file(file: str | Path, params: list[str] = (),
         spec = PipelineSpec.model_validate(data)
     except ValidationError as exc:
         problems += [_locate(error, source) for error in exc.errors()]
-        return None, sorted(problems)
+        return None, _redacted(problems, secrets)
     root = (path.parent / (spec.root or ".")).resolve()
     pipeline = Pipeline(spec, path.resolve(), root, (root / spec.workdir).resolve(), source, frozenset(secrets))
+    problems += _apply_cli_params(pipeline, params)  # before the checks: a --param can satisfy a parameter
     problems += check_pipeline(pipeline)
-    problems += _apply_cli_params(pipeline, params)
-    return pipeline, sorted(problems)
+    return pipeline, _redacted(problems, secrets)
+
+
+def _redacted(problems: list[Problem], secrets: set[str]) -> list[Problem]:
+    """Problems never quote a value that came from ${env:...}."""
+    redact = Pipeline.redact_with(secrets)
+    return sorted(dataclasses.replace(p, message=redact(p.message)) for p in problems)
 
 
 def _interpolate(value: Any, path: tuple, environ, source: SourceMap, secrets: set, problems: list) -> Any:

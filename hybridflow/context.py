@@ -25,10 +25,6 @@ class StageContext:
     def __post_init__(self) -> None:
         self.params = MappingProxyType(dict(self.params))
 
-    @property
-    def logger(self) -> logging.Logger:
-        return self.log
-
     def output_path(self, name: str) -> Path:
         """The directory to write a `kind: files` output into; published when the stage succeeds."""
         if name not in self._output_paths:

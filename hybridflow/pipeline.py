@@ -53,6 +53,15 @@ class Pipeline:
                 **self.stage_overrides.get(stage, {})}
 
     def redact(self, text: str) -> str:
-        for secret in sorted(self.secrets, key=len, reverse=True):
-            text = text.replace(secret, REDACTED)
-        return text
+        return self.redact_with(self.secrets)(text)
+
+    @staticmethod
+    def redact_with(secrets):
+        ordered = sorted(secrets, key=len, reverse=True)  # a secret containing another goes first
+
+        def redact(text: str) -> str:
+            for secret in ordered:
+                text = text.replace(secret, REDACTED)
+            return text
+
+        return redact

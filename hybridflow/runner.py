@@ -17,6 +17,8 @@ import secrets
 import signal
 import time
 import traceback
+
+import pyarrow as pa
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,7 +33,7 @@ from .errors import ConfigError, DataError, HybridflowError, InterruptedRun, Sta
 from .lock import RunLock
 from .pipeline import Pipeline
 from .stagecode import import_function, module_file
-from .tables import TableSource
+from .tables import TableSource, read_arrow, write_arrow
 
 
 @dataclass
@@ -101,14 +103,13 @@ def new_run_id() -> str:
 
 class Runner:
     def __init__(self, pipeline: Pipeline, selection: Selection | None = None, *, keep_going: bool = False,
-                 listener: Listener | None = None, wait_for_lock: bool = False, trigger: str = "manual",
+                 listener: Listener | None = None, wait_for_lock: bool = False,
                  engines: dict[str, Any] | None = None) -> None:
         self.pipeline = pipeline
         self.selection = selection or Selection()
         self.keep_going = keep_going
         self.listener = listener or Listener()
         self.wait_for_lock = wait_for_lock
-        self.trigger = trigger
         self.home = pipeline.workdir / pipeline.name
         self.catalog = Catalog(self.home)
         self.stages = pipeline.dag.select(self.selection.only, self.selection.start, self.selection.end)
@@ -166,7 +167,11 @@ class Runner:
         try:
             # Under the lock no other run is writing: whatever is in staging is a dead run's leftovers.
             self.catalog.discard_staging()
-            self._preflight()
+            try:
+                self._preflight()
+            except HybridflowError as exc:  # paths and addresses may hold a value from ${env:...}
+                exc.message, exc.hint = self.pipeline.redact(exc.message), exc.hint and self.pipeline.redact(exc.hint)
+                raise
             (run_dir / "logs").mkdir(parents=True, exist_ok=True)
             self.listener.run_started(run_id, list(results.values()))
             with _signals_as_exceptions():
@@ -188,7 +193,7 @@ class Runner:
                            error=error)
         if status != "success" and (failed := result.failed):
             result.resume_command = f"hybridflow run {self._file_arg()} --from {failed[0].name}"
-        _write_record(result)
+        _write_record(result, self.pipeline.redact)
         return result
 
     def _run_stages(self, run_id: str, run_dir: Path, results: dict[str, StageResult]):
@@ -233,19 +238,18 @@ class Runner:
             fn = import_function(self.pipeline.root, spec.run)
         except HybridflowError:
             raise
-        except BaseException as exc:  # the user's module raised while being imported
-            if isinstance(exc, (KeyboardInterrupt, _Terminated)):
-                raise
+        except Exception as exc:  # the user's module raised while being imported
             raise self._user_error(exc, log) from exc
-        problems = signature.call_problems(signature.from_callable(fn), spec.inputs, params)
+        parameters = signature.from_callable(fn)
+        problems = signature.call_problems(parameters, spec.inputs, params)
         if problems:
             raise ConfigError(f"cannot call {spec.run}: {problems[0]}")
-        inputs = {ds: self._read(ds, backend) for ds in spec.inputs}
+        inputs = {ds: self._read(run_id, ds, backend) for ds in spec.inputs}
         files_dirs = {ds: self.catalog.new_staging(run_id, ds)
                       for ds in spec.outputs if self.pipeline.dataset(ds).kind == "files"}
         ctx = StageContext(self.pipeline.name, result.name, run_id, spec.backend, params, log,
                            files_dirs, backend.handles())
-        kwargs = signature.call_arguments(signature.from_callable(fn), inputs, params, ctx)
+        kwargs = signature.call_arguments(parameters, inputs, params, ctx)
         log.info("calling %s with %s", spec.run, ", ".join(kwargs) or "no arguments")
         try:
             # What a stage prints goes to its log file, so it cannot garble the progress display.
@@ -257,19 +261,42 @@ class Runner:
             raise self._user_error(exc, log) from exc
         return self._outputs_of(result.name, returned, backend)
 
-    def _read(self, dataset: str, backend) -> Any:
+    def _read(self, run_id: str, dataset: str, backend) -> Any:
         ds = self.pipeline.dataset(dataset)
         if self.pipeline.is_external(dataset):
             path = self.pipeline.external_path(dataset)
             if ds.kind == "files":
                 return path
-            declared = declared_schema(ds.schema_)
-            import pyarrow as pa
+            source = self._external_source(run_id, dataset, path, backend)
+        else:
+            version = self.catalog.current(dataset)
+            if ds.kind == "files":
+                return version.directory
+            source = version.source()
+        try:
+            return backend.read(source)
+        except (KeyboardInterrupt, _Terminated, HybridflowError):
+            raise
+        except Exception as exc:
+            first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise DataError(f"{backend.name} cannot read input '{dataset}': {first_line}") from exc
 
-            schema = pa.schema(list(declared.items())) if declared else None
-            return backend.read(TableSource(dataset, (path,), ds.format, schema, tuple(ds.partition_by), path))
-        version = self.catalog.current(dataset)
-        return version.directory if ds.kind == "files" else backend.read(version.source())
+    def _external_source(self, run_id: str, dataset: str, path: Path, backend) -> TableSource:
+        """An external table as the engine will read it. Text formats, and any external input with a
+        declared schema, are read, checked and typed once by pyarrow and handed to the engines as
+        staged Parquet, so every engine sees the same columns and types (the python backend reads
+        the checked table directly)."""
+        ds = self.pipeline.dataset(dataset)
+        declared = declared_schema(ds.schema_)
+        schema = pa.schema(list(declared.items())) if declared else None
+        source = TableSource(dataset, (path,), ds.format, schema, tuple(ds.partition_by), path)
+        if backend.name == "python" or (ds.format == "parquet" and schema is None):
+            return source
+        table = read_arrow(source)
+        staged = self.catalog.new_staging(run_id, f"input-{dataset}")
+        write_arrow(table, staged, source.partition_by)
+        return TableSource(dataset, tuple(sorted(staged.rglob("*.parquet"))), "parquet", table.schema,
+                           source.partition_by, staged)
 
     def _outputs_of(self, stage: str, returned: Any, backend) -> dict[str, Any]:
         """The stage's table outputs by name, checked against what it declared."""
@@ -300,32 +327,36 @@ class Runner:
 
     def _publish(self, run_id: str, result: StageResult, backend, frames: dict[str, Any],
                  log: logging.Logger) -> None:
+        """Write and check every output first, then commit them all: an output that breaks its
+        contract leaves every dataset of the stage as it was."""
         spec = self.pipeline.stages[result.name]
         inputs = {ds: self._input_version(ds) for ds in spec.inputs}
-        rows: int | None = None
-        size = 0
-        for dataset in spec.outputs:
-            ds = self.pipeline.dataset(dataset)
-            written = None
-            if ds.kind == "files":
-                staging = self.catalog.staging_root() / run_id / dataset
-            else:
-                staging = self.catalog.new_staging(run_id, dataset)
-                partition_by = tuple(ds.partition_by)
-                try:
-                    written = backend.write(frames[dataset], staging, partition_by)
-                except (KeyboardInterrupt, _Terminated, HybridflowError):
-                    raise
-                except Exception as exc:  # engines compute lazily: the stage's own code fails here
-                    raise self._user_error(exc, log) from exc
-            version = self.catalog.publish(dataset, staging, kind=ds.kind, stage=result.name, run_id=run_id,
-                                           inputs=inputs, declared=declared_schema(ds.schema_),
-                                           partition_by=tuple(ds.partition_by), written=written)
-            result.outputs[dataset] = version.id
-            if version.rows is not None:
-                rows = (rows or 0) + version.rows
-            size += version.bytes
-        result.rows_out, result.bytes_out = rows, size
+        prepared = [self._prepare(run_id, result.name, dataset, backend, frames, inputs, log)
+                    for dataset in spec.outputs]
+        for version in prepared:
+            self.catalog.commit(version)
+            result.outputs[version.dataset] = version.id
+        tables = [v.rows for v in prepared if v.rows is not None]
+        result.rows_out = sum(tables) if tables else None
+        result.bytes_out = sum(v.bytes for v in prepared)
+
+    def _prepare(self, run_id: str, stage: str, dataset: str, backend, frames: dict[str, Any],
+                 inputs: dict[str, str], log: logging.Logger) -> Version:
+        ds = self.pipeline.dataset(dataset)
+        written = None
+        if ds.kind == "files":
+            staging = self.catalog.staging_root() / run_id / dataset
+        else:
+            staging = self.catalog.new_staging(run_id, dataset)
+            try:
+                written = backend.write(frames[dataset], staging, tuple(ds.partition_by))
+            except (KeyboardInterrupt, _Terminated, HybridflowError):
+                raise
+            except Exception as exc:  # engines compute lazily: the stage's own code fails here
+                raise self._user_error(exc, log) from exc
+        return self.catalog.prepare(dataset, staging, kind=ds.kind, stage=stage, run_id=run_id, inputs=inputs,
+                                    declared=declared_schema(ds.schema_), partition_by=tuple(ds.partition_by),
+                                    written=written)
 
     def _input_version(self, dataset: str) -> str:
         if self.pipeline.is_external(dataset):
@@ -352,9 +383,15 @@ class Runner:
         if name not in self._engines:
             engine = backends.create(name, getattr(self.pipeline.spec.backends, name, None), run_dir / "logs")
             clock = time.monotonic()
-            self._engines[name] = engine
-            with process_output_to(run_dir / "logs" / "engines.log"):
-                engine.start(self._stage_code())
+            self._engines[name] = engine  # stopped at the end even if it only half started
+            try:
+                with process_output_to(run_dir / "logs" / "engines.log"):
+                    engine.start(self._stage_code())
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    engine.stop()
+                del self._engines[name]  # a later stage (--keep-going) tries again rather than reuse it
+                raise
             if name != "python":  # in-process: nothing was started
                 self._engine_seconds[name] = time.monotonic() - clock
                 self.listener.engine_started(name, self._engine_seconds[name])
@@ -432,13 +469,21 @@ def _user_frame(exc: BaseException, root: Path) -> str | None:
     return where
 
 
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
 def _root_relative(filename: str, root: Path) -> Path | None:
     """A frame's file relative to root, also when an engine ran a shipped copy of it (a Spark worker
     imports stages/etl.py from .../userFiles-.../stages-1a2b.zip/stages/etl.py): then the longest
     trailing package/module path that exists under root."""
     path = Path(filename)
-    if path.resolve().is_relative_to(root):
-        return path.resolve().relative_to(root)
+    if any(part in ("site-packages", "dist-packages") for part in path.parts):
+        return None  # a library, even inside a virtualenv under root
+    resolved = path.resolve()
+    if resolved.is_relative_to(_PACKAGE_DIR):
+        return None
+    if resolved.is_relative_to(root):
+        return resolved.relative_to(root)
     for start in range(1, len(path.parts) - 1):  # at least package/module.py
         candidate = Path(*path.parts[start:])
         if ".." not in candidate.parts and (root / candidate).is_file():
@@ -509,12 +554,12 @@ class _RedactingStream:
         return False
 
 
-def _write_record(result: RunResult) -> None:
+def _write_record(result: RunResult, redact) -> None:
     result.run_dir.mkdir(parents=True, exist_ok=True)
     record = {
         "run_id": result.run_id, "pipeline": result.pipeline, "status": result.status,
         "started_at": result.started_at, "duration": round(result.duration, 3), "engines": result.engines,
-        "error": result.error.one_line() if result.error else None, "resume": result.resume_command,
+        "error": redact(result.error.one_line()) if result.error else None, "resume": result.resume_command,
         "stages": {name: {k: v for k, v in asdict(s).items() if k != "started_at"}
                    for name, s in result.stages.items()},
     }

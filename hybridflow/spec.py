@@ -10,7 +10,7 @@ import re
 import zoneinfo
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator
 
 from .diagnostics import did_you_mean
 
@@ -30,7 +30,7 @@ def parse_duration(value: Any) -> float | None:
         return None
     if isinstance(value, bool):
         raise ValueError("a duration must be a number of seconds or a string like 30m, 1h30m")
-    if isinstance(value, (int, float)):
+    if isinstance(value, (int, float)) or (isinstance(value, str) and value.strip().isdigit()):
         seconds = float(value)
     else:
         text = str(value).strip().replace(" ", "")
@@ -56,7 +56,9 @@ def _none_as_empty(empty):
     return BeforeValidator(lambda v: empty() if v is None else v)
 
 
-Duration = Annotated[float | None, BeforeValidator(parse_duration)]
+Duration = Annotated[float | None, BeforeValidator(parse_duration),
+                     WithJsonSchema({"anyOf": [{"type": "number"}, {"type": "string", "pattern": r"^(\d+(\.\d+)?\s*(ms|s|m|h|d)\s*)+$"},
+                                               {"type": "null"}], "description": "seconds, or e.g. 90s, 30m, 1h30m"})]
 GpuMode = Annotated[bool | Literal["auto"], BeforeValidator(_gpu_mode)]
 Params = Annotated[dict[str, Any], _none_as_empty(dict)]
 Names = Annotated[list[str], _none_as_empty(list)]

@@ -44,14 +44,17 @@ def inspect_target(root: Path, target: str) -> StaticTarget:
         expected = Path(*module.split(".")).with_suffix(".py")
         return StaticTarget(None, None, f"module '{module}' not found under root {root} (expected {expected})")
     try:
-        tree = ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
-    except SyntaxError as exc:
-        return StaticTarget(file, None, f"syntax error in {file.name}: {exc.msg}", exc.lineno)
+        tree = ast.parse(file.read_bytes(), filename=str(file))  # bytes: honours a coding: line
+    except (SyntaxError, ValueError) as exc:
+        return StaticTarget(file, None, f"syntax error in {file.name}: {getattr(exc, 'msg', exc)}",
+                            getattr(exc, "lineno", None) or 1)
     defined: dict[str, ast.AST] = {}
-    for node in tree.body:
+    for node in _module_level(tree.body):
         for name in _bound_names(node):
-            defined[name] = node
+            defined.setdefault(name, node)
     node = defined.get(function)
+    if node is None and "*" in defined:
+        return StaticTarget(file, None)  # may come from a star import: checked when the run imports it
     if node is None:
         functions = [n for n, d in defined.items() if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef))]
         hint = did_you_mean(function, functions)
@@ -61,6 +64,15 @@ def inspect_target(root: Path, target: str) -> StaticTarget:
     if isinstance(node, ast.FunctionDef):
         return StaticTarget(file, signature.from_ast(node))
     return StaticTarget(file, None)  # imported or assigned: checked when the run imports it
+
+
+def _module_level(body: list[ast.stmt]):
+    """Statements that run at import time, including those inside if/try/with blocks."""
+    for node in body:
+        yield node
+        for block in ("body", "orelse", "finalbody", "handlers"):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                yield from _module_level(getattr(node, block, []) or [])
 
 
 def _bound_names(node: ast.AST) -> list[str]:

@@ -43,7 +43,8 @@ def read_arrow(source: TableSource) -> pa.Table:
             table = pa.concat_tables([read_partitioned_file(f, source) for f in _parquet_files(source)])
         else:
             files = [str(f) for f in source.files]
-            table = pq.read_table(files if len(files) > 1 else files[0])
+            # no partitioning inferred from the path: a folder like env=prod above the data is not a column
+            table = pq.read_table(files if len(files) > 1 else files[0], partitioning=None)
     except (OSError, pa.ArrowException) as exc:
         raise DataError(f"cannot read dataset '{source.name}': {exc}") from exc
     if source.schema is not None:

@@ -67,6 +67,7 @@ class _Builder:
         self.source = SourceMap(file)
         self.problems: list[Problem] = []
         self._scalars = SafeConstructor()
+        self._open: set[int] = set()  # collections being built: an alias back to one is a cycle
 
     def fail(self, node: Node, message: str) -> None:
         mark = _mark(node)
@@ -78,10 +79,18 @@ class _Builder:
             self.fail(node, f"YAML tag {node.tag.replace(_CORE, '!!')} is not allowed: pipeline files are "
                             "loaded safely and tags are never executed (remove the tag)")
             return None
-        if isinstance(node, MappingNode):
-            return self._mapping(node, path)
-        if isinstance(node, SequenceNode):
-            return [self.build(item, path + (i,)) for i, item in enumerate(node.value)]
+        if isinstance(node, (MappingNode, SequenceNode)):
+            if id(node) in self._open:
+                self.fail(node, "this alias refers to a mapping or list that contains it: recursive YAML "
+                                "structures are not allowed")
+                return None
+            self._open.add(id(node))
+            try:
+                if isinstance(node, MappingNode):
+                    return self._mapping(node, path)
+                return [self.build(item, path + (i,)) for i, item in enumerate(node.value)]
+            finally:
+                self._open.discard(id(node))
         try:
             return self._scalars.construct_object(node)
         except yaml.YAMLError as exc:

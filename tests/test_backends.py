@@ -152,6 +152,10 @@ def double_ray(numbers, ctx):
     return numbers.map_batches(lambda b: b.assign(id=b["id"] * 2), batch_format="pandas")
 
 
+def same(events):
+    return events
+
+
 def fail_python(numbers):
     return numbers.assign(id=numbers["id"].map(bad_value))
 
@@ -213,3 +217,27 @@ def test_spark_refuses_what_it_cannot_represent_naming_the_column(engines, tmp_p
     table = pa.table(columns)
     with pytest.raises(DataError, match=message):
         engines["spark"].read(source_of(tmp_path / "src", table))
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_external_csv_is_checked_and_typed_by_name_on_every_engine(engines, shared_project, name):
+    # columns in another order than the schema declares them: matched by name, never by position
+    shared_project.write("raw/events.csv", "amount,id,ts\n2.50,1,2026-01-05T10:00:00Z\n,2,2026-01-06T11:00:00Z\n")
+    path = shared_project.pipeline(f'''
+    name: external-{name}
+    root: .
+    datasets:
+      events:
+        path: raw/events.csv
+        format: csv
+        schema: {{id: int64, amount: "decimal(10,2)", ts: "timestamp[us, tz=UTC]"}}
+    stages:
+      copy: {{run: "mypkg.steps:same", backend: {name}, inputs: [events], outputs: [copied]}}
+    ''', f"external-{name}.yaml")
+    result = Runner(load_pipeline(path), engines=engines).run()
+    assert result.status == "success", result.error
+    table = read_arrow(Catalog(shared_project.home(f"external-{name}")).current("copied").source())
+    assert table.schema.field("amount").type == pa.decimal128(10, 2)
+    assert table.schema.field("ts").type == pa.timestamp("us", "UTC")
+    assert sorted(zip(table.column("id").to_pylist(), table.column("amount").to_pylist()),
+                  key=lambda r: r[0]) == [(1, Decimal("2.50")), (2, None)]

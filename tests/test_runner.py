@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from hybridflow.catalog import Catalog
-from hybridflow.config import load_pipeline
+from hybridflow.config import check_file, load_pipeline
 from hybridflow.errors import DataError, ExitCode, LockedError
 from hybridflow.lock import RunLock
 from hybridflow.runner import Runner, Selection
@@ -307,3 +307,77 @@ def check(weekly):
     assert sorted({f.parent.name for f in version.files}) == ["week=2026-11-09", "week=2026-11-16"]
     assert version.manifest["partition_by"] == ["week"]
     assert current_frame(project, "totals")["n"].tolist() == [4, 6]
+
+
+def test_an_output_breaking_its_contract_leaves_every_output_of_the_stage_unpublished(project):
+    project.stages("import pandas as pd\n\ndef two():\n    frame = pd.DataFrame({'x': [1]})\n"
+                   "    return {'a': frame, 'b': frame}\n")
+    path = project.pipeline('''
+    name: demo
+    datasets:
+      b: {schema: {x: string}}
+    stages:
+      two: {run: "mypkg.steps:two", outputs: [a, b]}
+    ''')
+    result = run(path)
+    assert result.error.exit_code == ExitCode.DATA
+    assert "column 'x': expected string, got int64" in result.stages["two"].error
+    catalog = Catalog(project.home("demo"))
+    assert catalog.current("a") is None and catalog.current("b") is None
+
+
+def test_secrets_never_appear_in_config_problems_or_preflight_errors(project, monkeypatch):
+    secret = "s3cr3t-dir-name"
+    monkeypatch.setenv("HF_TEST_SECRET", secret)
+    project.stages("def use(events):\n    return events\n")
+    bad = project.pipeline("name: demo\nstages:\n  use: {run: 'mypkg.steps:use', retries: '${env:HF_TEST_SECRET}'}\n")
+    _, problems = check_file(bad)
+    assert problems and all(secret not in p.message for p in problems)
+    missing = project.pipeline('''
+    name: demo
+    datasets:
+      events: {path: "raw/${env:HF_TEST_SECRET}/events.parquet"}
+    stages:
+      use: {run: "mypkg.steps:use", inputs: [events], outputs: [x]}
+    ''', "missing.yaml")
+    with pytest.raises(DataError) as info:
+        run(missing)
+    assert secret not in info.value.one_line() and "***" in info.value.one_line()
+
+
+def test_a_cli_param_can_satisfy_a_required_parameter(project):
+    project.stages("import pandas as pd\n\ndef make(n):\n    return pd.DataFrame({'i': range(n)})\n")
+    path = project.pipeline("name: demo\nstages:\n  make: {run: 'mypkg.steps:make', outputs: [numbers]}\n")
+    _, problems = check_file(path)
+    assert any("parameter 'n' gets no value" in p.message for p in problems)
+    assert run(path, ["make.n=3"]).status == "success"
+    assert current_frame(project, "numbers")["i"].tolist() == [0, 1, 2]
+
+
+def test_errors_raised_inside_libraries_point_at_the_stage_not_the_library(project):
+    project.write(".venv/lib/python3.11/site-packages/fakelib.py", "def explode():\n    raise KeyError('deep')\n")
+    project.stages("import sys\nsys.path.insert(0, __file__.rsplit('/mypkg', 1)[0] + "
+                   "'/.venv/lib/python3.11/site-packages')\nimport fakelib\n\n\ndef make():\n    fakelib.explode()\n")
+    result = run(project.pipeline("name: demo\nstages:\n  make: {run: 'mypkg.steps:make', outputs: [x]}\n"))
+    assert result.stages["make"].error == "KeyError: 'deep' (mypkg/steps.py:7 in make)"
+
+
+def test_unnamed_index_is_dropped_and_named_index_kept(project):
+    project.stages('''
+import pandas as pd
+
+
+def make():
+    frame = pd.DataFrame({"k": [3, 1, 2], "v": [30, 10, 20]})
+    return {"filtered": frame[frame["v"] > 10], "indexed": frame.set_index("k")}
+''')
+    run(project.pipeline("name: demo\nstages:\n  make: {run: 'mypkg.steps:make', outputs: [filtered, indexed]}\n"))
+    assert list(current_frame(project, "filtered").columns) == ["k", "v"]
+    assert list(current_frame(project, "indexed").columns) == ["k", "v"]
+
+
+def test_published_files_are_read_only(project):
+    project.stages(STAGES)
+    run(project.pipeline(PIPELINE))
+    version = Catalog(project.home("demo")).current("artifact")
+    assert all(oct(f.stat().st_mode & 0o777) == "0o444" for f in version.directory.rglob("*") if f.is_file())

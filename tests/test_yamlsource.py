@@ -44,3 +44,8 @@ def test_syntax_error_has_a_location():
     assert len(problems) == 1
     assert problems[0].message.startswith("YAML syntax error")
     assert problems[0].line >= 2
+
+
+def test_recursive_aliases_are_an_error_not_a_crash():
+    _, _, problems = load_yaml("a: &x\n  b: *x\n", "p.yaml")
+    assert len(problems) == 1 and "recursive" in problems[0].message

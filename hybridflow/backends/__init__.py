@@ -14,15 +14,8 @@ BACKEND_EXTRAS: dict[str, tuple[str, str]] = {
     "ray": ("ray", "ray"),
 }
 
-# backends with an implementation in this release
-IMPLEMENTED = {name: f"hybridflow.backends.{name}" for name in ("python", "spark", "dask", "ray")}
-
-
 def require(name: str) -> None:
     """Fail before any stage starts if `name` cannot run here, saying how to fix it."""
-    if name not in IMPLEMENTED:
-        raise UnavailableError(f"backend '{name}' is not available in hybridflow {_version()} yet",
-                               hint="run this stage with backend: python for now")
     extra, module = BACKEND_EXTRAS.get(name, (None, None))
     if module and importlib.util.find_spec(module) is None:
         raise UnavailableError(f"backend '{name}' needs {module}, which is not installed",
@@ -32,11 +25,5 @@ def require(name: str) -> None:
 def create(name: str, settings, log_dir):
     """A new, not yet started, backend instance."""
     require(name)
-    module = importlib.import_module(IMPLEMENTED[name])
+    module = importlib.import_module(f"hybridflow.backends.{name}")
     return module.create(settings, log_dir)
-
-
-def _version() -> str:
-    from .. import __version__
-
-    return __version__

@@ -82,6 +82,15 @@ def is_engine_error(exc: BaseException) -> bool:
     return type(exc).__module__.startswith(ENGINE_PACKAGES)
 
 
+def index_as_columns(frame):
+    """A named index is data (set_index("customer_id")) and becomes columns; an unnamed one is a row
+    position left over from filtering or sorting, and is dropped. Same rule for pandas and Dask."""
+    names = getattr(frame.index, "names", None) or [frame.index.name]  # a Dask Index has only .name
+    if any(name is not None for name in names):
+        return frame.reset_index()
+    return frame
+
+
 def unwrap_error(exc: BaseException) -> BaseException:
     """The user's own exception inside an engine's wrappers (Ray's RayTaskError carries it as .cause,
     Ray Data's UserCodeException as __cause__)."""

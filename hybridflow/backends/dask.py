@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from ..errors import DataError, UnavailableError
 from ..tables import TableSource, read_arrow, read_partitioned_file
-from .base import Backend, check_reachable, code_archive, split_host_port
+from .base import Backend, check_reachable, code_archive, index_as_columns, split_host_port
 
 
 class DaskBackend(Backend):
@@ -78,8 +78,7 @@ class DaskBackend(Backend):
                                calculate_divisions=False, index=False)
 
     def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...]) -> pa.Schema:
-        if frame.index.name is not None:  # a named index is data: keep it as a column
-            frame = frame.reset_index()
+        frame = index_as_columns(frame)
         try:
             schema = pa.Schema.from_pandas(frame._meta, preserve_index=False).remove_metadata()
         except (pa.ArrowException, TypeError, ValueError) as exc:

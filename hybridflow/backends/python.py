@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from ..errors import DataError
 from ..tables import TableSource, read_arrow, write_arrow
-from .base import Backend
+from .base import Backend, index_as_columns
 
 
 class PythonBackend(Backend):
@@ -35,11 +35,10 @@ class PythonBackend(Backend):
 
 
 def to_arrow(frame: pd.DataFrame | pa.Table) -> pa.Table:
-    """A pandas frame as an Arrow table; a non-default index is kept as columns, never dropped."""
+    """A pandas frame as an Arrow table, its index handled by the rule every engine shares."""
     if isinstance(frame, pa.Table):
         return frame
-    if not isinstance(frame.index, pd.RangeIndex) or frame.index.name is not None:
-        frame = frame.reset_index()
+    frame = index_as_columns(frame)
     duplicated = frame.columns[frame.columns.duplicated()].tolist()
     if duplicated:
         raise DataError(f"the frame has duplicate column names: {', '.join(map(str, duplicated))}")

@@ -1,0 +1,21 @@
+"""Reading stage functions statically, without importing them."""
+
+from hybridflow.stagecode import inspect_target
+
+
+def test_functions_defined_in_blocks_or_star_imports_are_not_false_errors(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "guarded.py").write_text("try:\n    import fast\nexcept ImportError:\n"
+                                                 "    def clean(events):\n        return events\n")
+    (tmp_path / "pkg" / "star.py").write_text("from pkg.guarded import *\n")
+    (tmp_path / "pkg" / "latin.py").write_bytes("# -*- coding: latin-1 -*-\n# caf\xe9\ndef go(x):\n    return x\n"
+                                                .encode("latin-1"))
+    guarded = inspect_target(tmp_path, "pkg.guarded:clean")
+    assert guarded.error is None and [p.name for p in guarded.params] == ["events"]
+    star = inspect_target(tmp_path, "pkg.star:clean")
+    assert star.error is None and star.params is None  # checked when the run imports it
+    latin = inspect_target(tmp_path, "pkg.latin:go")
+    assert latin.error is None and [p.name for p in latin.params] == ["x"]
+    missing = inspect_target(tmp_path, "pkg.guarded:clena")
+    assert missing.error == "module 'pkg.guarded' has no function 'clena' (did you mean 'clean'?)"
