@@ -12,7 +12,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import secrets
 import signal
 import time
@@ -25,14 +24,16 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import backends, signature
-from .backends.base import ENGINE_PACKAGES, ENGINE_WRAPPERS, is_engine_error, process_output_to, unwrap_error
+from .backends.base import process_output_to
 from .catalog import Catalog, Version
 from .context import StageContext
-from .contract import check_schema, declared_schema
+from .errorsite import describe_user_error
+from .contract import declared_schema
 from .errors import ConfigError, DataError, HybridflowError, InterruptedRun, StageError
 from .lock import RunLock
 from .pipeline import Pipeline
 from .stagecode import import_function, module_file
+from .stagelog import stage_log
 from .tables import TableSource, read_arrow, write_arrow
 
 
@@ -221,7 +222,7 @@ class Runner:
         result.log_path = str(log_path)
         result.status, result.started_at = "running", time.monotonic()
         self.listener.stage_changed(result)
-        with _stage_log(self.pipeline, result.name, log_path) as (log, log_stream):
+        with stage_log(self.pipeline, result.name, log_path) as (log, log_stream):
             try:
                 backend = self._engine(spec.backend, run_dir)
                 produced = self._call(run_id, result, backend, log, log_stream)
@@ -367,12 +368,7 @@ class Runner:
     def _user_error(self, exc: BaseException, log: logging.Logger) -> StageError:
         """The user's exception as one line located in the user's own file, not an engine's wrapper."""
         log.error("the stage raised:\n%s", "".join(traceback.format_exception(exc)))
-        own = unwrap_error(exc)
-        where = _user_frame(own, self.pipeline.root) or _user_frame(exc, self.pipeline.root)
-        kind, text = _remote_exception(own, str(exc)) or (type(own).__name__, str(own))
-        first_line = (text.strip().splitlines() or [""])[0]
-        message = self.pipeline.redact(f"{kind}: {first_line}".rstrip(": "))
-        return StageError(f"{message} ({where})" if where else message)
+        return StageError(self.pipeline.redact(describe_user_error(exc, self.pipeline.root)))
 
     # -- engines --------------------------------------------------------------------------------
 
@@ -436,61 +432,6 @@ def external_fingerprint(path: Path) -> str:
     return f"external:{digest.hexdigest()[:16]}"
 
 
-_REMOTE_RAISE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)): (.*)$", re.MULTILINE)
-
-
-def _remote_exception(exc: BaseException, text: str) -> tuple[str, str] | None:
-    """(type, message) of the user's exception when an engine carried it only as text (a Spark
-    Python worker's PythonException, a Ray task's UserCodeException): the last exception line in
-    `text` (the outermost wrapper's, which holds the whole chain) whose type is not the engine's."""
-    if not is_engine_error(exc):
-        return None
-    found = [(kind, message) for kind, message in _REMOTE_RAISE.findall(text)
-             if not kind.startswith(ENGINE_PACKAGES) and kind.rsplit(".", 1)[-1] not in ENGINE_WRAPPERS]
-    return (found[-1][0].rsplit(".", 1)[-1], found[-1][1]) if found else None
-
-
-_REMOTE_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
-
-
-def _user_frame(exc: BaseException, root: Path) -> str | None:
-    """file:line in function of the deepest frame inside the pipeline root: from the traceback, or
-    from a traceback an engine carried over as text (a Ray task, a Spark Python worker)."""
-    root = root.resolve()
-    frames = [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(exc.__traceback__)]
-    frames += [(m[0], int(m[1]), m[2]) for m in _REMOTE_FRAME.findall(str(exc))]
-    where = None
-    for filename, line, function in frames:
-        relative = _root_relative(filename, root)
-        if relative is not None:
-            where = f"{relative}:{line} in {function}"
-    if where is None and isinstance(exc, SyntaxError) and exc.filename:
-        where = f"{exc.filename}:{exc.lineno}"
-    return where
-
-
-_PACKAGE_DIR = Path(__file__).resolve().parent
-
-
-def _root_relative(filename: str, root: Path) -> Path | None:
-    """A frame's file relative to root, also when an engine ran a shipped copy of it (a Spark worker
-    imports stages/etl.py from .../userFiles-.../stages-1a2b.zip/stages/etl.py): then the longest
-    trailing package/module path that exists under root."""
-    path = Path(filename)
-    if any(part in ("site-packages", "dist-packages") for part in path.parts):
-        return None  # a library, even inside a virtualenv under root
-    resolved = path.resolve()
-    if resolved.is_relative_to(_PACKAGE_DIR):
-        return None
-    if resolved.is_relative_to(root):
-        return resolved.relative_to(root)
-    for start in range(1, len(path.parts) - 1):  # at least package/module.py
-        candidate = Path(*path.parts[start:])
-        if ".." not in candidate.parts and (root / candidate).is_file():
-            return candidate
-    return None
-
-
 class _Terminated(BaseException):
     """SIGTERM, raised in the main thread so cleanup runs exactly as for Ctrl-C."""
 
@@ -509,49 +450,6 @@ def _signals_as_exceptions():
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-@contextlib.contextmanager
-def _stage_log(pipeline: Pipeline, stage: str, path: Path):
-    """A logger writing to the stage's own log file (never the terminal), and a stream for what the
-    stage prints. Both redact secrets: a stage may log a value that came from ${env:...}."""
-    logger = logging.getLogger(f"hybridflow.stage.{pipeline.name}.{stage}")
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-    handler = logging.FileHandler(path, encoding="utf-8")
-    handler.setFormatter(_RedactingFormatter(pipeline))
-    logger.addHandler(handler)
-    try:
-        yield logger, _RedactingStream(handler.stream, pipeline)
-    finally:
-        logger.removeHandler(handler)
-        handler.close()
-
-
-class _RedactingFormatter(logging.Formatter):
-    def __init__(self, pipeline: Pipeline) -> None:
-        super().__init__("%(asctime)s %(levelname)s %(message)s")
-        self.pipeline = pipeline
-
-    def format(self, record: logging.LogRecord) -> str:
-        return self.pipeline.redact(super().format(record))
-
-
-class _RedactingStream:
-    """Stands in for stdout/stderr while a stage runs."""
-
-    def __init__(self, stream, pipeline: Pipeline) -> None:
-        self.stream, self.pipeline = stream, pipeline
-
-    def write(self, text: str) -> int:
-        self.stream.write(self.pipeline.redact(text))
-        return len(text)
-
-    def flush(self) -> None:
-        self.stream.flush()
-
-    def isatty(self) -> bool:
-        return False
 
 
 def _write_record(result: RunResult, redact) -> None:

@@ -12,7 +12,6 @@ ratio of each engine's write + read to pyarrow's.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import shutil
 import tempfile
 import time

@@ -1,10 +1,7 @@
 """The runner on the python backend: data flow, params, failures, selection and safety."""
 
 import json
-import os
 
-import pandas as pd
-import pyarrow as pa
 import pytest
 
 from hybridflow.catalog import Catalog
