@@ -24,8 +24,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+out = Console(highlight=False, emoji=False)
+err = Console(stderr=True, highlight=False, emoji=False)
 
 VerboseOption = typer.Option(False, "--verbose", "-v", help="Show full tracebacks.")
 ParamOption = typer.Option(None, "--param", "-p", metavar="KEY=VALUE",

@@ -21,6 +21,7 @@ class StageContext:
     log: logging.Logger
     _output_paths: dict[str, Path] = field(default_factory=dict, repr=False)
     _engines: dict[str, Any] = field(default_factory=dict, repr=False)
+    _previous: dict[str, Path | None] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.params = MappingProxyType(dict(self.params))
@@ -32,6 +33,12 @@ class StageContext:
             raise ConfigError(f"stage '{self.stage}' has no files output named '{name}' "
                               f"(its kind: files outputs: {declared})")
         return self._output_paths[name]
+
+    def previous_output(self, name: str) -> Path | None:
+        """The currently published version of one of this stage's `kind: files` outputs (read-only),
+        or None before its first publication: what a champion/challenger stage compares against."""
+        self.output_path(name)  # same check: a files output of this stage
+        return self._previous.get(name)
 
     def __getattr__(self, engine: str) -> Any:
         # ctx.spark / ctx.dask / ctx.ray exist only on stages that run on that engine

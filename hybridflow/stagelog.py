@@ -50,3 +50,6 @@ class _RedactingStream:
 
     def isatty(self) -> bool:
         return False
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)  # encoding, fileno, ...: what libraries ask of sys.stdout
