@@ -117,6 +117,7 @@ class Runner:
         self._given = dict(engines or {})  # started by the caller: used, never stopped here
         self._engines: dict[str, Any] = {}
         self._engine_seconds: dict[str, float] = {}
+        self._signals = _SignalState()
 
     # -- planning -------------------------------------------------------------------------------
 
@@ -175,11 +176,12 @@ class Runner:
                 raise
             (run_dir / "logs").mkdir(parents=True, exist_ok=True)
             self.listener.run_started(run_id, list(results.values()))
-            with _signals_as_exceptions():
+            with _signals_as_exceptions(self._signals):
                 status, error = self._run_stages(run_id, run_dir, results)
+                self._signals.check()
         except (KeyboardInterrupt, _Terminated) as exc:
             status = "interrupted"
-            error = InterruptedRun(signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT)
+            error = InterruptedRun(getattr(exc, "signum", signal.SIGINT))
             for result in results.values():
                 if result.status == "running":
                     self._finish(result, "failed", error="interrupted")
@@ -200,6 +202,7 @@ class Runner:
     def _run_stages(self, run_id: str, run_dir: Path, results: dict[str, StageResult]):
         first_error: HybridflowError | None = None
         for stage in self.stages:
+            self._signals.check()
             result = results[stage]
             blocked = [p for p in self.pipeline.dag.upstream[stage]
                        if p in results and results[p].status in ("failed", "skipped", "not run")]
@@ -225,7 +228,9 @@ class Runner:
         with stage_log(self.pipeline, result.name, log_path) as (log, log_stream):
             try:
                 backend = self._engine(spec.backend, run_dir)
+                self._signals.check()
                 produced = self._call(run_id, result, backend, log, log_stream)
+                self._signals.check()
                 self._publish(run_id, result, backend, produced, log)
             except HybridflowError as exc:
                 log.error("stage failed: %s", self.pipeline.redact(exc.one_line()), exc_info=exc)
@@ -335,6 +340,7 @@ class Runner:
         inputs = {ds: self._input_version(ds) for ds in spec.inputs}
         prepared = [self._prepare(run_id, result.name, dataset, backend, frames, inputs, log)
                     for dataset in spec.outputs]
+        self._signals.check()  # the last moment a stop request can still leave everything as it was
         for version in prepared:
             self.catalog.commit(version)
             result.outputs[version.dataset] = version.id
@@ -434,23 +440,42 @@ def external_fingerprint(path: Path) -> str:
 
 
 class _Terminated(BaseException):
-    """SIGTERM, raised in the main thread so cleanup runs exactly as for Ctrl-C."""
+    """SIGINT or SIGTERM, raised in the main thread so cleanup runs the same way for both."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _SignalState:
+    """The signal a run received. Engine code may swallow the exception the handler raises (a
+    KeyboardInterrupt caught inside a library), so the runner also checks this between steps: a run
+    that was asked to stop never goes on to publish."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    def check(self) -> None:
+        if self.signum is not None:
+            raise _Terminated(self.signum)
 
 
 @contextlib.contextmanager
-def _signals_as_exceptions():
-    def on_term(signum, frame):
-        raise _Terminated()
+def _signals_as_exceptions(state: _SignalState):
+    def on_signal(signum, frame):
+        state.signum = signum
+        raise _Terminated(signum)
 
     try:
-        previous = signal.signal(signal.SIGTERM, on_term)
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     except ValueError:  # not the main thread: leave signals alone
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _write_record(result: RunResult, redact) -> None:

@@ -6,6 +6,7 @@ import datetime as dt
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 PLANS = ["free", "pro", "team"]
 COUNTRIES = ["BR", "DE", "FR", "GB", "IN", "US"]
@@ -26,33 +27,38 @@ def features(customer_weeks, horizon: int, test_weeks: int, valid_weeks: int):
 
 def _customer_features(part: pd.DataFrame, last_week: dt.date, horizon: int, test_weeks: int,
                        valid_weeks: int) -> pd.DataFrame:
+    """Plain pandas on one partition, which holds every week of its customers."""
     counts = ["events", "views", "logins", "purchases", "tickets", "active_days"]
-    frames = []
-    for customer, rows in part.groupby("customer_id", sort=False):
-        rows = rows.set_index(pd.to_datetime(rows["week"].astype("datetime64[ms]")))
-        weeks = pd.date_range(rows.index.min(), pd.Timestamp(last_week), freq="7D")
-        dense = rows.reindex(weeks)
-        dense[counts] = dense[counts].astype("float64").fillna(0)
-        dense["revenue"] = dense["revenue"].astype("float64").fillna(0.0)
-        rolling = dense["events"].rolling(4, min_periods=1)
-        dense["events_4w"] = rolling.mean()
-        dense["tickets_4w"] = dense["tickets"].rolling(4, min_periods=1).sum()
-        dense["events_trend"] = dense["events"].rolling(2, min_periods=1).mean() - \
-            dense["events"].shift(2).rolling(2, min_periods=1).mean().fillna(dense["events"])
-        dense["weeks_inactive_4w"] = (dense["events"] == 0).astype(float).rolling(4, min_periods=1).sum()
-        future = sum(dense["events"].shift(-k) for k in range(1, horizon + 1))
-        dense["churned"] = (future == 0).astype("float64").where(future.notna())
-        static = rows.iloc[0]
-        dense["customer_id"] = customer
-        dense["week"] = weeks.date
-        signup = pd.Timestamp(static["signup_date"])
-        dense["tenure_weeks"] = ((weeks - signup).days // 7).astype("float64")
-        dense["plan_code"] = float(PLANS.index(static["plan"])) if static["plan"] in PLANS else -1.0
-        dense["country_code"] = float(COUNTRIES.index(static["country"])) if static["country"] in COUNTRIES else -1.0
-        frames.append(dense[dense["events"] > 0])
-    columns = ["customer_id", "week", *FEATURES, "churned"]
-    out = pd.concat(frames) if frames else pd.DataFrame(columns=columns)
-    out = out[columns].reset_index(drop=True)
+    rows = part.assign(week=pd.to_datetime(part["week"].astype("datetime64[ms]")))
+    # every week of every customer from their first active week to the last week of the data
+    first = rows.groupby("customer_id")["week"].min()
+    spans = ((pd.Timestamp(last_week) - first).dt.days // 7 + 1).astype("int64")
+    grid = pd.DataFrame({"customer_id": np.repeat(first.index.to_numpy(), spans.to_numpy())})
+    offsets = np.arange(len(grid)) - np.repeat(np.cumsum(spans.to_numpy()) - spans.to_numpy(), spans.to_numpy())
+    grid["week"] = np.repeat(first.to_numpy(), spans.to_numpy()) + pd.to_timedelta(offsets * 7, "D")
+    dense = grid.merge(rows, on=["customer_id", "week"], how="left")
+    dense[counts] = dense[counts].astype("float64").fillna(0)
+    dense["revenue"] = dense["revenue"].astype("float64").fillna(0.0)
+    for column in ("plan", "country", "signup_date"):  # static per customer
+        dense[column] = dense.groupby("customer_id")[column].transform("first")
+    by = dense.groupby("customer_id")
+    rolled = lambda column, window, how: getattr(by[column].rolling(window, min_periods=1), how)().to_numpy()  # noqa: E731
+    dense["events_4w"] = rolled("events", 4, "mean")
+    dense["tickets_4w"] = rolled("tickets", 4, "sum")
+    recent = rolled("events", 2, "mean")
+    before = by["events"].shift(2).groupby(dense["customer_id"]).rolling(2, min_periods=1).mean().to_numpy()
+    dense["events_trend"] = recent - np.where(np.isnan(before), dense["events"], before)
+    dense["weeks_inactive_4w"] = (dense["events"] == 0).astype(float).groupby(dense["customer_id"]) \
+        .rolling(4, min_periods=1).sum().to_numpy()
+    future = sum(by["events"].shift(-k) for k in range(1, horizon + 1))
+    dense["churned"] = (future == 0).astype("float64").where(future.notna())
+    dense["tenure_weeks"] = ((dense["week"] - pd.to_datetime(dense["signup_date"].astype("datetime64[ms]")))
+                             .dt.days // 7).astype("float64")
+    dense["plan_code"] = dense["plan"].map({p: float(i) for i, p in enumerate(PLANS)}).fillna(-1.0).astype(float)
+    dense["country_code"] = dense["country"].map({c: float(i) for i, c in enumerate(COUNTRIES)}).fillna(-1.0) \
+        .astype(float)
+    dense["week"] = dense["week"].dt.date
+    out = dense[dense["events"] > 0][["customer_id", "week", *FEATURES, "churned"]].reset_index(drop=True)
     labelled_end = last_week - dt.timedelta(weeks=horizon)
     test_from = labelled_end - dt.timedelta(weeks=test_weeks - 1)
     valid_from = test_from - dt.timedelta(weeks=valid_weeks)
@@ -60,6 +66,6 @@ def _customer_features(part: pd.DataFrame, last_week: dt.date, horizon: int, tes
     split = np.where(week > labelled_end, "unlabelled",
                      np.where(week >= test_from, "test", np.where(week >= valid_from, "valid", "train")))
     out["split"] = split
-    types = {"customer_id": "int64[pyarrow]", "week": pd.ArrowDtype(__import__("pyarrow").date32()),
+    types = {"customer_id": "int64[pyarrow]", "week": pd.ArrowDtype(pa.date32()),
              "split": "string[pyarrow]", "churned": "float64[pyarrow]", **{f: "float64[pyarrow]" for f in FEATURES}}
     return out.astype(types)
