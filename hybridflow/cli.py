@@ -6,6 +6,7 @@ Engines are never imported here: `hybridflow --help` and `validate` stay fast.
 from __future__ import annotations
 
 import functools
+import os
 import json
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from .errors import ConfigError, ExitCode, HybridflowError
+from .errors import ConfigError, ExitCode, HybridflowError, UsageError
 
 app = typer.Typer(
     name="hybridflow",
@@ -26,6 +27,9 @@ app = typer.Typer(
 )
 out = Console(highlight=False, emoji=False)
 err = Console(stderr=True, highlight=False, emoji=False)
+for _console in (out, err):
+    if not _console.is_terminal and "COLUMNS" not in os.environ:
+        _console.width = 160  # logs and pipes: Rich's 80 columns would fold run ids and paths
 
 VerboseOption = typer.Option(False, "--verbose", "-v", help="Show full tracebacks.")
 ParamOption = typer.Option(None, "--param", "-p", metavar="KEY=VALUE",
@@ -121,6 +125,7 @@ def run(
     keep_going: bool = typer.Option(False, "--keep-going", "-k",
                                     help="After a failure, still run stages that do not depend on it."),
     wait: bool = typer.Option(False, "--wait", help="Wait for another run of this pipeline to finish."),
+    trigger: str = typer.Option("manual", "--trigger", help="Recorded with the run: manual or cron."),
     verbose: bool = VerboseOption,
 ) -> None:
     """Validate a pipeline, then run its stages in dependency order."""
@@ -128,8 +133,10 @@ def run(
     from .runner import Runner, Selection
 
     pipeline = load_pipeline(pipeline_file, params or [])
+    if trigger not in ("manual", "cron"):
+        raise ConfigError(f"--trigger must be manual or cron, not '{trigger}'")
     runner = Runner(pipeline, Selection(only or (), start or (), end or ()), keep_going=keep_going,
-                    wait_for_lock=wait)
+                    wait_for_lock=wait, trigger=trigger)
     if dry_run:
         _print_plan(runner)
         return
@@ -188,6 +195,95 @@ def schema(verbose: bool = VerboseOption) -> None:
     from .spec import json_schema
 
     sys.stdout.write(json.dumps(json_schema(), indent=2) + "\n")
+
+
+WorkdirOption = typer.Option(Path(".hybridflow"), "--workdir", "-w",
+                             help="The workdir holding runs.db (ignored when a pipeline file is given).")
+PipelineOption = typer.Option(None, "--pipeline", "-f", help="Find the run records through this pipeline file.")
+
+
+def _store(pipeline_file: Path | None, workdir: Path):
+    from .state import RunStore
+
+    if pipeline_file is not None:
+        from .config import load_pipeline
+
+        workdir = load_pipeline(pipeline_file).workdir
+    if not (workdir / "runs.db").exists():
+        raise UsageError(f"no run records in {workdir}", hint="pass --workdir, or --pipeline PIPELINE.yaml")
+    return RunStore(workdir / "runs.db")
+
+
+def _find_run(store, run_id: str) -> dict:
+    run = store.run(run_id)
+    if run is None:
+        raise UsageError(f"no single run matches '{run_id}' in {store.path}", hint="hybridflow runs lists them")
+    return run
+
+
+@app.command()
+@_guarded
+def runs(
+    pipeline_file: Optional[Path] = typer.Argument(None, metavar="[PIPELINE.yaml]"),
+    workdir: Path = WorkdirOption,
+    limit: int = typer.Option(20, "--limit", "-n"),
+    verbose: bool = VerboseOption,
+) -> None:
+    """List recent runs (of one pipeline, or of every pipeline in the workdir)."""
+    from .progress import runs_table
+
+    name = None
+    if pipeline_file is not None:
+        from .config import load_pipeline
+
+        name = load_pipeline(pipeline_file).name
+    out.print(runs_table(_store(pipeline_file, workdir).runs(name, limit)))
+
+
+@app.command()
+@_guarded
+def show(
+    run_id: str = typer.Argument(..., metavar="RUN", help="A run id, or a unique prefix of one."),
+    pipeline_file: Optional[Path] = PipelineOption,
+    workdir: Path = WorkdirOption,
+    verbose: bool = VerboseOption,
+) -> None:
+    """One run: its stages, their figures, and the lineage of what they published."""
+    from .progress import run_details
+
+    store = _store(pipeline_file, workdir)
+    run = _find_run(store, run_id)
+    for renderable in run_details(run, store.stages(run["run_id"])):
+        out.print(renderable)
+
+
+@app.command()
+@_guarded
+def logs(
+    run_id: str = typer.Argument(..., metavar="RUN"),
+    stage: Optional[str] = typer.Argument(None),
+    pipeline_file: Optional[Path] = PipelineOption,
+    workdir: Path = WorkdirOption,
+    verbose: bool = VerboseOption,
+) -> None:
+    """Print a run's stage logs (all of them, or one stage's)."""
+    from .diagnostics import did_you_mean
+
+    store = _store(pipeline_file, workdir)
+    run = _find_run(store, run_id)
+    stages = [s for s in store.stages(run["run_id"]) if s["log_path"]]
+    if stage is not None:
+        chosen = [s for s in stages if s["stage"] == stage]
+        if not chosen:
+            raise UsageError(f"run {run['run_id']} has no log for stage '{stage}'"
+                             f"{did_you_mean(stage, [s['stage'] for s in stages])}")
+        stages = chosen
+    for row in stages:
+        path = Path(row["log_path"])
+        if len(stages) > 1:
+            out.print(f"==> {row['stage']} ({path}) <==", markup=False)
+        sys.stdout.write(path.read_text(encoding="utf-8", errors="replace") if path.exists() else "(log missing)\n")
+        sys.stdout.flush()
 
 
 @app.callback(epilog=EXIT_CODES_HELP)

@@ -49,6 +49,12 @@ class ConfigError(HybridflowError):
         self.problems = problems or []
 
 
+class UsageError(HybridflowError):
+    """A command was asked for something that does not exist (an unknown run id, stage or file)."""
+
+    exit_code = ExitCode.USAGE
+
+
 class DataError(HybridflowError):
     """An input dataset is missing or unreadable, or an output breaks its schema contract."""
 

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from .runner import Listener, RunResult, StageResult
 
+RUN_STYLES = {"success": "green", "failed": "bold red", "interrupted": "yellow", "running": "cyan"}
 STYLES = {"waiting": "dim", "running": "cyan", "done": "green", "failed": "bold red", "skipped": "yellow",
           "not run": "dim"}
 
@@ -112,3 +113,49 @@ def summary_table(result: RunResult) -> Table:
                       f"{stage.duration:.1f}s" if stage.duration is not None else "",
                       f"{stage.rows_out:,}" if stage.rows_out is not None else "", _size(stage.bytes_out))
     return table
+
+
+def runs_table(runs: list[dict]) -> Table:
+    table = Table()
+    for column in ("run", "pipeline", "trigger", "started", "status", "error"):
+        table.add_column(column, no_wrap=column in ("run", "started"), overflow="fold")
+    for run in runs:
+        error = (run["error"] or "")[:80]
+        table.add_row(run["run_id"], run["pipeline"], run["trigger"], run["started_at"][:19].replace("T", " "),
+                      Text(run["status"], style=RUN_STYLES.get(run["status"], "")), Text(error))
+    return table
+
+
+def run_details(run: dict, stages: list[dict]) -> list:
+    """The header, the stage table and the lineage of one recorded run."""
+    import json
+    from pathlib import Path
+
+    header = Text.assemble((f"run {run['run_id']}", "bold"), f"  {run['pipeline']}  trigger {run['trigger']}  ",
+                           (run["status"], RUN_STYLES.get(run["status"], "")),
+                           f"  {run['started_at']} -> {run['ended_at'] or '…'}")
+    parts: list = [header]
+    if run["error"]:
+        parts.append(Text(f"error: {run['error']}", style="red"))
+    table = Table()
+    for column in ("stage", "backend", "status", "duration", "engine start", "rows in", "rows out", "bytes out",
+                   "note"):
+        table.add_column(column, justify="right" if column in ("duration", "engine start", "rows in", "rows out",
+                                                                "bytes out") else "left", overflow="fold")
+    lineage = [Text("published (dataset version <- input versions it read):", style="bold")]
+    home = Path(run["run_dir"]).parent.parent if run["run_dir"] else None
+    for stage in stages:
+        seconds = lambda v: f"{v:.1f}s" if v is not None else ""  # noqa: E731
+        count = lambda v: f"{v:,}" if v is not None else ""  # noqa: E731
+        table.add_row(stage["stage"], stage["backend"], Text(stage["status"], style=STYLES.get(stage["status"], "")),
+                      seconds(stage["duration"]), seconds(stage["engine_start"]), count(stage["rows_in"]),
+                      count(stage["rows_out"]), _size(stage["bytes_out"]), Text(stage["error"] or stage["skip_reason"] or ""))
+        for dataset, version in json.loads(stage["outputs"] or "{}").items():
+            manifest = home / "datasets" / dataset / "versions" / version / "_manifest.json" if home else None
+            inputs = json.loads(manifest.read_text())["inputs"] if manifest and manifest.exists() else {}
+            read = ", ".join(f"{k}@{v}" for k, v in inputs.items()) or "no inputs"
+            lineage.append(Text(f"  {dataset}@{version} <- {read}", no_wrap=True, overflow="ignore"))
+    parts.append(table)
+    if len(lineage) > 1:
+        parts += lineage
+    return parts

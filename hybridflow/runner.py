@@ -34,6 +34,7 @@ from .lock import RunLock
 from .pipeline import Pipeline
 from .stagecode import import_function, module_file
 from .stagelog import stage_log
+from .state import RunStore
 from .tables import TableSource, read_arrow, write_arrow
 
 
@@ -55,6 +56,9 @@ class StageResult:
     status: str = "waiting"  # waiting | running | done | failed | skipped | not run
     started_at: float | None = None
     duration: float | None = None
+    engine_start: float | None = None  # seconds, when this stage was the one that started its engine
+    rows_in: int | None = None
+    bytes_in: int | None = None
     rows_out: int | None = None
     bytes_out: int | None = None
     error: str | None = None
@@ -98,26 +102,33 @@ class PlannedInput:
     detail: str
 
 
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
 def new_run_id() -> str:
     return f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
 
 
 class Runner:
     def __init__(self, pipeline: Pipeline, selection: Selection | None = None, *, keep_going: bool = False,
-                 listener: Listener | None = None, wait_for_lock: bool = False,
+                 listener: Listener | None = None, wait_for_lock: bool = False, trigger: str = "manual",
                  engines: dict[str, Any] | None = None) -> None:
         self.pipeline = pipeline
         self.selection = selection or Selection()
         self.keep_going = keep_going
         self.listener = listener or Listener()
         self.wait_for_lock = wait_for_lock
+        self.trigger = trigger
         self.home = pipeline.workdir / pipeline.name
         self.catalog = Catalog(self.home)
+        self.store = RunStore(pipeline.workdir / "runs.db")
         self.stages = pipeline.dag.select(self.selection.only, self.selection.start, self.selection.end)
         self._given = dict(engines or {})  # started by the caller: used, never stopped here
         self._engines: dict[str, Any] = {}
         self._engine_seconds: dict[str, float] = {}
         self._signals = _SignalState()
+        self._run_id: str | None = None
 
     # -- planning -------------------------------------------------------------------------------
 
@@ -159,13 +170,17 @@ class Runner:
     # -- running --------------------------------------------------------------------------------
 
     def run(self) -> RunResult:
-        run_id = new_run_id()
+        run_id = self._run_id = new_run_id()
         run_dir = self.home / "runs" / run_id
         results = {s: StageResult(s, self.pipeline.stages[s].backend) for s in self.stages}
         started, clock = datetime.now(timezone.utc), time.monotonic()
         lock = RunLock(self.home / "run.lock")
         lock.acquire(run_id, wait=self.wait_for_lock)
         status, error = "failed", None
+        record = {"run_id": run_id, "pipeline": self.pipeline.name, "pipeline_file": str(self.pipeline.file),
+                  "trigger": self.trigger, "started_at": started.isoformat(timespec="milliseconds"),
+                  "run_dir": str(run_dir)}
+        self.store.save_run(**record, status="running")
         try:
             # Under the lock no other run is writing: whatever is in staging is a dead run's leftovers.
             self.catalog.discard_staging()
@@ -173,6 +188,7 @@ class Runner:
                 self._preflight()
             except HybridflowError as exc:  # paths and addresses may hold a value from ${env:...}
                 exc.message, exc.hint = self.pipeline.redact(exc.message), exc.hint and self.pipeline.redact(exc.hint)
+                self.store.save_run(**record, status="failed", error=exc.one_line(), ended_at=_now())
                 raise
             (run_dir / "logs").mkdir(parents=True, exist_ok=True)
             self.listener.run_started(run_id, list(results.values()))
@@ -197,6 +213,8 @@ class Runner:
         if status != "success" and (failed := result.failed):
             result.resume_command = f"hybridflow run {self._file_arg()} --from {failed[0].name}"
         _write_record(result, self.pipeline.redact)
+        self.store.save_run(**record, status=status, ended_at=_now(),
+                            error=self.pipeline.redact(error.one_line()) if error else None)
         return result
 
     def _run_stages(self, run_id: str, run_dir: Path, results: dict[str, StageResult]):
@@ -225,9 +243,14 @@ class Runner:
         result.log_path = str(log_path)
         result.status, result.started_at = "running", time.monotonic()
         self.listener.stage_changed(result)
+        self._save_stage(result)
         with stage_log(self.pipeline, result.name, log_path) as (log, log_stream):
             try:
+                started_engines = set(self._engine_seconds)
                 backend = self._engine(spec.backend, run_dir)
+                if spec.backend not in started_engines:
+                    result.engine_start = self._engine_seconds.get(spec.backend)
+                result.rows_in, result.bytes_in = self._input_size(spec.inputs)
                 self._signals.check()
                 produced = self._call(run_id, result, backend, log, log_stream)
                 self._signals.check()
@@ -366,6 +389,21 @@ class Runner:
                                     declared=declared_schema(ds.schema_), partition_by=tuple(ds.partition_by),
                                     written=written)
 
+    def _input_size(self, datasets: list[str]) -> tuple[int | None, int | None]:
+        """Rows and bytes a stage reads: from manifests; an external input counts its bytes only."""
+        rows, size = 0, 0
+        for dataset in datasets:
+            if self.pipeline.is_external(dataset):
+                path = self.pipeline.external_path(dataset)
+                files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+                size += sum(f.stat().st_size for f in files)
+                rows = None
+            else:
+                version = self.catalog.current(dataset)
+                size += version.bytes
+                rows = None if rows is None or version.rows is None else rows + version.rows
+        return rows, size
+
     def _input_version(self, dataset: str) -> str:
         if self.pipeline.is_external(dataset):
             return external_fingerprint(self.pipeline.external_path(dataset))
@@ -420,6 +458,17 @@ class Runner:
         if result.started_at is not None:
             result.duration = time.monotonic() - result.started_at
         self.listener.stage_changed(result)
+        self._save_stage(result)
+
+    def _save_stage(self, result: StageResult) -> None:
+        if self._run_id is None:
+            return
+        self.store.save_stage(
+            run_id=self._run_id, stage=result.name, backend=result.backend, status=result.status,
+            duration=result.duration, engine_start=result.engine_start, rows_in=result.rows_in,
+            bytes_in=result.bytes_in, rows_out=result.rows_out, bytes_out=result.bytes_out,
+            skip_reason=result.reason, error=result.error, log_path=result.log_path,
+            outputs=json.dumps(result.outputs) if result.outputs else None, position=self.stages.index(result.name))
 
     def _file_arg(self) -> str:
         try:

@@ -1,0 +1,76 @@
+"""Run records: every run and every stage, in one embedded SQLite database per workdir.
+
+One file (<workdir>/runs.db) serves every pipeline in the workdir, so `hybridflow runs` can list
+them all. WAL mode and a busy timeout let runs of different pipelines record at the same time.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY, pipeline TEXT NOT NULL, pipeline_file TEXT, trigger TEXT NOT NULL,
+    started_at TEXT NOT NULL, ended_at TEXT, status TEXT NOT NULL, error TEXT, run_dir TEXT
+);
+CREATE TABLE IF NOT EXISTS stages (
+    run_id TEXT NOT NULL REFERENCES runs(run_id), stage TEXT NOT NULL, backend TEXT NOT NULL,
+    status TEXT NOT NULL, duration REAL, engine_start REAL, rows_in INTEGER, bytes_in INTEGER,
+    rows_out INTEGER, bytes_out INTEGER, skip_reason TEXT, error TEXT, log_path TEXT, outputs TEXT,
+    position INTEGER NOT NULL, PRIMARY KEY (run_id, stage)
+);
+CREATE INDEX IF NOT EXISTS runs_by_pipeline ON runs (pipeline, started_at);
+"""
+
+RUN_FIELDS = ("run_id", "pipeline", "pipeline_file", "trigger", "started_at", "ended_at", "status", "error",
+              "run_dir")
+STAGE_FIELDS = ("run_id", "stage", "backend", "status", "duration", "engine_start", "rows_in", "bytes_in",
+                "rows_out", "bytes_out", "skip_reason", "error", "log_path", "outputs", "position")
+
+
+class RunStore:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with closing(self._connect()) as db, db:
+            db.executescript(SCHEMA)
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=30)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.row_factory = sqlite3.Row
+        return db
+
+    def save_run(self, **run: Any) -> None:
+        self._upsert("runs", RUN_FIELDS, ("run_id",), run)
+
+    def save_stage(self, **stage: Any) -> None:
+        self._upsert("stages", STAGE_FIELDS, ("run_id", "stage"), stage)
+
+    def _upsert(self, table: str, fields: tuple[str, ...], key: tuple[str, ...], values: dict[str, Any]) -> None:
+        updates = ", ".join(f"{f} = excluded.{f}" for f in fields if f not in key)
+        with closing(self._connect()) as db, db:
+            db.execute(f"INSERT INTO {table} ({', '.join(fields)}) VALUES ({', '.join('?' * len(fields))}) "
+                       f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updates}", [values.get(f) for f in fields])
+
+    def runs(self, pipeline: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
+        where, args = ("WHERE pipeline = ?", [pipeline]) if pipeline else ("", [])
+        with closing(self._connect()) as db:
+            rows = db.execute(f"SELECT * FROM runs {where} ORDER BY started_at DESC, rowid DESC LIMIT ?",
+                              [*args, limit]).fetchall()
+        return [dict(r) for r in rows]
+
+    def run(self, run_id: str) -> dict[str, Any] | None:
+        """One run by id, or by a unique prefix of it."""
+        with closing(self._connect()) as db:
+            rows = db.execute("SELECT * FROM runs WHERE run_id LIKE ? ORDER BY run_id",
+                              [run_id.replace("%", "") + "%"]).fetchall()
+        return dict(rows[0]) if len(rows) == 1 else None
+
+    def stages(self, run_id: str) -> list[dict[str, Any]]:
+        with closing(self._connect()) as db:
+            rows = db.execute("SELECT * FROM stages WHERE run_id = ? ORDER BY position", [run_id]).fetchall()
+        return [dict(r) for r in rows]
