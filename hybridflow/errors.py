@@ -25,6 +25,11 @@ class ExitCode(IntEnum):
     TERMINATED = 143  # SIGTERM
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (engines attach whole Java or remote tracebacks)."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 class HybridflowError(Exception):
     """Base of all user-facing errors: one line of message plus an optional hint."""
 

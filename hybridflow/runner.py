@@ -29,7 +29,7 @@ from .catalog import Catalog, Version
 from .context import StageContext
 from .errorsite import describe_user_error
 from .contract import declared_schema
-from .errors import ConfigError, DataError, HybridflowError, InterruptedRun, StageError
+from .errors import ConfigError, DataError, HybridflowError, InterruptedRun, StageError, first_line
 from .lock import RunLock
 from .pipeline import Pipeline
 from .stagecode import import_function, module_file
@@ -43,10 +43,6 @@ class Selection:
     only: Sequence[str] = ()
     start: Sequence[str] = ()  # --from
     end: Sequence[str] = ()  # --to
-
-    def as_args(self) -> str:
-        parts = [f"--only {s}" for s in self.only] + [f"--from {s}" for s in self.start]
-        return " ".join(parts + [f"--to {s}" for s in self.end])
 
 
 @dataclass
@@ -308,8 +304,7 @@ class Runner:
         except (KeyboardInterrupt, _Terminated, HybridflowError):
             raise
         except Exception as exc:
-            first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise DataError(f"{backend.name} cannot read input '{dataset}': {first_line}") from exc
+            raise DataError(f"{backend.name} cannot read input '{dataset}': {first_line(exc)}") from exc
 
     def _external_source(self, run_id: str, dataset: str, path: Path, backend) -> TableSource:
         """An external table as the engine will read it. Text formats, and any external input with a
@@ -394,9 +389,7 @@ class Runner:
         rows, size = 0, 0
         for dataset in datasets:
             if self.pipeline.is_external(dataset):
-                path = self.pipeline.external_path(dataset)
-                files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
-                size += sum(f.stat().st_size for f in files)
+                size += sum(f.stat().st_size for f in external_files(self.pipeline.external_path(dataset)))
                 rows = None
             else:
                 version = self.catalog.current(dataset)
@@ -477,11 +470,15 @@ class Runner:
             return str(self.pipeline.file)
 
 
+def external_files(path: Path) -> list[Path]:
+    """The files of an external input given as a file or a directory."""
+    return [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+
+
 def external_fingerprint(path: Path) -> str:
     """A cheap identity of an external input: its files' relative paths, sizes and mtimes."""
     digest = hashlib.sha256()
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-    for file in files:
+    for file in external_files(path):
         stat = file.stat()
         digest.update(f"{file.relative_to(path) if file != path else file.name}\0{stat.st_size}\0"
                       f"{stat.st_mtime_ns}\n".encode())

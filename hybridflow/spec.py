@@ -14,7 +14,6 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSche
 
 from .diagnostics import did_you_mean
 
-BACKENDS = ("python", "spark", "dask", "ray")
 Backend = Literal["python", "spark", "dask", "ray"]
 
 PIPELINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import pyarrow as pa
 
-from ..errors import UnavailableError
+from ..errors import UnavailableError, first_line
 from ..tables import TableSource, add_partitions_from_paths, read_arrow
 from .base import Backend, check_reachable, split_host_port
 
@@ -53,7 +53,7 @@ class RayBackend(Backend):
             ray.init(**options)
         except Exception as exc:
             raise UnavailableError(f"ray failed to start ({self.settings.address or 'local'}): "
-                                   f"{str(exc).strip().splitlines()[0] if str(exc).strip() else exc}") from exc
+                                   f"{first_line(exc)}") from exc
         context = ray.data.DataContext.get_current()
         context.enable_progress_bars = False
         context.print_on_execution_start = False

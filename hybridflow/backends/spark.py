@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import pyarrow as pa
 
-from ..errors import DataError, UnavailableError
+from ..errors import DataError, UnavailableError, first_line
 from ..tables import TableSource
 from .base import Backend, case_collisions, check_reachable, code_archive, split_host_port
 
@@ -69,7 +69,7 @@ class SparkBackend(Backend):
                 warnings.simplefilter("ignore")  # pyspark's notice about pandas 3 on import
                 self.session = builder.getOrCreate()
         except Exception as exc:
-            raise UnavailableError(f"spark failed to start (master {self.master}): {_first_line(exc)}",
+            raise UnavailableError(f"spark failed to start (master {self.master}): {first_line(exc)}",
                                    hint=f"see {self.log_dir / 'engines.log'}") from exc
         self.session.sparkContext.setLogLevel("ERROR")
         for path in code:  # Python UDFs run in worker processes, which import the stage modules
@@ -152,10 +152,6 @@ def _check_representable(dataset: str, schema: pa.Schema) -> None:
     if clashes:
         raise DataError(f"dataset '{dataset}': columns {', '.join(clashes)} differ only by case, which Spark "
                         "cannot read", hint="rename one of them in the stage that produces it")
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def create(settings, log_dir: Path) -> SparkBackend:
