@@ -115,7 +115,8 @@ class Catalog:
 
     def prepare(self, name: str, staging: Path, *, kind: str, stage: str, run_id: str,
                 inputs: dict[str, str], declared: dict[str, pa.DataType] | None = None,
-                partition_by: tuple[str, ...] = (), written: pa.Schema | None = None) -> Version:
+                partition_by: tuple[str, ...] = (), written: pa.Schema | None = None,
+                fingerprint: dict[str, Any] | None = None) -> Version:
         """Check, hash and fsync what a stage wrote, and move it into an immutable version directory
         that no reader sees until commit() points the dataset at it."""
         files = _list_files(staging, name)
@@ -124,6 +125,8 @@ class Catalog:
             "created_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
             "inputs": inputs, "files": [_describe(staging, f) for f in files],
         }
+        if fingerprint is not None:
+            manifest["fingerprint"] = fingerprint
         if kind == "table":
             manifest.update(_table_facts(name, staging, files, declared, tuple(partition_by), written))
         faults.checkpoint("publish:staged")
@@ -146,6 +149,54 @@ class Catalog:
         """Make a prepared version the dataset's current one: the single atomic step."""
         _write_durably(self.dataset_dir(version.dataset) / POINTER, json.dumps({"version": version.id}) + "\n")
         faults.checkpoint("publish:committed")
+
+    def datasets(self) -> list[str]:
+        root = self.home / "datasets"
+        return sorted(d.name for d in root.iterdir() if d.is_dir()) if root.is_dir() else []
+
+    def versions(self, name: str) -> list[str]:
+        """Every version id of a dataset, oldest first (ids start with their UTC creation time)."""
+        directory = self.dataset_dir(name) / "versions"
+        return sorted(d.name for d in directory.iterdir() if d.is_dir()) if directory.is_dir() else []
+
+    def protected(self) -> set[tuple[str, str]]:
+        """(dataset, version) pairs that must never be removed: every current version and, following the
+        recorded inputs, every version the current ones were made from."""
+        keep: set[tuple[str, str]] = set()
+        todo = [(name, v.id) for name in self.datasets() if (v := self.current(name)) is not None]
+        while todo:
+            dataset, version_id = todo.pop()
+            if (dataset, version_id) in keep:
+                continue
+            keep.add((dataset, version_id))
+            try:
+                manifest = json.loads((self.dataset_dir(dataset) / "versions" / version_id / MANIFEST).read_text())
+            except (FileNotFoundError, ValueError):
+                continue
+            todo += [(ds, vid) for ds, vid in manifest.get("inputs", {}).items()
+                     if not str(vid).startswith("external:") and _COMPONENT.match(ds)]
+        return keep
+
+    def collect_garbage(self, keep: int, dry_run: bool = False) -> list[tuple[str, str]]:
+        """Remove all but the newest `keep` versions of each dataset, never a protected one (only ever
+        under the run lock). A version is first renamed out of versions/ and then deleted, so a crash
+        half-way leaves trash, never a half-deleted version."""
+        protected = self.protected()
+        removed = []
+        for dataset in self.datasets():
+            versions = self.versions(dataset)
+            old = versions[:-keep] if keep > 0 else versions
+            for version_id in old:
+                if (dataset, version_id) in protected:
+                    continue
+                removed.append((dataset, version_id))
+                if not dry_run:
+                    trash = self.home / "trash" / f"{dataset}-{version_id}"
+                    trash.parent.mkdir(parents=True, exist_ok=True)
+                    os.rename(self.dataset_dir(dataset) / "versions" / version_id, trash)
+        if not dry_run:
+            shutil.rmtree(self.home / "trash", ignore_errors=True)
+        return removed
 
     @staticmethod
     def _child(parent: Path, name: str) -> Path:

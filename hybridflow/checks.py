@@ -18,7 +18,7 @@ from .stagecode import inspect_target
 def check_pipeline(pipeline: Pipeline) -> list[Problem]:
     problems: list[Problem] = []
     for check in (_check_root, _check_names, _check_producers, _check_inputs, _check_datasets,
-                  _check_cycles, _check_functions, _check_extras):
+                  _check_incremental, _check_cycles, _check_functions, _check_extras):
         problems += check(pipeline)
     return problems
 
@@ -31,6 +31,34 @@ def name_problem(name: str, what: str) -> str | None:
     if keyword.iskeyword(name) or name == signature.CTX:
         return f"{what} name '{name}' is reserved in Python stage functions: choose another name"
     return None
+
+
+def _check_incremental(p: Pipeline) -> list[Problem]:
+    """An incremental stage maps each partition of one partitioned input to the same partitions of each
+    of its outputs, so those must exist and line up."""
+    problems = []
+    for stage, spec in p.stages.items():
+        if not spec.incremental:
+            continue
+        at = ("stages", stage, "incremental")
+        partitioned = [ds for ds in spec.inputs if p.dataset(ds).partition_by]
+        if len(partitioned) != 1:
+            found = f"it has {len(partitioned)} ({', '.join(partitioned)})" if partitioned else "it has none"
+            problems.append(p.source.problem(at, f"incremental stage '{stage}' needs exactly one input with "
+                                                 f"partition_by to process partition by partition; {found}"))
+            continue
+        columns = p.dataset(partitioned[0]).partition_by
+        for ds in spec.outputs:
+            out = p.dataset(ds)
+            if out.kind == "files":
+                problems.append(p.source.problem(at, f"incremental stage '{stage}' cannot have the files output "
+                                                     f"'{ds}': only partitioned tables can be updated in part"))
+            elif out.partition_by != columns:
+                problems.append(p.source.problem(
+                    at, f"output '{ds}' of incremental stage '{stage}' must be partitioned like its input "
+                        f"'{partitioned[0]}' (partition_by: [{', '.join(columns)}]), not "
+                        f"[{', '.join(out.partition_by)}]"))
+    return problems
 
 
 def _check_root(p: Pipeline) -> list[Problem]:

@@ -113,14 +113,61 @@ def validate(
         raise typer.Exit(int(ExitCode.CONFIG))
 
 
+OnlyOption = typer.Option(None, "--only", help="Run only this stage (repeatable).")
+FromOption = typer.Option(None, "--from", help="Run this stage and everything after it.")
+ToOption = typer.Option(None, "--to", help="Run this stage and everything before it.")
+ForceOption = typer.Option(None, "--force", metavar="[STAGE,...]",
+                           help="Run stages even if they are up to date: all of them, or the stages named "
+                                "(comma-separated). Put it after PIPELINE.yaml.")
+
+
+def _force_set(pipeline, force: str | None):
+    """--force -> True (every stage); --force a,b -> {'a', 'b'}, checked against the pipeline."""
+    if force is None:
+        return False
+    if force == "*":
+        return True
+    from .diagnostics import did_you_mean
+
+    names = {n.strip() for n in force.split(",") if n.strip()}
+    for name in names:
+        if name not in pipeline.stages:
+            hint = "put --force after PIPELINE.yaml" if name.endswith((".yaml", ".yml")) else None
+            raise UsageError(f"--force: no stage named '{name}'{did_you_mean(name, pipeline.stages)}", hint=hint)
+    return names
+
+
+@app.command()
+@_guarded
+def plan(
+    pipeline_file: Path = typer.Argument(..., metavar="PIPELINE.yaml"),
+    only: Optional[List[str]] = OnlyOption,
+    start: Optional[List[str]] = FromOption,
+    end: Optional[List[str]] = ToOption,
+    params: Optional[List[str]] = ParamOption,
+    force: Optional[str] = ForceOption,
+    verbose: bool = VerboseOption,
+) -> None:
+    """Show which stages a run would execute or skip, and why. Starts no engine."""
+    from .config import load_pipeline
+    from .runner import Runner, Selection
+
+    pipeline = load_pipeline(pipeline_file, params or [])
+    runner = Runner(pipeline, Selection(only or (), start or (), end or ()), force=_force_set(pipeline, force))
+    _print_plan(runner)
+
+
 @app.command()
 @_guarded
 def run(
     pipeline_file: Path = typer.Argument(..., metavar="PIPELINE.yaml"),
-    only: Optional[List[str]] = typer.Option(None, "--only", help="Run only this stage (repeatable)."),
-    start: Optional[List[str]] = typer.Option(None, "--from", help="Run this stage and everything after it."),
-    end: Optional[List[str]] = typer.Option(None, "--to", help="Run this stage and everything before it."),
+    only: Optional[List[str]] = OnlyOption,
+    start: Optional[List[str]] = FromOption,
+    end: Optional[List[str]] = ToOption,
     params: Optional[List[str]] = ParamOption,
+    force: Optional[str] = ForceOption,
+    resume: bool = typer.Option(False, "--resume", help="Continue the last run if it failed or was interrupted: "
+                                "same stages and --param values; finished stages are skipped."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and run nothing."),
     keep_going: bool = typer.Option(False, "--keep-going", "-k",
                                     help="After a failure, still run stages that do not depend on it."),
@@ -135,19 +182,28 @@ def run(
     pipeline = load_pipeline(pipeline_file, params or [])
     if trigger not in ("manual", "cron"):
         raise ConfigError(f"--trigger must be manual or cron, not '{trigger}'")
-    runner = Runner(pipeline, Selection(only or (), start or (), end or ()), keep_going=keep_going,
-                    wait_for_lock=wait, trigger=trigger)
+    arguments = {"only": only or [], "from": start or [], "to": end or [], "params": params or []}
+    if resume:
+        if only or start or end or params:
+            raise UsageError("--resume repeats the last run's --only/--from/--to/--param; do not give them again")
+        last = _last_run(pipeline)
+        if last is None or last["status"] == "success":
+            done = f"the last run, {last['run_id']}, succeeded" if last else "this pipeline has no run yet"
+            out.print(f"nothing to resume: {done}")
+            return
+        arguments = json.loads(last["arguments"] or "{}") or arguments
+        pipeline = load_pipeline(pipeline_file, arguments.get("params", []))
+        err.print(f"resuming run {last['run_id']} ({last['status']})", markup=False)
+    runner = Runner(pipeline, Selection(arguments.get("only", ()), arguments.get("from", ()), arguments.get("to", ())),
+                    keep_going=keep_going, wait_for_lock=wait, trigger=trigger, force=_force_set(pipeline, force),
+                    arguments=arguments)
     if dry_run:
         _print_plan(runner)
         return
     from .progress import listener_for, summary_line, summary_table
 
-    listener = listener_for(err)
-    runner.listener = listener
-    try:
-        result = runner.run()
-    finally:
-        listener.close()
+    runner.listener = listener_for(err)
+    result = _run_notifying_failed_start(runner)
     out.print(summary_table(result))
     out.print(summary_line(result))
     for stage in result.failed:
@@ -155,20 +211,100 @@ def run(
         err.print(f"  log: {stage.log_path}", soft_wrap=True, markup=False)
     if result.resume_command:
         err.print(f"resume with: {result.resume_command}", soft_wrap=True, markup=False)
+    from .notify import run_summary
+
+    _notify(pipeline, run_summary(pipeline, result, trigger))
     if result.error is not None:
         raise typer.Exit(int(result.error.exit_code))
 
 
+def _run_notifying_failed_start(runner):
+    """runner.run(), except that a run failing before its stages start (a missing input, an engine not
+    installed) still sends its failure notification: under cron nobody reads the error line."""
+    from datetime import datetime, timezone
+    import time
+
+    from .errors import LockedError
+    from .notify import failed_start_summary
+
+    started, clock = datetime.now(timezone.utc), time.monotonic()
+    try:
+        try:
+            return runner.run()
+        finally:
+            runner.listener.close()
+    except LockedError:
+        # Deliberately not notified: another run of this pipeline is legitimately in progress and will
+        # report its own outcome; notifying here would page someone on every overlapping cron tick.
+        raise
+    except HybridflowError as exc:
+        _notify(runner.pipeline, failed_start_summary(
+            runner.pipeline, exc, run_id=runner.run_id, trigger=runner.trigger, stages=runner.stages,
+            started_at=started, duration=time.monotonic() - clock))
+        raise
+
+
+def _notify(pipeline, summary: dict) -> None:
+    """Send the notifications `notify:` asks for. A failed delivery is a warning: never another exit code."""
+    from .notify import deliver
+
+    for delivery in deliver(pipeline, summary):
+        if delivery.ok:
+            err.print(f"[dim]notified by {delivery.channel}: {escape(delivery.detail)}[/]", soft_wrap=True)
+        else:
+            err.print(f"[yellow]warning:[/] notification by {delivery.channel} failed: {escape(delivery.detail)}",
+                      soft_wrap=True)
+
+
+def _last_run(pipeline):
+    from .state import RunStore
+
+    db = pipeline.workdir / "runs.db"
+    return RunStore(db).last_run(pipeline.name) if db.exists() else None
+
+
 def _print_plan(runner) -> None:
-    out.print(f"[bold]{runner.pipeline.name}[/]: {len(runner.stages)} stages would run, in this order")
-    for number, (stage, inputs) in enumerate(runner.plan().items(), 1):
-        spec = runner.pipeline.stages[stage]
-        out.print(f"{number:>3}. [bold]{stage}[/] on {spec.backend}: {spec.run}")
+    from .progress import plan_table
+
+    decisions = runner.decisions()
+    out.print(plan_table(runner, decisions))
+    for stage, inputs in runner.plan().items():
         for item in inputs:
-            style = "red" if item.state == "missing" else "dim"
-            out.print(f"       in  {item.dataset}: [{style}]{item.state}[/] ({escape(item.detail)})", soft_wrap=True)
-        for ds in spec.outputs:
-            out.print(f"       out {ds}")
+            if item.state == "missing":
+                out.print(f"[red]missing input[/] {item.dataset} of stage {stage}: {escape(item.detail)}",
+                          soft_wrap=True)
+    runs = sum(d.action != "skip" for d in decisions.values())
+    out.print(f"{runs} of {len(decisions)} stages to run, {len(decisions) - runs} up to date")
+
+
+@app.command()
+@_guarded
+def gc(
+    pipeline_file: Path = typer.Argument(..., metavar="PIPELINE.yaml"),
+    keep: Optional[int] = typer.Option(None, "--keep", min=1, help="Versions to keep per dataset "
+                                       "(default: the pipeline's keep_versions)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List what would be removed."),
+    verbose: bool = VerboseOption,
+) -> None:
+    """Remove old dataset versions, never a current one or one the current versions were made from."""
+    from .catalog import Catalog
+    from .config import load_pipeline
+    from .lock import RunLock
+    from .runner import new_run_id
+
+    pipeline = load_pipeline(pipeline_file)
+    home = pipeline.workdir / pipeline.name
+    keep = keep or pipeline.spec.keep_versions
+    lock = RunLock(home / "run.lock")
+    lock.acquire(f"gc-{new_run_id()}")
+    try:
+        removed = Catalog(home).collect_garbage(keep, dry_run=dry_run)
+    finally:
+        lock.release()
+    verb = "would remove" if dry_run else "removed"
+    for dataset, version in removed:
+        out.print(f"{verb} {dataset}@{version}", markup=False)
+    out.print(f"{verb} {len(removed)} versions (keeping {keep} per dataset and every version in use)")
 
 
 @app.command()
@@ -291,8 +427,19 @@ def _root() -> None:
     """hybridflow: one YAML pipeline, each stage on the engine that suits it."""
 
 
+def _bare_force(argv: list[str]) -> list[str]:
+    """`--force` alone means every stage: give it the value '*' (the parser wants a value)."""
+    fixed = list(argv)
+    for i, arg in enumerate(fixed):
+        if arg == "--":
+            break
+        if arg == "--force" and (i + 1 == len(fixed) or fixed[i + 1].startswith("-")):
+            fixed[i] = "--force=*"
+    return fixed
+
+
 def main() -> None:
-    app()
+    app(args=_bare_force(sys.argv[1:]))
 
 
 if __name__ == "__main__":

@@ -106,12 +106,30 @@ def summary_line(result: RunResult) -> Text:
 
 def summary_table(result: RunResult) -> Table:
     table = Table()
-    for column in ("stage", "backend", "status", "duration", "rows", "bytes"):
-        table.add_column(column, justify="right" if column in ("duration", "rows", "bytes") else "left")
+    for column in ("stage", "backend", "status", "duration", "rows", "bytes", "why"):
+        table.add_column(column, justify="right" if column in ("duration", "rows", "bytes") else "left",
+                         overflow="fold")
     for stage in result.stages.values():
+        why = "" if stage.status == "failed" else stage.reason or ""
         table.add_row(stage.name, stage.backend, Text(stage.status, style=STYLES.get(stage.status, "")),
                       f"{stage.duration:.1f}s" if stage.duration is not None else "",
-                      f"{stage.rows_out:,}" if stage.rows_out is not None else "", _size(stage.bytes_out))
+                      f"{stage.rows_out:,}" if stage.rows_out is not None else "", _size(stage.bytes_out),
+                      Text(why, style="dim"))
+    return table
+
+
+PLAN_STYLES = {"run": "cyan", "incremental": "cyan", "skip": "green"}
+
+
+def plan_table(runner, decisions: dict) -> Table:
+    """What `run` would do now, stage by stage, and why."""
+    table = Table(title=f"{runner.pipeline.name}: plan", title_justify="left")
+    for column in ("#", "stage", "backend", "will", "why"):
+        table.add_column(column, justify="right" if column == "#" else "left", overflow="fold")
+    for number, (stage, decision) in enumerate(decisions.items(), 1):
+        will = {"skip": "skip", "run": "run", "incremental": "run (incremental)"}[decision.action]
+        table.add_row(str(number), stage, runner.pipeline.stages[stage].backend,
+                      Text(will, style=PLAN_STYLES[decision.action]), decision.reason)
     return table
 
 

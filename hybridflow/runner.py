@@ -11,14 +11,13 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
 import secrets
 import signal
 import time
 import traceback
 
 import pyarrow as pa
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
@@ -30,12 +29,14 @@ from .context import StageContext
 from .errorsite import describe_user_error
 from .contract import declared_schema
 from .errors import ConfigError, DataError, HybridflowError, InterruptedRun, StageError, first_line
+from .incremental import carry_over, partition_key
 from .lock import RunLock
 from .pipeline import Pipeline
+from .planner import INCREMENTAL, SKIP, Decision, Planner
 from .stagecode import import_function, module_file
 from .stagelog import stage_log
 from .state import RunStore
-from .tables import TableSource, read_arrow, write_arrow
+from .tables import TableSource, ensure_schema_file, read_arrow, write_arrow
 
 
 @dataclass
@@ -49,7 +50,7 @@ class Selection:
 class StageResult:
     name: str
     backend: str
-    status: str = "waiting"  # waiting | running | done | failed | skipped | not run
+    status: str = "waiting"  # waiting | running | done | failed | skipped (up to date) | not run
     started_at: float | None = None
     duration: float | None = None
     engine_start: float | None = None  # seconds, when this stage was the one that started its engine
@@ -58,7 +59,8 @@ class StageResult:
     rows_out: int | None = None
     bytes_out: int | None = None
     error: str | None = None
-    reason: str | None = None  # why it was skipped or not run
+    reason: str | None = None  # why it ran, was skipped or was not run
+    fingerprint: str | None = None
     log_path: str | None = None
     outputs: dict[str, str] = field(default_factory=dict)  # dataset -> published version
 
@@ -109,7 +111,8 @@ def new_run_id() -> str:
 class Runner:
     def __init__(self, pipeline: Pipeline, selection: Selection | None = None, *, keep_going: bool = False,
                  listener: Listener | None = None, wait_for_lock: bool = False, trigger: str = "manual",
-                 engines: dict[str, Any] | None = None) -> None:
+                 engines: dict[str, Any] | None = None, force: bool | set[str] = False,
+                 arguments: dict[str, Any] | None = None) -> None:
         self.pipeline = pipeline
         self.selection = selection or Selection()
         self.keep_going = keep_going
@@ -120,11 +123,18 @@ class Runner:
         self.catalog = Catalog(self.home)
         self.store = RunStore(pipeline.workdir / "runs.db")
         self.stages = pipeline.dag.select(self.selection.only, self.selection.start, self.selection.end)
+        self.planner = Planner(pipeline, self.catalog, force)
+        self.arguments = arguments or {}  # how the run was asked for, so --resume can ask again
         self._given = dict(engines or {})  # started by the caller: used, never stopped here
         self._engines: dict[str, Any] = {}
         self._engine_seconds: dict[str, float] = {}
         self._signals = _SignalState()
         self._run_id: str | None = None
+
+    @property
+    def run_id(self) -> str | None:
+        """The id of the run started by run(), even when it failed before returning a result."""
+        return self._run_id
 
     # -- planning -------------------------------------------------------------------------------
 
@@ -135,6 +145,19 @@ class Runner:
         for stage in self.stages:
             plan[stage] = [self._plan_input(ds, produced_here) for ds in self.pipeline.stages[stage].inputs]
         return plan
+
+    def decisions(self) -> dict[str, Decision]:
+        """What each selected stage would do now: an input an earlier stage will rebuild makes the
+        stage run (the runner decides again, on the real inputs, when it gets there)."""
+        rebuilt: dict[str, str] = {}
+        decisions = {}
+        for stage in self.stages:
+            decision = self.planner.decide(stage, rebuilt)
+            decisions[stage] = decision
+            if decision.action != SKIP:
+                for ds in self.pipeline.stages[stage].outputs:
+                    rebuilt.setdefault(ds, stage)
+        return decisions
 
     def _plan_input(self, dataset: str, produced_here: set[str]) -> PlannedInput:
         if dataset in produced_here:
@@ -175,7 +198,7 @@ class Runner:
         status, error = "failed", None
         record = {"run_id": run_id, "pipeline": self.pipeline.name, "pipeline_file": str(self.pipeline.file),
                   "trigger": self.trigger, "started_at": started.isoformat(timespec="milliseconds"),
-                  "run_dir": str(run_dir)}
+                  "run_dir": str(run_dir), "arguments": json.dumps(self.arguments)}
         self.store.save_run(**record, status="running")
         try:
             # Under the lock no other run is writing: whatever is in staging is a dead run's leftovers.
@@ -191,6 +214,8 @@ class Runner:
             with _signals_as_exceptions(self._signals):
                 status, error = self._run_stages(run_id, run_dir, results)
                 self._signals.check()
+            if status == "success":
+                self.catalog.collect_garbage(self.pipeline.spec.keep_versions)
         except (KeyboardInterrupt, _Terminated) as exc:
             status = "interrupted"
             error = InterruptedRun(getattr(exc, "signum", signal.SIGINT))
@@ -206,9 +231,8 @@ class Runner:
         result = RunResult(run_id, self.pipeline.name, status, results, dict(self._engine_seconds),
                            started.isoformat(timespec="seconds"), time.monotonic() - clock, run_dir,
                            error=error)
-        if status != "success" and (failed := result.failed):
-            result.resume_command = f"hybridflow run {self._file_arg()} --from {failed[0].name}"
-        _write_record(result, self.pipeline.redact)
+        if status != "success" and result.failed or status == "interrupted":
+            result.resume_command = f"hybridflow run {self._file_arg()} --resume"
         self.store.save_run(**record, status=status, ended_at=_now(),
                             error=self.pipeline.redact(error.one_line()) if error else None)
         return result
@@ -219,21 +243,27 @@ class Runner:
             self._signals.check()
             result = results[stage]
             blocked = [p for p in self.pipeline.dag.upstream[stage]
-                       if p in results and results[p].status in ("failed", "skipped", "not run")]
+                       if p in results and results[p].status in ("failed", "not run")]
             if blocked:
-                self._finish(result, "skipped", reason=f"upstream stage '{blocked[0]}' did not finish")
+                self._finish(result, "not run", reason=f"upstream stage '{blocked[0]}' did not finish")
                 continue
             if first_error and not self.keep_going:
                 self._finish(result, "not run", reason="an earlier stage failed")
                 continue
             try:
-                self._run_stage(run_id, run_dir, result)
+                decision = self.planner.decide(stage)
+                result.reason = decision.reason
+                result.fingerprint = decision.fingerprint.digest if decision.fingerprint else None
+                if decision.action == SKIP:
+                    self._finish(result, "skipped", reason=decision.reason)
+                    continue
+                self._run_stage(run_id, run_dir, result, decision)
             except HybridflowError as exc:
                 first_error = first_error or exc
                 self._finish(result, "failed", error=self.pipeline.redact(exc.one_line()))
         return ("failed", first_error) if first_error else ("success", None)
 
-    def _run_stage(self, run_id: str, run_dir: Path, result: StageResult) -> None:
+    def _run_stage(self, run_id: str, run_dir: Path, result: StageResult, decision: Decision) -> None:
         spec = self.pipeline.stages[result.name]
         log_path = run_dir / "logs" / f"{result.name}.log"
         result.log_path = str(log_path)
@@ -247,16 +277,21 @@ class Runner:
                 if spec.backend not in started_engines:
                     result.engine_start = self._engine_seconds.get(spec.backend)
                 result.rows_in, result.bytes_in = self._input_size(spec.inputs)
+                log.info("running: %s", decision.reason)
                 self._signals.check()
-                produced = self._call(run_id, result, backend, log, log_stream)
+                if decision.action == INCREMENTAL and not decision.changes.changed:
+                    produced = {}  # partitions were only removed: nothing to compute
+                else:
+                    produced = self._call(run_id, result, backend, log, log_stream, decision)
                 self._signals.check()
-                self._publish(run_id, result, backend, produced, log)
+                self._publish(run_id, result, backend, produced, log, decision)
             except HybridflowError as exc:
                 log.error("stage failed: %s", self.pipeline.redact(exc.one_line()), exc_info=exc)
                 raise
-        self._finish(result, "done")
+        self._finish(result, "done", reason=result.reason)
 
-    def _call(self, run_id: str, result: StageResult, backend, log: logging.Logger, log_stream) -> dict[str, Any]:
+    def _call(self, run_id: str, result: StageResult, backend, log: logging.Logger, log_stream,
+              decision: Decision) -> dict[str, Any]:
         spec = self.pipeline.stages[result.name]
         params = self.pipeline.params_for(result.name)
         try:
@@ -269,7 +304,10 @@ class Runner:
         problems = signature.call_problems(parameters, spec.inputs, params)
         if problems:
             raise ConfigError(f"cannot call {spec.run}: {problems[0]}")
-        inputs = {ds: self._read(run_id, ds, backend) for ds in spec.inputs}
+        only = {}
+        if decision.action == INCREMENTAL:  # the partitioned input: its new or changed partitions only
+            only[self.planner.partitioned_input(result.name)] = set(decision.changes.changed)
+        inputs = {ds: self._read(run_id, ds, backend, only.get(ds)) for ds in spec.inputs}
         files_dirs = {ds: self.catalog.new_staging(run_id, ds)
                       for ds in spec.outputs if self.pipeline.dataset(ds).kind == "files"}
         previous = {ds: getattr(self.catalog.current(ds), "directory", None) for ds in files_dirs}
@@ -287,18 +325,21 @@ class Runner:
             raise self._user_error(exc, log) from exc
         return self._outputs_of(result.name, returned, backend)
 
-    def _read(self, run_id: str, dataset: str, backend) -> Any:
+    def _read(self, run_id: str, dataset: str, backend, partitions: set[str] | None = None) -> Any:
+        """An input as the engine's frame; `partitions`: read only these (incremental stages)."""
         ds = self.pipeline.dataset(dataset)
         if self.pipeline.is_external(dataset):
             path = self.pipeline.external_path(dataset)
             if ds.kind == "files":
                 return path
-            source = self._external_source(run_id, dataset, path, backend)
+            source = self._external_source(run_id, dataset, path, backend, partitions)
         else:
             version = self.catalog.current(dataset)
             if ds.kind == "files":
                 return version.directory
             source = version.source()
+            if partitions is not None:
+                source = _only_partitions(source, partitions)
         try:
             return backend.read(source)
         except (KeyboardInterrupt, _Terminated, HybridflowError):
@@ -306,7 +347,8 @@ class Runner:
         except Exception as exc:
             raise DataError(f"{backend.name} cannot read input '{dataset}': {first_line(exc)}") from exc
 
-    def _external_source(self, run_id: str, dataset: str, path: Path, backend) -> TableSource:
+    def _external_source(self, run_id: str, dataset: str, path: Path, backend,
+                         partitions: set[str] | None = None) -> TableSource:
         """An external table as the engine will read it. Text formats, and any external input with a
         declared schema, are read, checked and typed once by pyarrow and handed to the engines as
         staged Parquet, so every engine sees the same columns and types (the python backend reads
@@ -315,6 +357,8 @@ class Runner:
         declared = declared_schema(ds.schema_)
         schema = pa.schema(list(declared.items())) if declared else None
         source = TableSource(dataset, (path,), ds.format, schema, tuple(ds.partition_by), path)
+        if partitions is not None:
+            source = _only_partitions(source, partitions, sorted(path.rglob("*.parquet")))
         if backend.name == "python" or (ds.format == "parquet" and schema is None):
             return source
         table = read_arrow(source)
@@ -351,12 +395,12 @@ class Runner:
         return frames
 
     def _publish(self, run_id: str, result: StageResult, backend, frames: dict[str, Any],
-                 log: logging.Logger) -> None:
+                 log: logging.Logger, decision: Decision) -> None:
         """Write and check every output first, then commit them all: an output that breaks its
         contract leaves every dataset of the stage as it was."""
         spec = self.pipeline.stages[result.name]
         inputs = {ds: self._input_version(ds) for ds in spec.inputs}
-        prepared = [self._prepare(run_id, result.name, dataset, backend, frames, inputs, log)
+        prepared = [self._prepare(run_id, result.name, dataset, backend, frames, inputs, log, decision)
                     for dataset in spec.outputs]
         self._signals.check()  # the last moment a stop request can still leave everything as it was
         for version in prepared:
@@ -367,22 +411,32 @@ class Runner:
         result.bytes_out = sum(v.bytes for v in prepared)
 
     def _prepare(self, run_id: str, stage: str, dataset: str, backend, frames: dict[str, Any],
-                 inputs: dict[str, str], log: logging.Logger) -> Version:
+                 inputs: dict[str, str], log: logging.Logger, decision: Decision) -> Version:
         ds = self.pipeline.dataset(dataset)
+        partition_by = tuple(ds.partition_by)
         written = None
         if ds.kind == "files":
             staging = self.catalog.staging_root() / run_id / dataset
         else:
             staging = self.catalog.new_staging(run_id, dataset)
-            try:
-                written = backend.write(frames[dataset], staging, tuple(ds.partition_by))
-            except (KeyboardInterrupt, _Terminated, HybridflowError):
-                raise
-            except Exception as exc:  # engines compute lazily: the stage's own code fails here
-                raise self._user_error(exc, log) from exc
+            if dataset in frames:
+                try:
+                    written = backend.write(frames[dataset], staging, partition_by)
+                except (KeyboardInterrupt, _Terminated, HybridflowError):
+                    raise
+                except Exception as exc:  # engines compute lazily: the stage's own code fails here
+                    raise self._user_error(exc, log) from exc
+        if decision.action == INCREMENTAL:
+            previous = decision.previous[dataset]
+            written = written or previous.schema
+            carry_over(dataset, staging, previous.directory, previous.manifest, decision.changes, partition_by)
+            ensure_schema_file(staging, written, partition_by)  # every partition removed: still a schema
+            log.info("output %s: %d partitions written, %d carried over, %d removed", dataset,
+                     len(decision.changes.changed), len(decision.changes.unchanged), len(decision.changes.removed))
         return self.catalog.prepare(dataset, staging, kind=ds.kind, stage=stage, run_id=run_id, inputs=inputs,
-                                    declared=declared_schema(ds.schema_), partition_by=tuple(ds.partition_by),
-                                    written=written)
+                                    declared=declared_schema(ds.schema_), partition_by=partition_by,
+                                    written=written,
+                                    fingerprint=decision.fingerprint.record() if decision.fingerprint else None)
 
     def _input_size(self, datasets: list[str]) -> tuple[int | None, int | None]:
         """Rows and bytes a stage reads: from manifests; an external input counts its bytes only."""
@@ -460,7 +514,7 @@ class Runner:
             run_id=self._run_id, stage=result.name, backend=result.backend, status=result.status,
             duration=result.duration, engine_start=result.engine_start, rows_in=result.rows_in,
             bytes_in=result.bytes_in, rows_out=result.rows_out, bytes_out=result.bytes_out,
-            skip_reason=result.reason, error=result.error, log_path=result.log_path,
+            skip_reason=result.reason, error=result.error, log_path=result.log_path, fingerprint=result.fingerprint,
             outputs=json.dumps(result.outputs) if result.outputs else None, position=self.stages.index(result.name))
 
     def _file_arg(self) -> str:
@@ -468,6 +522,14 @@ class Runner:
             return str(self.pipeline.file.relative_to(Path.cwd()))
         except ValueError:
             return str(self.pipeline.file)
+
+
+def _only_partitions(source: TableSource, partitions: set[str], files: list[Path] | None = None) -> TableSource:
+    """The same dataset restricted to some of its partitions (by partition key, e.g. 'week=2026-11-16')."""
+    base = source.base or source.files[0]
+    chosen = tuple(f for f in (files if files is not None else source.files)
+                   if partition_key(f.relative_to(base), source.partition_by) in partitions)
+    return TableSource(source.name, chosen, source.format, source.schema, source.partition_by, base)
 
 
 def external_files(path: Path) -> list[Path]:
@@ -522,17 +584,3 @@ def _signals_as_exceptions(state: _SignalState):
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-
-
-def _write_record(result: RunResult, redact) -> None:
-    result.run_dir.mkdir(parents=True, exist_ok=True)
-    record = {
-        "run_id": result.run_id, "pipeline": result.pipeline, "status": result.status,
-        "started_at": result.started_at, "duration": round(result.duration, 3), "engines": result.engines,
-        "error": redact(result.error.one_line()) if result.error else None, "resume": result.resume_command,
-        "stages": {name: {k: v for k, v in asdict(s).items() if k != "started_at"}
-                   for name, s in result.stages.items()},
-    }
-    tmp = result.run_dir / ".run.json.tmp"
-    tmp.write_text(json.dumps(record, indent=1))
-    os.replace(tmp, result.run_dir / "run.json")

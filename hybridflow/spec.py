@@ -10,7 +10,8 @@ import re
 import zoneinfo
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator,
+                      model_validator)
 
 from .diagnostics import did_you_mean
 
@@ -118,6 +119,8 @@ class StageSpec(_Section):
     gpu: GpuMode = False
     retries: int = Field(0, ge=0, le=100)
     timeout: Duration = None
+    incremental: bool = Field(False, description="call the stage only for the new or changed partitions of its "
+                                                 "partitioned input, keeping the output partitions of the others")
     description: str | None = None
 
     @field_validator("run")
@@ -153,16 +156,82 @@ class ScheduleSpec(_Section):
         return value
 
 
+NOTIFY_TIMEOUT = 10.0  # seconds, for each POST attempt and for the command
+
+
+class NotifySpec(_Section):
+    """Who to tell when a run ends: a JSON summary POSTed to a URL and/or piped to a command's stdin."""
+
+    on: list[Literal["failure", "success"]] = Field(
+        default_factory=lambda: ["failure"], min_length=1,
+        description="when to notify: failure (the default; interrupted runs count as failures) and/or success")
+    url: str | None = Field(None, description="http(s) URL the JSON summary is POSTed to; may hold ${env:NAME}, "
+                                              "which is never printed or stored")
+    command: list[str] | str | None = Field(
+        None, description="argv list, or a string split like a shell would (but run without one); the JSON "
+                          "summary is on its stdin, HYBRIDFLOW_RUN_ID, HYBRIDFLOW_STATUS and HYBRIDFLOW_PIPELINE "
+                          "in its environment; runs in the pipeline's root")
+    timeout: Duration = Field(NOTIFY_TIMEOUT, description="per delivery attempt; default 10s")
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        from urllib.parse import urlsplit
+
+        if value is None:
+            return value
+        parts = urlsplit(value.strip())
+        if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+            got = f"scheme '{parts.scheme}'" if parts.scheme else "no scheme"
+            raise ValueError(f"must be an http:// or https:// URL with a host ({got}), "
+                             "e.g. https://hooks.example.com/${env:HOOK_TOKEN}")
+        return value.strip()
+
+    @field_validator("command")
+    @classmethod
+    def _argv(cls, value: list[str] | str | None) -> list[str] | str | None:
+        import shlex
+
+        if value is None:
+            return value
+        try:
+            argv = shlex.split(value) if isinstance(value, str) else value
+        except ValueError as exc:  # an unclosed quote
+            raise ValueError(f"cannot split the command: {exc}") from None
+        if not argv or not argv[0]:
+            raise ValueError("the command is empty: write a program and its arguments, "
+                             "e.g. [page-me, --team, ml]")
+        return value
+
+    @model_validator(mode="after")
+    def _somewhere(self) -> "NotifySpec":
+        if self.url is None and self.command is None:
+            raise ValueError("needs a url, a command, or both")
+        return self
+
+    @property
+    def argv(self) -> list[str]:
+        """The command as an argv list; a string is split with shlex and never given to a shell."""
+        import shlex
+
+        if self.command is None:
+            return []
+        return shlex.split(self.command) if isinstance(self.command, str) else list(self.command)
+
+
 class PipelineSpec(_Section):
     name: str = Field(pattern=PIPELINE_NAME.pattern, description="letters, digits, - and _")
     description: str | None = None
     root: str | None = Field(None, description="relative to this file's directory; default: that directory")
     workdir: str = Field(".hybridflow", description="relative to root")
+    keep_versions: int = Field(5, ge=1, description="published versions kept per dataset (older ones are "
+                                                    "removed unless the current versions' lineage needs them)")
     params: Params = Field(default_factory=dict)
     backends: Annotated[BackendSettings, _none_as_empty(BackendSettings)] = Field(default_factory=BackendSettings)
     datasets: Annotated[dict[str, DatasetSpec], _none_as_empty(dict)] = Field(default_factory=dict)
     stages: dict[str, StageSpec] = Field(min_length=1)
     schedule: ScheduleSpec | None = None
+    notify: NotifySpec | None = None
 
 
 def json_schema() -> dict:

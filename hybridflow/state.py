@@ -14,21 +14,23 @@ from typing import Any
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY, pipeline TEXT NOT NULL, pipeline_file TEXT, trigger TEXT NOT NULL,
-    started_at TEXT NOT NULL, ended_at TEXT, status TEXT NOT NULL, error TEXT, run_dir TEXT
+    started_at TEXT NOT NULL, ended_at TEXT, status TEXT NOT NULL, error TEXT, run_dir TEXT, arguments TEXT
 );
 CREATE TABLE IF NOT EXISTS stages (
     run_id TEXT NOT NULL REFERENCES runs(run_id), stage TEXT NOT NULL, backend TEXT NOT NULL,
     status TEXT NOT NULL, duration REAL, engine_start REAL, rows_in INTEGER, bytes_in INTEGER,
     rows_out INTEGER, bytes_out INTEGER, skip_reason TEXT, error TEXT, log_path TEXT, outputs TEXT,
-    position INTEGER NOT NULL, PRIMARY KEY (run_id, stage)
+    position INTEGER NOT NULL, fingerprint TEXT, PRIMARY KEY (run_id, stage)
 );
 CREATE INDEX IF NOT EXISTS runs_by_pipeline ON runs (pipeline, started_at);
 """
 
 RUN_FIELDS = ("run_id", "pipeline", "pipeline_file", "trigger", "started_at", "ended_at", "status", "error",
-              "run_dir")
+              "run_dir", "arguments")
 STAGE_FIELDS = ("run_id", "stage", "backend", "status", "duration", "engine_start", "rows_in", "bytes_in",
-                "rows_out", "bytes_out", "skip_reason", "error", "log_path", "outputs", "position")
+                "rows_out", "bytes_out", "skip_reason", "error", "log_path", "outputs", "position", "fingerprint")
+# columns added after the first release: added to an existing runs.db when it is opened
+ADDED_COLUMNS = {"runs": {"arguments": "TEXT"}, "stages": {"fingerprint": "TEXT"}}
 
 
 class RunStore:
@@ -37,6 +39,11 @@ class RunStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         with closing(self._connect()) as db, db:
             db.executescript(SCHEMA)
+            for table, columns in ADDED_COLUMNS.items():
+                present = {row["name"] for row in db.execute(f"PRAGMA table_info({table})")}
+                for column, kind in columns.items():
+                    if column not in present:
+                        db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, timeout=30)
@@ -69,6 +76,10 @@ class RunStore:
             rows = db.execute("SELECT * FROM runs WHERE run_id LIKE ? ORDER BY run_id",
                               [run_id.replace("%", "") + "%"]).fetchall()
         return dict(rows[0]) if len(rows) == 1 else None
+
+    def last_run(self, pipeline: str) -> dict[str, Any] | None:
+        found = self.runs(pipeline, limit=1)
+        return found[0] if found else None
 
     def stages(self, run_id: str) -> list[dict[str, Any]]:
         with closing(self._connect()) as db:

@@ -32,3 +32,12 @@ class Project:
 @pytest.fixture
 def project(tmp_path: Path) -> Project:
     return Project(tmp_path)
+
+
+def last_run_record(workdir: Path) -> tuple[dict, dict[str, dict]]:
+    """The newest run in <workdir>/runs.db and its stages by name."""
+    from hybridflow.state import RunStore
+
+    store = RunStore(workdir / "runs.db")
+    [run] = store.runs(limit=1)
+    return run, {s["stage"]: s for s in store.stages(run["run_id"])}

@@ -73,7 +73,7 @@ def test_run_failure_shows_one_line_error_log_path_and_resume(project):
     assert result.exit_code == ExitCode.STAGE_FAILED
     assert "bad failed: ValueError: the data is bad: 3 (mypkg/steps.py:" in result.output
     assert "log: " in result.output and "bad.log" in result.output
-    assert f"resume with: hybridflow run {path} --from bad" in result.output
+    assert f"resume with: hybridflow run {path} --resume" in result.output
     assert "Traceback" not in result.output
 
 
@@ -92,8 +92,10 @@ def test_dry_run_prints_plan_and_runs_nothing(project):
     path = project.pipeline(PIPELINE)
     result = invoke("run", path, "--dry-run")
     assert result.exit_code == 0, result.output
-    assert "1. make on python" in result.output and "3. sink on python" in result.output
-    assert "produced in this run" in result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("│")]
+    assert [line.split("│")[2].strip() for line in lines] == ["make", "double", "sink"]
+    assert "never run" in lines[0] and "input numbers will be rebuilt by stage make" in lines[1]
+    assert "3 of 3 stages to run, 0 up to date" in result.output
     assert not (project.home("demo") / "datasets").exists()
 
 

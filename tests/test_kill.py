@@ -14,6 +14,8 @@ import pytest
 
 from hybridflow.catalog import Catalog
 
+from .conftest import last_run_record
+
 STAGE = '''
 import pandas as pd
 
@@ -120,7 +122,6 @@ def slow(table):
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_sigterm_and_sigint_stop_the_run_cleanly(project, signum, code):
-    import json
 
     project.stages(SLOW)
     path = project.pipeline(PIPELINE + '  slow: {run: "mypkg.steps:slow", inputs: [table], outputs: [slowed]}\n')
@@ -133,9 +134,9 @@ def test_sigterm_and_sigint_stop_the_run_cleanly(project, signum, code):
     run.send_signal(signum)
     assert run.wait(30) == code
     assert time.monotonic() - clock < 10
-    [record] = [json.loads(p.read_text()) for p in project.home("killme").glob("runs/*/run.json")]
+    record, stages = last_run_record(project.root / ".hybridflow")
     assert record["status"] == "interrupted"
-    assert record["stages"]["make"]["status"] == "done" and record["stages"]["slow"]["status"] == "failed"
+    assert stages["make"]["status"] == "done" and stages["slow"]["status"] == "failed"
     catalog = Catalog(project.home("killme"))
     assert assert_complete(catalog, "table", 1000) == 1 and catalog.current("slowed") is None
     assert not any((project.home("killme") / "staging").iterdir())

@@ -1,6 +1,5 @@
 """The runner on the python backend: data flow, params, failures, selection and safety."""
 
-import json
 
 import pytest
 
@@ -10,6 +9,8 @@ from hybridflow.errors import DataError, ExitCode, LockedError
 from hybridflow.lock import RunLock
 from hybridflow.runner import Runner, Selection
 from hybridflow.tables import read_arrow
+
+from .conftest import last_run_record
 
 STAGES = '''
 import pandas as pd
@@ -98,8 +99,9 @@ def test_end_to_end_run_publishes_every_output(project):
     assert result.stages["make"].rows_out == 5  # 4 numbers + 1 meta row
     log = (result.run_dir / "logs" / "make.log").read_text()
     assert "hello from make" in log and "making 4 rows" in log
-    record = json.loads((result.run_dir / "run.json").read_text())
-    assert record["status"] == "success" and record["stages"]["sink"]["status"] == "done"
+    record, stages = last_run_record(project.root / ".hybridflow")
+    assert record["run_id"] == result.run_id and record["status"] == "success"
+    assert stages["sink"]["status"] == "done" and stages["make"]["fingerprint"]
     assert not any((project.home("demo") / "staging").iterdir())
 
 
@@ -124,9 +126,9 @@ def test_stage_failure_is_located_in_user_code_and_blocks_dependents(project):
     assert failed.status == "failed"
     assert failed.error.startswith("ValueError: the data is bad: 4 (mypkg/steps.py:")
     assert "in boom" in failed.error
-    assert result.stages["sink"].status == "skipped"
+    assert result.stages["sink"].status == "not run"
     assert "Traceback" in (result.run_dir / "logs" / "double.log").read_text()
-    assert result.resume_command.endswith("--from double")
+    assert result.resume_command.endswith("pipeline.yaml --resume")
     assert Catalog(project.home("demo")).current("doubled") is None
 
 
@@ -146,7 +148,7 @@ def test_keep_going_runs_independent_stages_after_a_failure(project):
     going = run(path, keep_going=True)
     assert going.status == "failed"
     assert going.stages["other"].status == "done"
-    assert going.stages["after_bad"].status == "skipped"
+    assert going.stages["after_bad"].status == "not run"
 
 
 def test_selection_needs_published_inputs(project):
@@ -235,7 +237,7 @@ def test_secrets_from_the_environment_never_reach_logs_or_records(project, monke
     result = run(project.pipeline(text))
     assert result.status == "failed"
     assert secret not in result.stages["leak"].error and "***" in result.stages["leak"].error
-    assert secret not in (result.run_dir / "run.json").read_text()
+    assert secret not in (project.root / ".hybridflow" / "runs.db").read_bytes().decode("latin-1")
     log = (result.run_dir / "logs" / "leak.log").read_text()
     assert "token is ***" in log and "printed ***" in log and secret not in log
 

@@ -21,6 +21,8 @@ import pytest
 from hybridflow.catalog import Catalog
 from hybridflow.tables import read_arrow
 
+from .conftest import last_run_record
+
 from .engines import processes_with_env
 
 REPO = Path(__file__).resolve().parent.parent
@@ -115,6 +117,6 @@ def test_interrupted_run_stops_every_engine(example):
     run.send_signal(signal.SIGINT)
     output, _ = run.communicate(timeout=60)
     assert run.returncode == 130, output
-    [record] = [json.loads(p.read_text()) for p in logs.glob("*/run.json")]
+    record, _ = last_run_record(example / ".hybridflow")
     assert record["status"] == "interrupted"
     assert_nothing_left(marker)

@@ -1,0 +1,108 @@
+"""Incremental stages: call the stage only for the input partitions (datums) that are new or changed,
+and keep the output partitions of the unchanged ones.
+
+A datum is one Hive-style partition of the stage's partitioned input, named by its path
+("week=2026-11-16"), with a digest of its files' contents. The stage's table outputs are partitioned
+by the same columns, so each output partition belongs to exactly one datum: re-processed datums
+replace theirs, vanished datums lose theirs, and every other output partition is carried over.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from .errors import DataError
+from .hashing import HashCache, digest_of
+from .tables import HIVE_NULL, partition_values
+
+
+def partition_key(relative: PurePosixPath | Path, partition_by: tuple[str, ...]) -> str | None:
+    """'week=2026-11-16' for week=2026-11-16/part-0.parquet; None for a file outside the partitions
+    (the schema-only file an empty output has)."""
+    values = partition_values(Path("/") / relative, Path("/"), partition_by)
+    if set(values) != set(partition_by):
+        return None
+    return "/".join(f"{c}={HIVE_NULL if values[c] is None else values[c]}" for c in partition_by)
+
+
+def external_datums(path: Path, partition_by: tuple[str, ...], cache: HashCache) -> dict[str, str]:
+    """{partition key: digest} of an external partitioned parquet directory."""
+    groups: dict[str, list] = {}
+    for file in sorted(path.rglob("*.parquet")):
+        key = partition_key(file.relative_to(path), partition_by)
+        if key is not None:
+            groups.setdefault(key, []).append((file.name, cache.sha256(file)))
+    return {key: digest_of(files) for key, files in groups.items()}
+
+
+def version_datums(manifest: dict, partition_by: tuple[str, ...]) -> dict[str, str]:
+    """{partition key: digest} of a published version, from the hashes its manifest holds."""
+    groups: dict[str, list] = {}
+    for entry in manifest["files"]:
+        relative = PurePosixPath(entry["path"])
+        key = partition_key(relative, partition_by)
+        if key is not None and relative.suffix == ".parquet":
+            groups.setdefault(key, []).append((relative.name, entry["sha256"]))
+    return {key: digest_of(files) for key, files in groups.items()}
+
+
+@dataclass(frozen=True)
+class DatumChanges:
+    changed: tuple[str, ...]  # new or with different content: the stage is called for these
+    removed: tuple[str, ...]  # gone from the input: their output partitions are dropped
+    unchanged: tuple[str, ...]  # their output partitions are carried over
+
+    @property
+    def any(self) -> bool:
+        return bool(self.changed or self.removed)
+
+    def describe(self, dataset: str) -> str:
+        total = len(self.changed) + len(self.unchanged)
+        parts = []
+        if self.changed:
+            shown = ", ".join(self.changed[:3]) + (", ..." if len(self.changed) > 3 else "")
+            parts.append(f"{len(self.changed)} of {total} partitions of {dataset} new or changed ({shown})")
+        if self.removed:
+            parts.append(f"{len(self.removed)} partitions of {dataset} removed")
+        return "; ".join(parts) or f"no partition of {dataset} changed"
+
+
+def compare(previous: dict[str, str], current: dict[str, str]) -> DatumChanges:
+    changed = tuple(sorted(k for k, v in current.items() if previous.get(k) != v))
+    removed = tuple(sorted(k for k in previous if k not in current))
+    unchanged = tuple(sorted(k for k, v in current.items() if previous.get(k) == v))
+    return DatumChanges(changed, removed, unchanged)
+
+
+def carry_over(output: str, staging: Path, previous_dir: Path, previous_manifest: dict, changes: DatumChanges,
+               partition_by: tuple[str, ...]) -> None:
+    """Complete a staged incremental output with the previous version's partitions of unchanged datums.
+
+    Published files are immutable, so they are hard-linked (copied across file systems)."""
+    processed = set(changes.changed)
+    for file in sorted(staging.rglob("*.parquet")):
+        key = partition_key(file.relative_to(staging), partition_by)
+        if key is not None and key not in processed:
+            raise DataError(f"incremental output '{output}' has partition {key}, which is not one of the input "
+                            f"partitions this run processed ({', '.join(sorted(processed)) or 'none'})",
+                            hint="an incremental stage must write each row into the partition of the input "
+                                 "partition it came from")
+    keep = set(changes.unchanged)
+    for entry in previous_manifest["files"]:
+        relative = PurePosixPath(entry["path"])
+        if partition_key(relative, partition_by) not in keep:
+            continue
+        source = previous_dir / relative
+        target = staging / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(source, target)
+        except OSError:
+            shutil.copy2(source, target)
+    partitioned = [f for f in staging.rglob("*.parquet") if partition_key(f.relative_to(staging), partition_by)]
+    if partitioned:  # the schema-only file of an empty write is not needed beside real partitions
+        for file in staging.glob("*.parquet"):
+            file.unlink()

@@ -1,0 +1,137 @@
+"""Whether each stage must run, may be skipped, or needs only its new partitions, and why, in words.
+
+The runner asks just before each stage, when its inputs are final; `plan` asks for every stage up
+front and says "will be rebuilt" for inputs an earlier stage of the same run is going to replace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from . import fingerprint as fp
+from .catalog import Catalog, Version
+from .hashing import HashCache, digest_of
+from .incremental import DatumChanges, compare, external_datums, version_datums
+from .pipeline import Pipeline
+
+RUN, SKIP, INCREMENTAL = "run", "skip", "incremental"
+
+
+@dataclass
+class Decision:
+    stage: str
+    action: str  # run | skip | incremental
+    reasons: list[str]
+    fingerprint: fp.Fingerprint | None = None  # None while an input is not available yet (plan only)
+    changes: DatumChanges | None = None  # incremental: which partitions to process
+    previous: dict[str, Version] = field(default_factory=dict)  # outputs' current versions
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(self.reasons)
+
+
+class Planner:
+    def __init__(self, pipeline: Pipeline, catalog: Catalog, force: bool | set[str] = False) -> None:
+        self.pipeline = pipeline
+        self.catalog = catalog
+        self.force = force
+        self.hashes = HashCache(catalog.home / "hashes.json")
+        self.code = fp.CodeFiles(pipeline.root)
+        self.secrets = fp.SecretHasher(pipeline.workdir / ".fingerprint-key", pipeline.secrets)
+
+    def forced(self, stage: str) -> bool:
+        return self.force is True or (isinstance(self.force, set) and stage in self.force)
+
+    def partitioned_input(self, stage: str) -> str | None:
+        """The input an incremental stage processes partition by partition."""
+        spec = self.pipeline.stages[stage]
+        if not spec.incremental:
+            return None
+        return next((ds for ds in spec.inputs if self.pipeline.dataset(ds).partition_by), None)
+
+    def decide(self, stage: str, rebuilt: dict[str, str] | None = None) -> Decision:
+        """rebuilt: dataset -> the stage of this run that will replace it first (plan only)."""
+        spec = self.pipeline.stages[stage]
+        previous = {ds: v for ds in spec.outputs if (v := self.catalog.current(ds)) is not None}
+        if self.forced(stage):
+            return Decision(stage, RUN, ["forced"], self.fingerprint(stage), previous=previous)
+        if not spec.outputs:
+            return Decision(stage, RUN, ["has no outputs to compare, so it always runs"])
+        pending = [ds for ds in spec.inputs if rebuilt and ds in rebuilt]
+        if pending:
+            return Decision(stage, RUN, [f"input {ds} will be rebuilt by stage {rebuilt[ds]}" for ds in pending])
+        current = self.fingerprint(stage)
+        missing = [ds for ds in spec.outputs if ds not in previous]
+        if missing:
+            reason = "never run" if len(missing) == len(spec.outputs) else f"output {missing[0]} was never published"
+            return Decision(stage, RUN, [reason], current, previous=previous)
+        records = [v.manifest.get("fingerprint") or {} for v in previous.values()]
+        if all(r.get("digest") == current.digest for r in records):
+            runs = sorted({v.manifest.get("run_id", "?") for v in previous.values()})
+            return Decision(stage, SKIP, [f"unchanged since run {', '.join(runs)}"], current, previous=previous)
+        partitioned = self.partitioned_input(stage)
+        if partitioned and _same_base(records, current):
+            changes = compare(records[0]["datums"], current.datums or {})
+            return Decision(stage, INCREMENTAL, [changes.describe(partitioned)], current, changes, previous)
+        reasons = fp.explain(records[0], current)
+        if not reasons:  # every part matches one output: the others come from another run
+            reasons = ["its outputs were published by different runs"]
+        return Decision(stage, RUN, reasons, current, previous=previous)
+
+    def fingerprint(self, stage: str) -> fp.Fingerprint:
+        spec = self.pipeline.stages[stage]
+        partitioned = self.partitioned_input(stage)
+        params = fp.visible_params(self.pipeline.root, spec.run, self.pipeline.params_for(stage))
+        settings = {
+            "backend": spec.backend,
+            "gpu": spec.gpu,
+            "incremental": spec.incremental,
+            "datasets": {ds: self.pipeline.dataset(ds).model_dump(mode="json", by_alias=True, exclude={"description"})
+                         for ds in [*spec.inputs, *spec.outputs]},
+        }
+        if spec.backend == "spark":
+            settings["spark_conf"] = dict(self.pipeline.spec.backends.spark.conf)
+        inputs = {ds: self.input_digest(ds) for ds in spec.inputs if ds != partitioned}
+        datums = self.datums(partitioned) if partitioned else None
+        result = fp.Fingerprint(self.code.of(spec.run), self.secrets.value(params), self.secrets.value(settings),
+                                inputs, datums)
+        self.hashes.save()
+        return result
+
+    def input_digest(self, dataset: str) -> str:
+        """The content of an input as one digest: unchanged bytes give the same digest, whoever wrote them."""
+        if self.pipeline.is_external(dataset):
+            path = self.pipeline.external_path(dataset)
+            if not path.exists():
+                return "missing"
+            if path.is_file():
+                return self.hashes.sha256(path)
+            return digest_of((f.relative_to(path).as_posix(), self.hashes.sha256(f))
+                             for f in sorted(path.rglob("*")) if f.is_file() and not _hidden(f, path))
+        version = self.catalog.current(dataset)
+        if version is None:
+            return "missing"
+        # file names are left out: engines name their part files at random
+        return digest_of((PurePosixPath(f["path"]).parent.as_posix(), f["sha256"]) for f in version.manifest["files"])
+
+    def datums(self, dataset: str) -> dict[str, str]:
+        partition_by = tuple(self.pipeline.dataset(dataset).partition_by)
+        if self.pipeline.is_external(dataset):
+            path = self.pipeline.external_path(dataset)
+            return external_datums(path, partition_by, self.hashes) if path.is_dir() else {}
+        version = self.catalog.current(dataset)
+        return version_datums(version.manifest, partition_by) if version else {}
+
+
+def _same_base(records: list[dict], current: fp.Fingerprint) -> bool:
+    """Every output was made from the same code, params, settings and other inputs, over the same
+    partitions: only then can the partitions that changed be processed alone."""
+    first = records[0]
+    return (first.get("datums") is not None and all(r.get("base") == current.base for r in records)
+            and all(r.get("datums") == first["datums"] for r in records))
+
+
+def _hidden(file: Path, root: Path) -> bool:
+    return any(part.startswith((".", "_")) for part in file.relative_to(root).parts)
