@@ -173,6 +173,8 @@ def run(
                                     help="After a failure, still run stages that do not depend on it."),
     wait: bool = typer.Option(False, "--wait", help="Wait for another run of this pipeline to finish."),
     trigger: str = typer.Option("manual", "--trigger", help="Recorded with the run: manual or cron."),
+    if_due: bool = typer.Option(False, "--if-due", help="Exit 0 without running unless schedule.cron is due "
+                                "this minute in schedule.timezone (the cron lines use it)."),
     verbose: bool = VerboseOption,
 ) -> None:
     """Validate a pipeline, then run its stages in dependency order."""
@@ -182,6 +184,11 @@ def run(
     pipeline = load_pipeline(pipeline_file, params or [])
     if trigger not in ("manual", "cron"):
         raise ConfigError(f"--trigger must be manual or cron, not '{trigger}'")
+    if if_due:
+        from .schedule import is_due_now
+
+        if not is_due_now(pipeline):
+            return  # quietly: cron calls this on every minute the schedule might fall on
     arguments = {"only": only or [], "from": start or [], "to": end or [], "params": params or []}
     if resume:
         if only or start or end or params:
@@ -420,6 +427,91 @@ def logs(
             out.print(f"==> {row['stage']} ({path}) <==", markup=False)
         sys.stdout.write(path.read_text(encoding="utf-8", errors="replace") if path.exists() else "(log missing)\n")
         sys.stdout.flush()
+
+
+schedule_app = typer.Typer(help="Run pipelines unattended: their schedule: lines in your crontab.",
+                           no_args_is_help=True)
+app.add_typer(schedule_app, name="schedule")
+
+
+@schedule_app.command("install")
+@_guarded
+def schedule_install(
+    pipeline_file: Path = typer.Argument(..., metavar="PIPELINE.yaml"),
+    verbose: bool = VerboseOption,
+) -> None:
+    """Write the pipeline's schedule into your crontab (replacing its previous line; no other line changes)."""
+    from . import schedule
+    from .config import load_pipeline
+
+    entry = schedule.install(load_pipeline(pipeline_file))
+    out.print(f"installed {entry.pipeline}: '{entry.cron}' ({entry.timezone}); output goes to {entry.log}",
+              soft_wrap=True, markup=False)
+    out.print(f"check what cron will see with: env -i {sys.executable} -m hybridflow.cli doctor {entry.file}",
+              soft_wrap=True, markup=False)
+
+
+@schedule_app.command("list")
+@_guarded
+def schedule_list(verbose: bool = VerboseOption) -> None:
+    """The hybridflow schedules in your crontab, with their next runs."""
+    from rich.table import Table
+
+    from . import schedule
+
+    entries = schedule.installed()
+    if not entries:
+        out.print("no hybridflow schedule is installed (hybridflow schedule install PIPELINE.yaml adds one)")
+        return
+    table = Table("pipeline", "file", "cron", "timezone", "next runs")
+    for entry in entries:
+        runs = ", ".join(t.strftime("%Y-%m-%d %H:%M %Z") for t in schedule.next_runs(entry))
+        table.add_row(*map(escape, (entry.pipeline, entry.file, entry.cron, entry.timezone, runs)))
+    out.print(table)
+
+
+@schedule_app.command("remove")
+@_guarded
+def schedule_remove(
+    target: str = typer.Argument(..., metavar="PIPELINE.yaml|NAME"),
+    verbose: bool = VerboseOption,
+) -> None:
+    """Remove a pipeline's line from your crontab."""
+    from . import schedule
+
+    entry = schedule.remove(target)
+    out.print(f"removed the schedule of {entry.pipeline} ({entry.file})", soft_wrap=True, markup=False)
+
+
+@app.command()
+@_guarded
+def doctor(
+    pipeline_file: Optional[Path] = typer.Argument(None, metavar="[PIPELINE.yaml]"),
+    verbose: bool = VerboseOption,
+) -> None:
+    """Check that this machine can run a pipeline (every backend without one), unattended too.
+
+    Run it as `env -i /abs/python -m hybridflow.cli doctor PIPELINE.yaml` to see what cron sees."""
+    from rich.table import Table
+
+    from .doctor import run_checks
+
+    pipeline = None
+    if pipeline_file is not None:
+        from .config import load_pipeline
+
+        pipeline = load_pipeline(pipeline_file)
+    findings = run_checks(pipeline)
+    styles = {"ok": "green", "warning": "yellow", "error": "red"}
+    table = Table("", "check", "detail", "fix")
+    for f in findings:
+        table.add_row(f"[{styles[f.status]}]{f.status}[/]", escape(f.check), escape(f.detail), escape(f.fix))
+    out.print(table)
+    errors = sum(f.status == "error" for f in findings)
+    warnings = sum(f.status == "warning" for f in findings)
+    out.print(f"{errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)}")
+    if errors:
+        raise typer.Exit(int(ExitCode.UNAVAILABLE))
 
 
 @app.callback(epilog=EXIT_CODES_HELP)

@@ -140,14 +140,25 @@ class SecretHasher:
         return self._key
 
 
-def visible_params(root: Path, target: str, params: dict[str, Any]) -> dict[str, Any]:
-    """The params a stage function can see: all of them when it takes ctx (ctx.params) or **kwargs, or
-    when its signature cannot be read statically; otherwise only those named in its signature."""
+def visible_params(root: Path, target: str, params: dict[str, Any], code: list[Path]) -> dict[str, Any]:
+    """The params a stage function can see: those named in its signature, and all of them when it
+    takes **kwargs, when its signature cannot be read statically, or when it takes ctx and its code
+    reads a `.params` attribute anywhere (ctx.params, or ctx handed to a helper that does)."""
     parameters = inspect_target(root, target).params
-    if parameters is None or any(p.kind == "var_keyword" or p.name == signature.CTX for p in parameters):
+    if parameters is None or any(p.kind == "var_keyword" for p in parameters):
+        return dict(params)
+    if any(p.name == signature.CTX for p in parameters) and any(_reads_params(f) for f in code):
         return dict(params)
     names = {p.name for p in parameters}
     return {k: v for k, v in params.items() if k in names}
+
+
+def _reads_params(file: Path) -> bool:
+    try:
+        tree = ast.parse(file.read_bytes())
+    except (SyntaxError, ValueError, OSError):
+        return True  # unreadable: assume the worst
+    return any(isinstance(node, ast.Attribute) and node.attr == "params" for node in ast.walk(tree))
 
 
 def explain(old: dict[str, Any] | None, new: Fingerprint) -> list[str]:

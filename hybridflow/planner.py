@@ -83,7 +83,9 @@ class Planner:
     def fingerprint(self, stage: str) -> fp.Fingerprint:
         spec = self.pipeline.stages[stage]
         partitioned = self.partitioned_input(stage)
-        params = fp.visible_params(self.pipeline.root, spec.run, self.pipeline.params_for(stage))
+        code = self.code.of(spec.run)
+        params = fp.visible_params(self.pipeline.root, spec.run, self.pipeline.params_for(stage),
+                                   [self.pipeline.root / f for f in code])
         settings = {
             "backend": spec.backend,
             "gpu": spec.gpu,
@@ -95,7 +97,7 @@ class Planner:
             settings["spark_conf"] = dict(self.pipeline.spec.backends.spark.conf)
         inputs = {ds: self.input_digest(ds) for ds in spec.inputs if ds != partitioned}
         datums = self.datums(partitioned) if partitioned else None
-        result = fp.Fingerprint(self.code.of(spec.run), self.secrets.value(params), self.secrets.value(settings),
+        result = fp.Fingerprint(code, self.secrets.value(params), self.secrets.value(settings),
                                 inputs, datums)
         self.hashes.save()
         return result

@@ -41,3 +41,19 @@ def last_run_record(workdir: Path) -> tuple[dict, dict[str, dict]]:
     store = RunStore(workdir / "runs.db")
     [run] = store.runs(limit=1)
     return run, {s["stage"]: s for s in store.stages(run["run_id"])}
+
+
+@pytest.fixture
+def saved_crontab():
+    """For tests that touch the real crontab: its bytes before the test (or None), put back afterwards."""
+    import shutil
+
+    from .crontabs import crontab_bytes, set_crontab
+
+    if shutil.which("crontab") is None:
+        pytest.skip("the crontab command is not installed (apt-get install cron)")
+    saved = crontab_bytes()
+    try:
+        yield saved
+    finally:
+        set_crontab(saved)

@@ -1,0 +1,215 @@
+"""`hybridflow doctor`: can this machine run a pipeline, unattended too? Checks return findings; the CLI prints.
+
+Each check is a function of a Target yielding Findings, and CHECKS lists them in the order shown:
+a new check (a GPU one, say) is one function appended there. Checks read the environment they are
+given, never import an engine, and survive an empty one (`env -i`), which is what cron gives.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+from .backends import BACKEND_EXTRAS
+from .errors import UnavailableError
+from .pipeline import Pipeline
+
+MIN_JAVA = 17
+LOW_DISK = 2 * 1024**3
+DEFAULT_WORKDIR = Path(".hybridflow")  # what the CLI's --workdir defaults to when no pipeline is given
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    status: str  # ok | warning | error
+    detail: str
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What is checked: a pipeline (or None: every backend, nothing required) in an environment."""
+
+    pipeline: Pipeline | None
+    environ: Mapping[str, str]
+
+    @property
+    def backends(self) -> set[str]:
+        if self.pipeline is None:
+            return set(BACKEND_EXTRAS) | {"python"}
+        return {stage.backend for stage in self.pipeline.stages.values()}
+
+    @property
+    def needed(self) -> str:
+        """How bad a missing engine is: an error for a pipeline that uses it, else a warning."""
+        return "error" if self.pipeline is not None else "warning"
+
+    @property
+    def scheduled(self) -> bool:
+        return self.pipeline is not None and self.pipeline.spec.schedule is not None
+
+    @property
+    def workdir(self) -> Path:
+        return self.pipeline.workdir if self.pipeline is not None else DEFAULT_WORKDIR.resolve()
+
+    def which(self, program: str) -> str | None:
+        return shutil.which(program, path=self.environ.get("PATH", os.defpath))  # exec's default without PATH
+
+
+Check = Callable[[Target], Iterable[Finding]]
+
+
+def check_packages(target: Target, extras: Mapping[str, tuple[str, str]] = BACKEND_EXTRAS) -> Iterable[Finding]:
+    for backend in sorted(target.backends & extras.keys()):
+        extra, module = extras[backend]
+        if importlib.util.find_spec(module) is None:  # finds, never imports
+            yield Finding(f"{backend} engine", target.needed, f"{module} is not installed",
+                          f"pip install 'hybridflow[{extra}]'")
+        else:
+            yield Finding(f"{backend} engine", "ok", f"{module} {_version(module)}")
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "(version unknown)"
+
+
+def check_java(target: Target) -> Iterable[Finding]:
+    if "spark" not in target.backends:
+        return
+    fix = "apt-get install openjdk-17-jre-headless, or set JAVA_HOME to a JDK 17+"
+    home = target.environ.get("JAVA_HOME")
+    java = str(Path(home) / "bin" / "java") if home else target.which("java")  # the order Spark uses
+    if java is None or not os.access(java, os.X_OK):
+        where = f"JAVA_HOME/bin/java ({java})" if home else "java on PATH"
+        yield Finding("java", target.needed, f"no {where}, which Spark needs", fix)
+        return
+    version = java_version(java, target.environ)
+    if version is None:
+        yield Finding("java", target.needed, f"{java} -version did not say its version", fix)
+    elif version < MIN_JAVA:
+        yield Finding("java", target.needed, f"Java {version} at {java}; Spark needs {MIN_JAVA} or later", fix)
+    else:
+        yield Finding("java", "ok", f"Java {version} at {java}")
+
+
+def java_version(java: str, environ: Mapping[str, str]) -> int | None:
+    """The major version `java -version` reports ("1.8.0_392" is 8, "17.0.9" is 17)."""
+    try:
+        done = subprocess.run([java, "-version"], capture_output=True, text=True, env=dict(environ), timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', done.stderr + done.stdout)
+    if match is None:
+        return None
+    major = int(match.group(1))
+    return int(match.group(2) or 0) if major == 1 else major
+
+
+def check_workdir(target: Target) -> Iterable[Finding]:
+    workdir = target.workdir
+    existing = _nearest_existing(workdir)
+    if not existing.is_dir():
+        yield Finding("workdir", "error", f"{existing} is not a directory", "remove it, or set workdir: elsewhere")
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        yield Finding("workdir", "error", f"{existing} is not writable", "fix its permissions, or set workdir: elsewhere")
+    elif existing == workdir:
+        yield Finding("workdir", "ok", f"{workdir} is writable")
+    else:
+        yield Finding("workdir", "ok", f"{workdir} will be created in {existing}, which is writable")
+
+
+def check_disk(target: Target) -> Iterable[Finding]:
+    existing = _nearest_existing(target.workdir)
+    free = shutil.disk_usage(existing).free
+    detail = f"{free / 1024**3:.1f} GiB free in {existing}"
+    if free < LOW_DISK:
+        yield Finding("disk", "warning", detail, "free some space: runs stage every output before publishing it")
+    else:
+        yield Finding("disk", "ok", detail)
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_cron(target: Target) -> Iterable[Finding]:
+    """Only a scheduled pipeline needs cron; otherwise its absence is a warning."""
+    needed = "error" if target.scheduled else "warning"
+    binary = target.which("crontab")
+    if binary is None:
+        yield Finding("crontab", needed, "the crontab command is not on PATH", "apt-get install cron")
+    else:
+        yield Finding("crontab", "ok", binary)
+    pid = cron_daemon()
+    if pid is None:
+        yield Finding("cron daemon", needed, "no cron or crond process is running",
+                      "service cron start (in a container: run cron as root)")
+    else:
+        yield Finding("cron daemon", "ok", f"running (pid {pid})")
+
+
+def cron_daemon() -> int | None:
+    """The process id of a running cron daemon, found through /proc."""
+    try:
+        processes = [p for p in Path("/proc").iterdir() if p.name.isdigit()]
+    except OSError:
+        return None
+    for process in processes:
+        try:
+            name, _, rest = (process / "stat").read_text().partition(" (")[2].rpartition(")")
+        except OSError:  # it ended while we looked
+            continue
+        if name in ("cron", "crond") and rest.split()[:1] != ["Z"]:  # a zombie runs nothing
+            return int(process.name)
+    return None
+
+
+def check_schedule(target: Target) -> Iterable[Finding]:
+    if not target.scheduled:
+        return
+    from . import schedule
+
+    spec = target.pipeline.spec.schedule
+    install = f"hybridflow schedule install {target.pipeline.file}"
+    try:
+        entry = schedule.installed_for(target.pipeline)
+    except UnavailableError as exc:
+        yield Finding("schedule", "error", f"cannot read the crontab: {exc.message}", exc.hint or "")
+        return
+    if entry is None:
+        yield Finding("schedule", "error", "the pipeline's schedule is not in the crontab", install)
+    elif (entry.cron, entry.timezone) != (spec.cron, spec.timezone):
+        yield Finding("schedule", "warning", f"the crontab has '{entry.cron}' ({entry.timezone}), the file "
+                                             f"'{spec.cron}' ({spec.timezone})", install)
+    else:
+        yield Finding("schedule", "ok", f"installed: '{entry.cron}' ({entry.timezone}), log {entry.log}")
+
+
+CHECKS: list[Check] = [check_packages, check_java, check_workdir, check_disk, check_cron, check_schedule]
+
+
+def run_checks(pipeline: Pipeline | None, environ: Mapping[str, str] | None = None,
+               checks: list[Check] | None = None) -> list[Finding]:
+    target = Target(pipeline, dict(os.environ if environ is None else environ))
+    findings: list[Finding] = []
+    for check in checks or CHECKS:
+        try:
+            findings += check(target)
+        except Exception as exc:  # one broken check must not hide the others' answers
+            findings.append(Finding(check.__name__.removeprefix("check_"), "error",
+                                    f"the check itself failed: {type(exc).__name__}: {exc}",
+                                    "please report it as a hybridflow bug"))
+    return findings
