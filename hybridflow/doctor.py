@@ -198,7 +198,30 @@ def check_schedule(target: Target) -> Iterable[Finding]:
         yield Finding("schedule", "ok", f"installed: '{entry.cron}' ({entry.timezone}), log {entry.log}")
 
 
-CHECKS: list[Check] = [check_packages, check_java, check_workdir, check_disk, check_cron, check_schedule]
+def check_gpu(target: Target) -> Iterable[Finding]:
+    """The GPUs, their memory, the driver, and which RAPIDS pieces are there. Missing pieces are errors
+    for a pipeline with `gpu: true`, warnings with `gpu: auto` (or no pipeline), and not reported
+    when no stage asks for a GPU."""
+    from . import gpu
+
+    modes = set()
+    if target.pipeline is not None:
+        settings = target.pipeline.spec.backends
+        modes = {getattr(getattr(settings, s.backend, None), "gpu", False) for s in target.pipeline.stages.values()}
+        modes |= {s.gpu for s in target.pipeline.stages.values() if "gpu" in s.model_fields_set}
+    missing = "error" if True in modes else "warning" if "auto" in modes or target.pipeline is None else None
+    configured = target.pipeline.spec.backends.spark.rapids_jar if target.pipeline is not None else None
+    for name, detail in gpu.report(configured_jar=configured):
+        absent = detail.startswith(("none usable", "not installed", "not found"))
+        if not absent:
+            yield Finding(f"gpu: {name}", "ok", detail)
+        elif missing:
+            yield Finding(f"gpu: {name}", missing, detail, "see the README's GPU (RAPIDS) section")
+    if missing is None:
+        yield Finding("gpu", "ok", "no stage asks for a GPU")
+
+
+CHECKS: list[Check] = [check_packages, check_java, check_workdir, check_disk, check_cron, check_schedule, check_gpu]
 
 
 def run_checks(pipeline: Pipeline | None, environ: Mapping[str, str] | None = None,

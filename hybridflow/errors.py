@@ -84,6 +84,12 @@ class StageError(HybridflowError):
     exit_code = ExitCode.STAGE_FAILED
 
 
+class StageTimeout(HybridflowError):
+    """A stage ran past its `timeout`; its engine work was cancelled and nothing of it was published."""
+
+    exit_code = ExitCode.TIMEOUT
+
+
 class InterruptedRun(HybridflowError):
     """The run was stopped by a signal."""
 

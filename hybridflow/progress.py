@@ -11,7 +11,8 @@ from rich.text import Text
 
 from .runner import Listener, RunResult, StageResult
 
-RUN_STYLES = {"success": "green", "failed": "bold red", "interrupted": "yellow", "running": "cyan"}
+RUN_STYLES = {"success": "green", "failed": "bold red", "interrupted": "yellow", "killed": "bold red",
+              "running": "cyan"}
 STYLES = {"waiting": "dim", "running": "cyan", "done": "green", "failed": "bold red", "skipped": "yellow",
           "not run": "dim"}
 
@@ -98,6 +99,11 @@ def _size(n: int | None) -> str:
     return ""
 
 
+def _engine_cell(backend: str, gpu: bool | None) -> str:
+    """The backend, and for a stage that asked for the GPU (true or auto) which device it ran on."""
+    return backend if gpu is None else f"{backend} ({'GPU' if gpu else 'CPU'})"
+
+
 def summary_line(result: RunResult) -> Text:
     style = {"success": "bold green", "failed": "bold red"}.get(result.status, "bold yellow")
     return Text.assemble(f"{result.pipeline} run {result.run_id}: ", (result.status, style),
@@ -111,7 +117,8 @@ def summary_table(result: RunResult) -> Table:
                          overflow="fold")
     for stage in result.stages.values():
         why = "" if stage.status == "failed" else stage.reason or ""
-        table.add_row(stage.name, stage.backend, Text(stage.status, style=STYLES.get(stage.status, "")),
+        table.add_row(stage.name, _engine_cell(stage.backend, stage.gpu),
+                      Text(stage.status, style=STYLES.get(stage.status, "")),
                       f"{stage.duration:.1f}s" if stage.duration is not None else "",
                       f"{stage.rows_out:,}" if stage.rows_out is not None else "", _size(stage.bytes_out),
                       Text(why, style="dim"))
@@ -165,7 +172,9 @@ def run_details(run: dict, stages: list[dict]) -> list:
     for stage in stages:
         seconds = lambda v: f"{v:.1f}s" if v is not None else ""  # noqa: E731
         count = lambda v: f"{v:,}" if v is not None else ""  # noqa: E731
-        table.add_row(stage["stage"], stage["backend"], Text(stage["status"], style=STYLES.get(stage["status"], "")),
+        gpu = None if stage.get("gpu") is None else bool(stage["gpu"])
+        table.add_row(stage["stage"], _engine_cell(stage["backend"], gpu),
+                      Text(stage["status"], style=STYLES.get(stage["status"], "")),
                       seconds(stage["duration"]), seconds(stage["engine_start"]), count(stage["rows_in"]),
                       count(stage["rows_out"]), _size(stage["bytes_out"]), Text(stage["error"] or stage["skip_reason"] or ""))
         for dataset, version in json.loads(stage["outputs"] or "{}").items():

@@ -13,6 +13,7 @@ import json
 import logging
 import secrets
 import signal
+import threading
 import time
 import traceback
 
@@ -22,13 +23,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import backends, signature
+from . import backends, gpu, signature
 from .backends.base import process_output_to
 from .catalog import Catalog, Version
 from .context import StageContext
 from .errorsite import describe_user_error
 from .contract import declared_schema
-from .errors import ConfigError, DataError, HybridflowError, InterruptedRun, StageError, first_line
+from .errors import (ConfigError, DataError, HybridflowError, InterruptedRun, StageError, StageTimeout,
+                     UnavailableError, first_line)
 from .incremental import carry_over, partition_key
 from .lock import RunLock
 from .pipeline import Pipeline
@@ -61,8 +63,11 @@ class StageResult:
     error: str | None = None
     reason: str | None = None  # why it ran, was skipped or was not run
     fingerprint: str | None = None
+    attempts: int | None = None  # tries made (retries + 1 at most)
     log_path: str | None = None
     outputs: dict[str, str] = field(default_factory=dict)  # dataset -> published version
+    gpu: bool | None = None  # ran on the GPU (gpu: true or auto); None: the stage never asked for one
+    gpu_reason: str | None = None  # why it ran where it did
 
 
 @dataclass
@@ -100,6 +105,12 @@ class PlannedInput:
     detail: str
 
 
+# Failures worth another try: the stage's own code (a flaky source), a timeout, an engine that
+# could not start or be reached. Config and data-contract errors would fail the same way again.
+RETRYABLE = (StageError, StageTimeout, UnavailableError)
+MAX_RETRY_DELAY = 600.0
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
@@ -130,6 +141,7 @@ class Runner:
         self._engine_seconds: dict[str, float] = {}
         self._signals = _SignalState()
         self._run_id: str | None = None
+        self._gpu: gpu.GpuPlan | None = None  # each stage's device, decided in _preflight
 
     @property
     def run_id(self) -> str | None:
@@ -174,6 +186,7 @@ class Runner:
         """Everything that can fail before a stage starts: engines available, inputs present."""
         for stage in self.stages:
             backends.require(self.pipeline.stages[stage].backend)
+        self._gpu = gpu.plan(self.pipeline, self.stages)  # gpu: true that cannot be met fails here
         for stage, inputs in self.plan().items():
             for item in inputs:
                 if item.state != "missing":
@@ -192,10 +205,11 @@ class Runner:
         run_id = self._run_id = new_run_id()
         run_dir = self.home / "runs" / run_id
         results = {s: StageResult(s, self.pipeline.stages[s].backend) for s in self.stages}
-        started, clock = datetime.now(timezone.utc), time.monotonic()
         lock = RunLock(self.home / "run.lock")
         lock.acquire(run_id, wait=self.wait_for_lock)
+        started, clock = datetime.now(timezone.utc), time.monotonic()  # a waiting run starts when it gets the lock
         status, error = "failed", None
+        self.store.mark_abandoned(self.pipeline.name, _now())  # we hold the lock: any "running" run is dead
         record = {"run_id": run_id, "pipeline": self.pipeline.name, "pipeline_file": str(self.pipeline.file),
                   "trigger": self.trigger, "started_at": started.isoformat(timespec="milliseconds"),
                   "run_dir": str(run_dir), "arguments": json.dumps(self.arguments)}
@@ -271,24 +285,61 @@ class Runner:
         self.listener.stage_changed(result)
         self._save_stage(result)
         with stage_log(self.pipeline, result.name, log_path) as (log, log_stream):
-            try:
-                started_engines = set(self._engine_seconds)
-                backend = self._engine(spec.backend, run_dir)
-                if spec.backend not in started_engines:
-                    result.engine_start = self._engine_seconds.get(spec.backend)
-                result.rows_in, result.bytes_in = self._input_size(spec.inputs)
-                log.info("running: %s", decision.reason)
-                self._signals.check()
+            log.info("running: %s", decision.reason)
+            attempts = spec.retries + 1
+            for attempt in range(1, attempts + 1):
+                result.attempts = attempt
+                try:
+                    self._attempt(run_id, run_dir, result, decision, log, log_stream)
+                    break
+                except RETRYABLE as exc:
+                    message = self.pipeline.redact(exc.one_line())
+                    if attempt == attempts:
+                        log.error("stage failed: %s", message, exc_info=exc)
+                        raise
+                    delay = min(spec.retry_delay * 2 ** (attempt - 1), MAX_RETRY_DELAY)
+                    log.warning("attempt %d of %d failed: %s; retrying in %.1fs", attempt, attempts, message, delay)
+                    result.reason = f"attempt {attempt + 1} of {attempts} (after: {message})"
+                    self.listener.stage_changed(result)
+                    self._save_stage(result)
+                    self._wait(delay)
+                except HybridflowError as exc:
+                    log.error("stage failed: %s", self.pipeline.redact(exc.one_line()), exc_info=exc)
+                    raise
+        self._finish(result, "done", reason=decision.reason if result.attempts == 1 else
+                     f"{decision.reason}; succeeded on attempt {result.attempts}")
+
+    def _attempt(self, run_id: str, run_dir: Path, result: StageResult, decision: Decision, log: logging.Logger,
+                 log_stream) -> None:
+        """One try of a stage: engine, call, publish, all within its timeout."""
+        spec = self.pipeline.stages[result.name]
+        started_engines = set(self._engine_seconds)
+        backend = self._engine(spec.backend, run_dir)
+        if spec.backend not in started_engines:
+            result.engine_start = self._engine_seconds.get(spec.backend)
+        result.gpu, result.gpu_reason = self._gpu.start_stage(result.name, backend, self._engines.values(), log)
+        result.rows_in, result.bytes_in = self._input_size(spec.inputs)
+        self._signals.check()
+        try:
+            with _time_limit(spec.timeout, backend, result.name):
                 if decision.action == INCREMENTAL and not decision.changes.changed:
                     produced = {}  # partitions were only removed: nothing to compute
                 else:
                     produced = self._call(run_id, result, backend, log, log_stream, decision)
                 self._signals.check()
                 self._publish(run_id, result, backend, produced, log, decision)
-            except HybridflowError as exc:
-                log.error("stage failed: %s", self.pipeline.redact(exc.one_line()), exc_info=exc)
-                raise
-        self._finish(result, "done", reason=result.reason)
+        except StageTimeout:
+            # The engine may still hold the stage's work (a Ray task, a Spark job that ignored the
+            # cancel): a fresh engine for whatever comes next is the one sure way to be rid of it.
+            self._drop_engine(spec.backend)
+            raise
+
+    def _wait(self, seconds: float) -> None:
+        """Sleep before a retry, still answering SIGINT/SIGTERM at once."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            self._signals.check()
+            time.sleep(min(left, 0.2))
 
     def _call(self, run_id: str, result: StageResult, backend, log: logging.Logger, log_stream,
               decision: Decision) -> dict[str, Any]:
@@ -469,16 +520,22 @@ class Runner:
         if name in self._given:
             return self._given[name]
         if name not in self._engines:
-            engine = backends.create(name, getattr(self.pipeline.spec.backends, name, None), run_dir / "logs")
+            engine = backends.create(name, getattr(self.pipeline.spec.backends, name, None), run_dir / "logs",
+                                     gpu=self._gpu.engine(name) if self._gpu else None)
             clock = time.monotonic()
             self._engines[name] = engine  # stopped at the end even if it only half started
             try:
                 with process_output_to(run_dir / "logs" / "engines.log"):
                     engine.start(self._stage_code())
-            except BaseException:
+                self._signals.reclaim()
+            except BaseException as exc:
                 with contextlib.suppress(Exception):
                     engine.stop()
                 del self._engines[name]  # a later stage (--keep-going) tries again rather than reuse it
+                if isinstance(exc, SystemExit) and exc.code == signal.SIGTERM:
+                    # SIGTERM while ray.init's own handler was in place: it exits; we stop cleanly
+                    self._signals.signum = signal.SIGTERM
+                    raise _Terminated(signal.SIGTERM) from None
                 raise
             if name != "python":  # in-process: nothing was started
                 self._engine_seconds[name] = time.monotonic() - clock
@@ -490,6 +547,12 @@ class Runner:
         tops = {self.pipeline.stages[s].run.split(":")[0].split(".")[0] for s in self.stages}
         found = [module_file(self.pipeline.root, top) for top in sorted(tops)]
         return [f.parent if f.name == "__init__.py" else f for f in found if f is not None]
+
+    def _drop_engine(self, name: str) -> None:
+        engine = self._engines.pop(name, None)
+        if engine is not None:
+            with contextlib.suppress(Exception):
+                engine.stop()
 
     def _stop_engines(self) -> None:
         for engine in self._engines.values():
@@ -515,7 +578,8 @@ class Runner:
             duration=result.duration, engine_start=result.engine_start, rows_in=result.rows_in,
             bytes_in=result.bytes_in, rows_out=result.rows_out, bytes_out=result.bytes_out,
             skip_reason=result.reason, error=result.error, log_path=result.log_path, fingerprint=result.fingerprint,
-            outputs=json.dumps(result.outputs) if result.outputs else None, position=self.stages.index(result.name))
+            outputs=json.dumps(result.outputs) if result.outputs else None, position=self.stages.index(result.name),
+            gpu=result.gpu, gpu_reason=result.gpu_reason, attempts=result.attempts)
 
     def _file_arg(self) -> str:
         try:
@@ -547,6 +611,57 @@ def external_fingerprint(path: Path) -> str:
     return f"external:{digest.hexdigest()[:16]}"
 
 
+class _TimedOut(BaseException):
+    """Raised in the main thread when a stage's timeout fires (BaseException: user code that catches
+    Exception cannot swallow it)."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float | None, backend, stage: str):
+    """Run the body for at most `seconds`. When time is up, a timer thread asks the engine to cancel
+    its work (which unblocks a main thread waiting on it) and interrupts the main thread with
+    SIGALRM; any way the body then ends becomes a StageTimeout."""
+    if not seconds:
+        yield
+        return
+    fired, finished = threading.Event(), threading.Event()
+    main = threading.main_thread()
+    in_main = threading.current_thread() is main
+
+    def on_alarm(signum, frame):
+        if not finished.is_set():
+            raise _TimedOut()
+
+    def expire():
+        fired.set()
+        with contextlib.suppress(Exception):
+            backend.cancel()
+        if in_main and not finished.is_set():
+            signal.pthread_kill(main.ident, signal.SIGALRM)
+
+    previous = signal.signal(signal.SIGALRM, on_alarm) if in_main else None
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+        finished.set()
+    except BaseException as exc:
+        finished.set()
+        if fired.is_set() and not isinstance(exc, _Terminated):
+            raise StageTimeout(f"stage '{stage}' timed out after {_seconds(seconds)}; its engine work was cancelled",
+                               hint="raise its timeout, or make it faster") from exc
+        raise
+    finally:
+        timer.cancel()
+        if in_main:
+            signal.signal(signal.SIGALRM, previous)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g}s" if value < 120 else f"{value / 60:g}m"
+
+
 class _Terminated(BaseException):
     """SIGINT or SIGTERM, raised in the main thread so cleanup runs the same way for both."""
 
@@ -562,6 +677,18 @@ class _SignalState:
 
     def __init__(self) -> None:
         self.signum: int | None = None
+        self.installed = False
+
+    def on_signal(self, signum, frame) -> None:
+        self.signum = signum
+        raise _Terminated(signum)
+
+    def reclaim(self) -> None:
+        """Take SIGINT/SIGTERM back after an engine started: ray.init installs its own SIGTERM handler,
+        which would exit at once, skipping cleanup and the run record."""
+        if self.installed:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(signum, self.on_signal)
 
     def check(self) -> None:
         if self.signum is not None:
@@ -570,17 +697,15 @@ class _SignalState:
 
 @contextlib.contextmanager
 def _signals_as_exceptions(state: _SignalState):
-    def on_signal(signum, frame):
-        state.signum = signum
-        raise _Terminated(signum)
-
     try:
-        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        previous = {s: signal.signal(s, state.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     except ValueError:  # not the main thread: leave signals alone
         yield
         return
+    state.installed = True
     try:
         yield
     finally:
+        state.installed = False
         for signum, handler in previous.items():
             signal.signal(signum, handler)

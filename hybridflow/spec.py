@@ -117,8 +117,10 @@ class StageSpec(_Section):
     outputs: Names = Field(default_factory=list)
     params: Params = Field(default_factory=dict)
     gpu: GpuMode = False
-    retries: int = Field(0, ge=0, le=100)
-    timeout: Duration = None
+    retries: int = Field(0, ge=0, le=100, description="re-run a failed stage up to this many times")
+    retry_delay: Duration = Field(10.0, description="wait before the first retry; doubled for each "
+                                                    "further one (at most 10 minutes)")
+    timeout: Duration = Field(None, description="stop the stage (cancelling its engine work) after this long")
     incremental: bool = Field(False, description="call the stage only for the new or changed partitions of its "
                                                  "partitioned input, keeping the output partitions of the others")
     description: str | None = None

@@ -20,7 +20,7 @@ CREATE TABLE IF NOT EXISTS stages (
     run_id TEXT NOT NULL REFERENCES runs(run_id), stage TEXT NOT NULL, backend TEXT NOT NULL,
     status TEXT NOT NULL, duration REAL, engine_start REAL, rows_in INTEGER, bytes_in INTEGER,
     rows_out INTEGER, bytes_out INTEGER, skip_reason TEXT, error TEXT, log_path TEXT, outputs TEXT,
-    position INTEGER NOT NULL, fingerprint TEXT, PRIMARY KEY (run_id, stage)
+    position INTEGER NOT NULL, fingerprint TEXT, gpu INTEGER, gpu_reason TEXT, attempts INTEGER, PRIMARY KEY (run_id, stage)
 );
 CREATE INDEX IF NOT EXISTS runs_by_pipeline ON runs (pipeline, started_at);
 """
@@ -28,9 +28,11 @@ CREATE INDEX IF NOT EXISTS runs_by_pipeline ON runs (pipeline, started_at);
 RUN_FIELDS = ("run_id", "pipeline", "pipeline_file", "trigger", "started_at", "ended_at", "status", "error",
               "run_dir", "arguments")
 STAGE_FIELDS = ("run_id", "stage", "backend", "status", "duration", "engine_start", "rows_in", "bytes_in",
-                "rows_out", "bytes_out", "skip_reason", "error", "log_path", "outputs", "position", "fingerprint")
+                "rows_out", "bytes_out", "skip_reason", "error", "log_path", "outputs", "position", "fingerprint",
+                "gpu", "gpu_reason", "attempts")
 # columns added after the first release: added to an existing runs.db when it is opened
-ADDED_COLUMNS = {"runs": {"arguments": "TEXT"}, "stages": {"fingerprint": "TEXT"}}
+ADDED_COLUMNS = {"runs": {"arguments": "TEXT"},
+                 "stages": {"fingerprint": "TEXT", "gpu": "INTEGER", "gpu_reason": "TEXT", "attempts": "INTEGER"}}
 
 
 class RunStore:
@@ -76,6 +78,18 @@ class RunStore:
             rows = db.execute("SELECT * FROM runs WHERE run_id LIKE ? ORDER BY run_id",
                               [run_id.replace("%", "") + "%"]).fetchall()
         return dict(rows[0]) if len(rows) == 1 else None
+
+    def mark_abandoned(self, pipeline: str, ended_at: str) -> list[str]:
+        """Runs still marked running, found by a run that holds the pipeline's lock: their process died
+        without recording an end (SIGKILL, power loss). Returns their ids."""
+        with closing(self._connect()) as db, db:
+            ids = [r["run_id"] for r in db.execute("SELECT run_id FROM runs WHERE pipeline = ? AND status = 'running'",
+                                                   [pipeline])]
+            for run_id in ids:
+                db.execute("UPDATE runs SET status = 'killed', ended_at = ?, error = ? WHERE run_id = ?",
+                           [ended_at, "the run's process died before it finished (killed?)", run_id])
+                db.execute("UPDATE stages SET status = 'killed' WHERE run_id = ? AND status = 'running'", [run_id])
+        return ids
 
     def last_run(self, pipeline: str) -> dict[str, Any] | None:
         found = self.runs(pipeline, limit=1)

@@ -71,7 +71,11 @@ def test_installed_engines_are_found_without_being_imported(engines):
     for backend, module in (("spark", "pyspark"), ("ray", "ray")):
         installed = importlib.util.find_spec(module) is not None
         assert (found[f"{backend} engine"].status == "ok") == installed
-    assert "pyspark" not in sys.modules and "ray" not in sys.modules
+    # in a fresh interpreter (this one may have imported engines for other tests)
+    probe = ("import sys; from hybridflow import doctor; list(doctor.check_packages(doctor.Target(None, {}))); "
+             "print(sorted(m for m in ('pyspark', 'ray', 'dask', 'distributed') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
 
 
 def test_java_missing_from_path_is_an_error_for_a_spark_pipeline(engines, tmp_path):

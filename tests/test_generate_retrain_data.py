@@ -19,7 +19,7 @@ def generate(out: Path, *args: str) -> None:
 
 def events(out: Path):
     return pads.dataset(out / "events", format="parquet", partitioning="hive").to_table().sort_by(
-        [("week", "ascending"), ("event_id", "ascending"), ("customer_id", "ascending")])
+        [("delivery_week", "ascending"), ("event_id", "ascending"), ("customer_id", "ascending")])
 
 
 def test_appending_a_week_gives_the_same_data_as_generating_it_at_once(tmp_path):
@@ -38,6 +38,6 @@ def test_the_raw_feed_is_dirty_like_real_logs(tmp_path):
     assert table["customer_id"].isna().sum() > 0  # malformed: no customer
     assert (table["amount"].dropna() < 0).sum() > 0  # malformed: negative amount
     assert table["device"].isna().sum() > 0
-    delivered = table["week"].astype(str)
-    happened = (table["ts"].dt.floor("D") - table["ts"].dt.dayofweek * pd.Timedelta("1D")).dt.date
+    delivered = table["delivery_week"].astype(str)
+    happened = (table["ts"].dt.floor("D") - table["ts"].dt.day_of_week * pd.Timedelta("1D")).dt.date
     assert (delivered != happened.astype(str)).sum() > 0  # late events land in the next week's partition

@@ -103,7 +103,7 @@ def test_failed_run_reports_the_users_error_and_leaves_no_process(example):
     output, _ = run.communicate(timeout=240)
     assert run.returncode == 1, output
     assert "features failed: ValueError:" in output and "stages/three_engines.py:" in output
-    assert "resume with: hybridflow run configs/three_engines.yaml --from features" in output
+    assert "resume with: hybridflow run configs/three_engines.yaml --resume" in output
     assert_nothing_left(marker)
 
 

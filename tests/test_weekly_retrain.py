@@ -18,6 +18,8 @@ import pytest
 from hybridflow.catalog import Catalog
 from hybridflow.tables import read_arrow
 
+from .conftest import last_run_record
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -48,7 +50,9 @@ def files(project: Path, name: str) -> Path:
 
 def test_etl_equals_an_independent_pandas_computation(retrained):
     raw = pads.dataset(retrained / "data/retrain/events", format="parquet", partitioning="hive").to_table().to_pandas()
-    quality = dataset(retrained, "etl_quality").iloc[0]
+    quality = dataset(retrained, "etl_quality")
+    assert len(quality) == raw["delivery_week"].nunique()  # one row per delivery
+    quality = quality[["raw_rows", "duplicate_rows", "malformed_rows"]].sum()
     malformed = raw["customer_id"].isna() | (raw["amount"].map(lambda a: a is not None and a < 0))
     assert quality["raw_rows"] == len(raw)
     assert quality["duplicate_rows"] == len(raw) - raw["event_id"].nunique()
@@ -56,7 +60,7 @@ def test_etl_equals_an_independent_pandas_computation(retrained):
     clean = raw.drop_duplicates("event_id")
     clean = clean[~(clean["customer_id"].isna() | clean["amount"].map(lambda a: a is not None and a < 0))]
     ts = pd.to_datetime(clean["ts"], utc=True)
-    clean = clean.assign(week=(ts.dt.floor("D") - pd.to_timedelta(ts.dt.dayofweek, "D")).dt.date,
+    clean = clean.assign(week=(ts.dt.floor("D") - pd.to_timedelta(ts.dt.day_of_week, "D")).dt.date,
                          day=ts.dt.date)
     grouped = clean.groupby(["customer_id", "week"])
     expected = pd.DataFrame({
@@ -66,13 +70,22 @@ def test_etl_equals_an_independent_pandas_computation(retrained):
         "revenue": grouped["amount"].agg(lambda s: sum(a for a in s if a is not None)),
         "active_days": grouped["day"].nunique(),
     }).reset_index().sort_values(["customer_id", "week"]).reset_index(drop=True)
-    actual = dataset(retrained, "customer_weeks").sort_values(["customer_id", "week"]).reset_index(drop=True)
+    actual = combined_customer_weeks(dataset(retrained, "customer_weeks"))
     assert actual["customer_id"].tolist() == expected["customer_id"].astype(int).tolist()
     assert actual["week"].tolist() == expected["week"].tolist()
     for column in ("events", "tickets", "purchases", "active_days"):
         assert actual[column].tolist() == expected[column].tolist(), column
     assert actual["revenue"].tolist() == [type(actual["revenue"][0])(str(v)) for v in expected["revenue"]]
     assert set(actual["plan"]) == {"free", "pro", "team"}  # joined with customers
+
+
+def combined_customer_weeks(rows: pd.DataFrame) -> pd.DataFrame:
+    """The ETL's per-delivery rows added up per customer-week (as the features stage does)."""
+    grouped = rows.groupby(["customer_id", "week"])
+    combined = grouped[["events", "tickets", "purchases", "revenue"]].sum()
+    combined["active_days"] = grouped["active_day_mask"].agg(lambda m: bin(int(np.bitwise_or.reduce(m))).count("1"))
+    combined["plan"] = grouped["plan"].first()
+    return combined.reset_index().sort_values(["customer_id", "week"]).reset_index(drop=True)
 
 
 def test_model_learns_the_planted_signal_and_tuning_beats_the_defaults(retrained):
@@ -106,10 +119,63 @@ def test_champion_is_kept_unless_the_challenger_is_better(retrained):
     assert (files(retrained, "champion") / "model.json").read_bytes() == model
 
     # Evaluate again: the challenger is now the champion's own model, so it is not better: kept.
-    done = cli(retrained, "--only", "evaluate")
+    done = cli(retrained, "--param", "num_samples=4", "--only", "evaluate", "--force")
     assert done.returncode == 0, done.stdout + done.stderr
     second = json.loads((files(retrained, "champion") / "decision.json").read_text())
     assert second["promoted"] is False
     assert np.isclose(second["champion"]["roc_auc"], first["challenger"]["roc_auc"])
     assert second["challenger"]["roc_auc"] == second["champion"]["roc_auc"]
     assert (files(retrained, "champion") / "model.json").read_bytes() == model
+
+
+def test_an_unchanged_second_run_skips_every_stage_and_starts_no_engine(retrained):
+    plan = subprocess.run([sys.executable, "-m", "hybridflow.cli", "plan", "configs/weekly_retrain.yaml",
+                           "--param", "num_samples=4"], cwd=retrained, capture_output=True, text=True, timeout=120)
+    assert "0 of 5 stages to run, 5 up to date" in plan.stdout, plan.stdout + plan.stderr
+    # the fixture's run used --param num_samples=4: only the stages that can see num_samples change
+    changed = subprocess.run([sys.executable, "-m", "hybridflow.cli", "plan", "configs/weekly_retrain.yaml",
+                              "--param", "num_samples=5"], cwd=retrained, capture_output=True, text=True, timeout=120)
+    assert "params.num_samples changed 4 -> 5" in changed.stdout, changed.stdout
+    assert "3 of 5 stages to run, 2 up to date" in changed.stdout, changed.stdout  # tune, then what it feeds
+    done = cli(retrained, "--param", "num_samples=4")
+    assert done.returncode == 0, done.stdout + done.stderr
+    run, stages = last_run_record(retrained / ".hybridflow")
+    assert {s["status"] for s in stages.values()} == {"skipped"}, stages
+    assert all(s["skip_reason"].startswith("unchanged since run ") for s in stages.values())
+    assert all(s["engine_start"] is None for s in stages.values())
+    assert "engine" not in done.stderr and not (Path(run["run_dir"]) / "logs" / "engines.log").exists()
+
+
+def test_a_new_delivery_is_processed_alone_and_equals_a_full_rerun(retrained, tmp_path):
+    catalog = Catalog(retrained / ".hybridflow" / "weekly-retrain")
+    before = catalog.current("customer_weeks")
+    subprocess.run([sys.executable, "scripts/generate_retrain_data.py", "--customers", "1200", "--append-week"],
+                   cwd=retrained, check=True, capture_output=True)
+    done = cli(retrained, "--only", "etl")
+    assert done.returncode == 0, done.stdout + done.stderr
+    _, stages = last_run_record(retrained / ".hybridflow")
+    # the new week's events land in the partition of the week before (which held only late events
+    # until now) and its late events in a new one: exactly those two are processed
+    assert stages["etl"]["status"] == "done"
+    assert stages["etl"]["skip_reason"] == ("2 of 14 partitions of raw_events new or changed "
+                                            "(delivery_week=2026-11-23, delivery_week=2026-11-30)")
+    log = Path(stages["etl"]["log_path"]).read_text()
+    assert "output customer_weeks: 2 partitions written, 12 carried over, 0 removed" in log
+    after = catalog.current("customer_weeks")
+    kept = {f["path"]: f["sha256"] for f in before.manifest["files"] if "2026-11-23" not in f["path"]}
+    now = {f["path"]: f["sha256"] for f in after.manifest["files"]}
+    assert all(now.get(path) == digest for path, digest in kept.items())  # carried over untouched
+    assert any("delivery_week=2026-11-30" in path for path in now)
+
+    # the same raw data processed from scratch in a fresh project gives the same tables
+    fresh = tmp_path / "fresh"
+    for part in ("configs", "stages", "scripts", "data"):
+        shutil.copytree(retrained / part, fresh / part)
+    scratch = cli(fresh, "--only", "etl")
+    assert scratch.returncode == 0, scratch.stdout + scratch.stderr
+    for name in ("customer_weeks", "etl_quality"):
+        incremental, full = dataset(retrained, name), dataset(fresh, name)
+        keys = list(incremental.columns)
+        assert len(incremental) == len(full) > 0
+        pd.testing.assert_frame_equal(incremental.sort_values(keys).reset_index(drop=True),
+                                      full[keys].sort_values(keys).reset_index(drop=True))

@@ -22,8 +22,10 @@ def require(name: str) -> None:
                                hint=f"pip install 'hybridflow[{extra}]'")
 
 
-def create(name: str, settings, log_dir):
-    """A new, not yet started, backend instance."""
+def create(name: str, settings, log_dir, gpu=None):
+    """A new, not yet started, backend instance; `gpu` (a gpu.EngineGpu) starts it with GPU resources."""
     require(name)
     module = importlib.import_module(f"hybridflow.backends.{name}")
-    return module.create(settings, log_dir)
+    engine = module.create(settings, log_dir)
+    engine.gpu = gpu
+    return engine

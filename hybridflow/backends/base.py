@@ -48,6 +48,23 @@ class Backend(ABC):
         """Engine objects exposed on ctx (ctx.spark, ctx.dask, ctx.ray)."""
         return {}
 
+    # GPU resources this engine was started with (a gpu.EngineGpu), or None for a CPU engine. Set by
+    # backends.create before start(); the engine is shared, so each stage then says its own device.
+    gpu: Any = None
+    stage_on_gpu: bool = False
+
+    def begin_stage(self, on_gpu: bool, params: dict[str, Any], log) -> None:
+        """Called before each stage on this engine: whether this stage runs on the GPU (only ever true
+        when the engine has GPU resources), its params, and its log."""
+        self.stage_on_gpu = on_gpu
+
+    def release_gpu_memory(self) -> None:
+        """Free GPU memory the previous stage left behind, so it cannot starve the next one."""
+
+    def cancel(self) -> None:
+        """Cancel the engine work of the running stage (its timeout fired). Called from another
+        thread; best effort: the runner stops the engine afterwards anyway."""
+
     def stop(self) -> None:
         """Stop what this backend started (never an attached cluster). Safe to call twice."""
 

@@ -2,10 +2,15 @@
 
 The local cluster binds to 127.0.0.1 with the dashboard off. Data stays on the workers:
 the runner never collects a frame into this process.
+
+With GPU stages the local cluster is a dask_cuda.LocalCUDACluster, one worker per visible GPU with
+the RMM pool of backends.dask.rmm_pool_size (an attached cluster must have GPU workers); a GPU
+stage's frames are dask-cudf frames (Dask's "cudf" dataframe backend).
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 from pathlib import Path
 from typing import Any, Sequence
@@ -17,6 +22,14 @@ from ..tables import TableSource, read_arrow, read_partitioned_file
 from .base import Backend, check_reachable, code_archive, index_as_columns, split_host_port
 
 
+def gpu_cluster_options(settings, devices) -> dict[str, Any]:
+    """LocalCUDACluster's arguments: one worker process per visible GPU (dask_cuda itself honours
+    CUDA_VISIBLE_DEVICES), each with the RMM pool the settings ask for."""
+    return {"n_workers": len(devices), "threads_per_worker": settings.threads_per_worker or 1,
+            "memory_limit": settings.memory_limit or "auto", "rmm_pool_size": settings.rmm_pool_size,
+            "host": "127.0.0.1", "dashboard_address": None, "silence_logs": logging.ERROR}
+
+
 class DaskBackend(Backend):
     name = "dask"
     frame_types = "dask.dataframe.DataFrame"
@@ -26,19 +39,27 @@ class DaskBackend(Backend):
         self.log_dir = log_dir
         self.client = None
         self.cluster = None  # only set when we started it
+        self._frame_backend = "pandas"  # Dask's dataframe backend before GPU stages switched it
 
     @property
     def address(self) -> str:
         return self.settings.address or "a local cluster"
 
     def start(self, code: Sequence[Path] = ()) -> None:
+        import dask
         from distributed import Client, LocalCluster
 
+        self._frame_backend = dask.config.get("dataframe.backend", "pandas")
         try:
             if self.settings.address:
                 host, port = split_host_port(self.settings.address, 8786)
                 check_reachable("dask", self.settings.address, host, port)
                 self.client = Client(self.settings.address, timeout="15s")
+            elif self.gpu is not None:
+                from dask_cuda import LocalCUDACluster
+
+                self.cluster = LocalCUDACluster(**gpu_cluster_options(self.settings, self.gpu.devices))
+                self.client = Client(self.cluster)
             else:
                 processes = True if self.settings.processes is None else self.settings.processes
                 # worker processes listen on 127.0.0.1 only; threads in this process listen nowhere
@@ -49,6 +70,8 @@ class DaskBackend(Backend):
                     memory_limit=self.settings.memory_limit or "auto", dashboard_address=None,
                     silence_logs=logging.ERROR, **network)
                 self.client = Client(self.cluster)
+            if self.gpu is not None and self.settings.address:
+                _require_gpu_workers(self.client, self.settings.address)
             for path in code:  # workers import the stage modules to run functions defined there
                 self.client.upload_file(str(code_archive(path, self.log_dir)))
         except UnavailableError:
@@ -60,12 +83,34 @@ class DaskBackend(Backend):
     def handles(self) -> dict[str, Any]:
         return {"dask": self.client}
 
+    def begin_stage(self, on_gpu: bool, params, log) -> None:
+        super().begin_stage(on_gpu, params, log)
+        if self.gpu is not None:  # what dd.read_parquet, dd.from_dict ... build in this stage's code
+            import dask
+
+            dask.config.set({"dataframe.backend": "cudf" if on_gpu else self._frame_backend})
+
+    def release_gpu_memory(self) -> None:
+        # Dropped frames are freed on the workers; collect what cycles still hold. A worker's RMM pool
+        # keeps its size (backends.dask.rmm_pool_size) until the cluster stops.
+        if self.client is not None:
+            self.client.run(gc.collect)
+
     def is_frame(self, value: Any) -> bool:
         import dask.dataframe as dd
 
         return isinstance(value, dd.DataFrame)
 
     def read(self, source: TableSource):
+        import dask.dataframe as dd
+
+        if self.stage_on_gpu:
+            if source.format == "parquet" and not source.partition_by:
+                return dd.read_parquet([str(f) for f in source.files], calculate_divisions=False, index=False)
+            return self._read_cpu(source).to_backend("cudf")
+        return self._read_cpu(source)
+
+    def _read_cpu(self, source: TableSource):
         import dask.dataframe as dd
         import pandas as pd
 
@@ -79,6 +124,10 @@ class DaskBackend(Backend):
 
     def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...]) -> pa.Schema:
         frame = index_as_columns(frame)
+        if _is_cudf_meta(frame._meta):  # cuDF writes its own Parquet, keeping its column types
+            frame.to_parquet(str(directory), write_index=False, partition_on=list(partition_by) or None,
+                             write_metadata_file=False)
+            return frame._meta.to_arrow(preserve_index=False).schema
         try:
             schema = pa.Schema.from_pandas(frame._meta, preserve_index=False).remove_metadata()
         except (pa.ArrowException, TypeError, ValueError) as exc:
@@ -88,13 +137,47 @@ class DaskBackend(Backend):
                          coerce_timestamps="us", allow_truncated_timestamps=False)
         return schema
 
+    def cancel(self) -> None:
+        if self.client is not None:
+            from distributed import Future
+
+            keys = list(self.client.futures)  # what this client is computing or holding for the stage
+            self.client.cancel([Future(key, self.client) for key in keys], force=True)
+
     def stop(self) -> None:
+        if self.gpu is not None:
+            import dask
+
+            dask.config.set({"dataframe.backend": self._frame_backend})  # this process may run more pipelines
         if self.client is not None:
             self.client.close()
             self.client = None
         if self.cluster is not None:
             self.cluster.close()
             self.cluster = None
+
+
+def _is_cudf_meta(meta) -> bool:
+    return type(meta).__module__.split(".")[0] == "cudf"
+
+
+def _require_gpu_workers(client, address: str) -> None:
+    """An attached cluster for GPU stages: every worker must see a GPU and import dask_cudf."""
+    def has_gpu():  # runs on the workers (defined here so it is shipped by value)
+        import importlib.util
+        import shutil
+        import subprocess
+
+        smi = shutil.which("nvidia-smi")
+        listed = smi and subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=10).stdout.strip()
+        return bool(listed) and importlib.util.find_spec("dask_cudf") is not None
+
+    answers = client.run(has_gpu)
+    lacking = sorted(worker for worker, ok in answers.items() if not ok)
+    if not answers or lacking:
+        raise UnavailableError(f"the dask cluster at {address} has workers without a GPU or dask_cudf: "
+                               f"{', '.join(lacking) or 'no workers'}",
+                               hint="start them with dask cuda worker, or set gpu: false on its stages")
 
 
 def _read_partitioned_pandas(file: Path, source: TableSource):

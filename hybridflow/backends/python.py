@@ -2,16 +2,22 @@
 
 Arrow-backed dtypes (pd.ArrowDtype) keep nullable integers, decimals, lists and
 structs exactly as written; numpy-backed pandas would turn them into floats and objects.
+
+A stage on the GPU gets cuDF DataFrames instead, read and written with cuDF's Parquet; its code
+calls .to_pandas() where it wants pandas, and may return cuDF, pandas or Arrow frames.
+`backends.python.rmm_pool_size` gives GPU stages an RMM memory pool, freed before the next stage.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 
+from .. import gpu
 from ..errors import DataError
 from ..tables import TableSource, read_arrow, write_arrow
 from .base import Backend, index_as_columns
@@ -19,19 +25,67 @@ from .base import Backend, index_as_columns
 
 class PythonBackend(Backend):
     name = "python"
-    frame_types = "pandas DataFrames or pyarrow Tables"
+    frame_types = "pandas DataFrames or pyarrow Tables (or cuDF DataFrames on the GPU)"
+
+    def __init__(self, settings: Any = None) -> None:
+        self.rmm_pool_size = settings.get("rmm_pool_size") if isinstance(settings, dict) else None
 
     def start(self, code=()) -> None:
         pass  # nothing to start: stages run in this process, which imports their code itself
 
-    def read(self, source: TableSource) -> pd.DataFrame:
+    def begin_stage(self, on_gpu: bool, params, log) -> None:
+        super().begin_stage(on_gpu, params, log)
+        if on_gpu and self.rmm_pool_size:
+            import rmm
+
+            rmm.reinitialize(pool_allocator=True, initial_pool_size=gpu.parse_bytes(self.rmm_pool_size))
+
+    def release_gpu_memory(self) -> None:
+        gpu.release_process_memory()  # the earlier stage's frames, and its pool
+
+    def stop(self) -> None:
+        if self.gpu is not None:
+            self.release_gpu_memory()
+
+    def read(self, source: TableSource):
+        if self.stage_on_gpu:
+            return read_cudf(source)
         return read_arrow(source).to_pandas(types_mapper=pd.ArrowDtype)
 
     def is_frame(self, value: Any) -> bool:
-        return isinstance(value, (pd.DataFrame, pa.Table))
+        return isinstance(value, (pd.DataFrame, pa.Table)) or is_cudf_frame(value)
 
     def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...]) -> pa.Schema:
+        if is_cudf_frame(frame):
+            return write_cudf(frame, directory, partition_by)
         return write_arrow(to_arrow(frame), directory, partition_by)
+
+
+def is_cudf_frame(value: Any) -> bool:
+    cudf = sys.modules.get("cudf")  # a cuDF frame can only exist once cudf is imported
+    return cudf is not None and isinstance(value, cudf.DataFrame)
+
+
+def read_cudf(source: TableSource):
+    """cuDF reads plain Parquet itself; partitioned and text inputs are typed by pyarrow (partition
+    values from the paths, a declared schema) and then moved to the GPU."""
+    import cudf
+
+    if source.format == "parquet" and not source.partition_by:
+        return cudf.read_parquet([str(f) for f in source.files])
+    return cudf.DataFrame.from_arrow(read_arrow(source))
+
+
+def write_cudf(frame, directory: Path, partition_by: tuple[str, ...]) -> pa.Schema:
+    frame = index_as_columns(frame)
+    duplicated = frame.columns[frame.columns.duplicated()].tolist()
+    if duplicated:
+        raise DataError(f"the frame has duplicate column names: {', '.join(map(str, duplicated))}")
+    if partition_by:
+        frame.to_parquet(str(directory), partition_cols=list(partition_by), index=False)
+    else:
+        frame.to_parquet(str(directory / "part-00000.parquet"), index=False)
+    return frame.head(0).to_arrow(preserve_index=False).schema
 
 
 def to_arrow(frame: pd.DataFrame | pa.Table) -> pa.Table:
@@ -50,4 +104,4 @@ def to_arrow(frame: pd.DataFrame | pa.Table) -> pa.Table:
 
 
 def create(settings: Any, log_dir: Path) -> PythonBackend:
-    return PythonBackend()
+    return PythonBackend(settings)

@@ -2,6 +2,10 @@
 
 The local instance has its dashboard off and binds to 127.0.0.1. Only a local instance is
 shut down at the end; from an attached cluster the driver just disconnects.
+
+With GPU stages a local instance offers Ray the visible GPUs (or backends.ray.num_gpus). A stage
+asks for them in its own tasks and Tune trials with ctx.gpus_per_trial: its `gpus_per_trial`
+param (default 1) on the GPU, 0 on the CPU, so the same code runs either way.
 """
 
 from __future__ import annotations
@@ -13,11 +17,26 @@ from typing import Any, Sequence
 
 import pyarrow as pa
 
-from ..errors import UnavailableError, first_line
+from ..errors import ConfigError, UnavailableError, first_line
 from ..tables import TableSource, add_partitions_from_paths, read_arrow
 from .base import Backend, check_reachable, split_host_port
 
 ROWS_PER_FILE = 1_000_000  # Ray's default tiny files read slowly everywhere
+
+
+def gpu_init_options(settings, devices) -> dict[str, Any]:
+    """ray.init's GPU count for a local instance with GPU stages."""
+    return {"num_gpus": settings.num_gpus if settings.num_gpus is not None else len(devices)}
+
+
+def gpus_per_trial(on_gpu: bool, params) -> float:
+    """What a stage's tasks and trials request: its `gpus_per_trial` param on the GPU, else none."""
+    if not on_gpu:
+        return 0
+    value = params.get("gpus_per_trial", 1)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ConfigError(f"param gpus_per_trial must be a number above 0, not {value!r}")
+    return value
 
 
 class RayBackend(Backend):
@@ -28,6 +47,7 @@ class RayBackend(Backend):
         self.settings = settings
         self.log_dir = log_dir
         self.ray = None
+        self._gpus_per_trial: float = 0
 
     def start(self, code: Sequence[Path] = ()) -> None:
         # Without this Ray swaps 127.0.0.1 for the machine's "reachable" address.
@@ -46,6 +66,8 @@ class RayBackend(Backend):
                            _node_ip_address="127.0.0.1")
             if self.settings.num_gpus is not None:
                 options["num_gpus"] = self.settings.num_gpus
+            if self.gpu is not None:
+                options.update(gpu_init_options(self.settings, self.gpu.devices))
         if code:  # workers import the stage modules to run functions defined there
             options["runtime_env"] = {"py_modules": [str(_as_module_dir(p, self.log_dir)) for p in code]}
         options.update(self.settings.init)
@@ -62,7 +84,11 @@ class RayBackend(Backend):
         self.ray = ray
 
     def handles(self) -> dict[str, Any]:
-        return {"ray": self.ray}
+        return {"ray": self.ray, "gpus_per_trial": self._gpus_per_trial}
+
+    def begin_stage(self, on_gpu: bool, params, log) -> None:
+        super().begin_stage(on_gpu, params, log)
+        self._gpus_per_trial = gpus_per_trial(on_gpu, params)
 
     def is_frame(self, value: Any) -> bool:
         return isinstance(value, self.ray.data.Dataset)

@@ -4,11 +4,16 @@ Defaults close Spark's traps for a lossless hand-off : timestamps
 written as TIMESTAMP_MICROS instead of INT96, the session time zone pinned to UTC, the UI off,
 everything bound to 127.0.0.1, shuffle partitions sized to the machine, and engine logs sent to a
 file instead of the terminal (the runner points the JVM's output at the run's engines.log).
+
+With GPU stages the session loads the RAPIDS Accelerator plugin (see spark_gpu_conf); each stage
+switches it on or off (spark.rapids.sql.enabled), and a GPU stage's log gets the physical plan of
+every output, where Gpu* operators ran on the GPU and any other operator fell back to the CPU.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import warnings
 from pathlib import Path
@@ -39,6 +44,44 @@ def default_conf(master: str) -> dict[str, str]:
     }
 
 
+RAPIDS_PLUGIN = "com.nvidia.spark.SQLPlugin"
+
+
+def spark_gpu_conf(settings, jar: Path) -> dict[str, str]:
+    """The RAPIDS Accelerator's settings (docs: getting-started-on-prem, configs). The plugin uses one GPU
+    per executor. Local mode shares the machine's GPU and must not ask Spark for GPU resources (it cannot
+    schedule them there and waits forever); a cluster's executors each ask for one GPU, shared by their
+    tasks (task amount 1/executor cores). The pipeline's own conf overrides any of these."""
+    conf = {
+        "spark.plugins": RAPIDS_PLUGIN,
+        "spark.jars": str(jar),
+        "spark.driver.extraClassPath": str(jar),  # pyspark starts the driver JVM with this conf
+        "spark.rapids.sql.enabled": "true",
+        "spark.rapids.sql.explain": "NOT_ON_GPU",  # why an operator stayed on the CPU, in engines.log
+        "spark.rapids.sql.concurrentGpuTasks": "1",
+        "spark.rapids.memory.pinnedPool.size": "2g",  # pinned host memory for host <-> GPU copies
+        "spark.locality.wait": "0s",
+        "spark.sql.files.maxPartitionBytes": "512m",
+    }
+    master = settings.master or "local[*]"
+    if not master.startswith("local"):
+        cores = settings.conf.get("spark.executor.cores")
+        conf["spark.executor.resource.gpu.amount"] = "1"
+        conf["spark.task.resource.gpu.amount"] = f"{1 / int(cores):.4g}" if cores else "0.25"
+    return conf
+
+
+def gpu_operators(plan: str) -> tuple[list[str], list[str]]:
+    """The operators of a physical plan (explain output) on the GPU (Gpu*), and the others."""
+    names = []
+    for line in plan.split("== Physical Plan ==")[-1].splitlines():
+        # tree drawing, then whole-stage codegen's "*(1) ", then the operator's name
+        match = re.match(r"[\s+\-:|!*]*(?:\(\d+\)\s*)?([A-Z][A-Za-z0-9]*)", line)
+        if match and match.group(1) not in ("AdaptiveSparkPlan", "Subquery", "ReusedSubquery"):
+            names.append(match.group(1))
+    return [n for n in names if n.startswith("Gpu")], [n for n in names if not n.startswith("Gpu")]
+
+
 class SparkBackend(Backend):
     name = "spark"
     frame_types = "pyspark.sql.DataFrame"
@@ -48,6 +91,7 @@ class SparkBackend(Backend):
         self.log_dir = log_dir
         self.master = settings.master or "local[*]"
         self.session = None
+        self._log = None  # the current stage's log
 
     def start(self, code: Sequence[Path] = ()) -> None:
         if self.master.startswith("spark://"):
@@ -59,7 +103,8 @@ class SparkBackend(Backend):
             # getOrCreate would silently hand back that session, whatever master we ask for
             raise UnavailableError("a SparkSession is already running in this process",
                                    hint="stop it before running a pipeline with backend: spark")
-        conf = {**default_conf(self.master), **{k: str(v) for k, v in self.settings.conf.items()}}
+        gpu_conf = spark_gpu_conf(self.settings, self.gpu.jar) if self.gpu is not None else {}
+        conf = {**default_conf(self.master), **gpu_conf, **{k: str(v) for k, v in self.settings.conf.items()}}
         builder = SparkSession.builder.master(self.master)
         for key, value in conf.items():
             builder = builder.config(key, value)
@@ -72,11 +117,21 @@ class SparkBackend(Backend):
             raise UnavailableError(f"spark failed to start (master {self.master}): {first_line(exc)}",
                                    hint=f"see {self.log_dir / 'engines.log'}") from exc
         self.session.sparkContext.setLogLevel("ERROR")
+        if self.gpu is not None:  # the plugin's NOT_ON_GPU explanations are warnings: keep them
+            jvm = self.session.sparkContext._jvm
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+                "com.nvidia.spark.rapids", jvm.org.apache.logging.log4j.Level.WARN)
         for path in code:  # Python UDFs run in worker processes, which import the stage modules
             self.session.sparkContext.addPyFile(str(code_archive(path, self.log_dir)))
 
     def handles(self) -> dict[str, Any]:
         return {"spark": self.session}
+
+    def begin_stage(self, on_gpu: bool, params, log) -> None:
+        super().begin_stage(on_gpu, params, log)
+        self._log = log
+        if self.gpu is not None and self.session is not None:
+            self.session.conf.set("spark.rapids.sql.enabled", "true" if on_gpu else "false")
 
     def is_frame(self, value: Any) -> bool:
         from pyspark.sql import DataFrame
@@ -109,6 +164,8 @@ class SparkBackend(Backend):
         if clashes:
             raise DataError(f"columns {', '.join(clashes)} differ only by case, which Spark cannot hold apart",
                             hint="rename one of them")
+        if self.stage_on_gpu:
+            self._log_plan(frame)
         # Spark insists on creating its output directory itself; it is inside our fresh staging area.
         target = directory / "_spark_output"
         writer = frame.write.mode("errorifexists")
@@ -122,6 +179,17 @@ class SparkBackend(Backend):
         for checksum in directory.rglob(".*.crc"):
             checksum.unlink()
         return to_arrow_schema(frame.schema, timezone="UTC")
+
+    def _log_plan(self, frame) -> None:
+        """Which operators of this output run on the GPU, for the stage log."""
+        plan = frame._sc._jvm.PythonSQLUtils.explainString(frame._jdf.queryExecution(), "simple")
+        on_gpu, on_cpu = gpu_operators(plan)
+        self._log.info("RAPIDS: %d operators on the GPU, %d on the CPU%s\n%s", len(on_gpu), len(on_cpu),
+                       f" ({', '.join(sorted(set(on_cpu)))})" if on_cpu else "", plan)
+
+    def cancel(self) -> None:
+        if self.session is not None:
+            self.session.sparkContext.cancelAllJobs()  # one stage at a time: all jobs are the stage's
 
     def stop(self) -> None:
         if self.session is not None:

@@ -20,16 +20,34 @@ def features(customer_weeks, horizon: int, test_weeks: int, valid_weeks: int):
     last_week = pd.Timestamp(customer_weeks["week"].astype("datetime64[ms]").max().compute()).date()
     options = {"last_week": last_week, "horizon": horizon,
                "test_weeks": test_weeks, "valid_weeks": valid_weeks}
+    if not isinstance(customer_weeks._meta, pd.DataFrame):  # cuDF on the GPU; what follows is pandas code
+        customer_weeks = customer_weeks.to_backend("pandas")
     meta = _customer_features(customer_weeks._meta, **options)
     # every week of a customer in one partition, then plain pandas per customer
     return customer_weeks.shuffle("customer_id").map_partitions(_customer_features, meta=meta, **options)
+
+
+def _combine_deliveries(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per customer-week: the ETL gives one per delivery (late events arrive a week later).
+    Counts add up; active days are the days set in any delivery's weekday mask."""
+    keys = ["customer_id", "week"]
+    summed = ["events", "views", "logins", "purchases", "tickets", "revenue"]
+    values = rows[summed].astype("float64")
+    mask = rows["active_day_mask"].to_numpy(dtype="int64")
+    days = pd.DataFrame({f"day{d}": (mask >> d) & 1 for d in range(7)}, index=rows.index)
+    frame = pd.concat([rows[keys], values, days, rows[["plan", "country", "signup_date"]]], axis=1)
+    grouped = frame.groupby(keys, sort=False)
+    combined = grouped[summed].sum()
+    combined["active_days"] = grouped[list(days.columns)].max().sum(axis=1).astype("float64")
+    static = grouped[["plan", "country", "signup_date"]].first()
+    return combined.join(static).reset_index()
 
 
 def _customer_features(part: pd.DataFrame, last_week: dt.date, horizon: int, test_weeks: int,
                        valid_weeks: int) -> pd.DataFrame:
     """Plain pandas on one partition, which holds every week of its customers."""
     counts = ["events", "views", "logins", "purchases", "tickets", "active_days"]
-    rows = part.assign(week=pd.to_datetime(part["week"].astype("datetime64[ms]")))
+    rows = _combine_deliveries(part.assign(week=pd.to_datetime(part["week"].astype("datetime64[ms]"))))
     # every week of every customer from their first active week to the last week of the data
     first = rows.groupby("customer_id")["week"].min()
     spans = ((pd.Timestamp(last_week) - first).dt.days // 7 + 1).astype("int64")

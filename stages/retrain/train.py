@@ -13,6 +13,9 @@ def train(customer_features, best_params, ctx):
 
     params = json.loads(best_params["params"].compute().iloc[0])
     rows = customer_features[customer_features["split"].isin(["train", "valid"])]
+    # persisted once: Dask may plan a column subset of a parquet read with fewer partitions, and
+    # XGBoost needs features and labels partitioned alike
+    rows = rows[FEATURES + ["churned"]].persist()
     model = xgb.dask.DaskXGBClassifier(**params, tree_method="hist", eval_metric="auc")
     model.client = ctx.dask
     model.fit(rows[FEATURES].astype("float64"), rows["churned"].astype("int64"))

@@ -26,11 +26,11 @@ def search_space(spec: dict):
     return space
 
 
-def _fit_and_score(config: dict, data: dict) -> float:
+def _fit_and_score(config: dict, data: dict, device: str = "cpu") -> float:
     from sklearn.metrics import roc_auc_score
     from xgboost import XGBClassifier
 
-    model = XGBClassifier(**config, n_jobs=1, eval_metric="auc", tree_method="hist")
+    model = XGBClassifier(**config, n_jobs=1, eval_metric="auc", tree_method="hist", device=device)
     model.fit(data["train_x"], data["train_y"])
     return float(roc_auc_score(data["valid_y"], model.predict_proba(data["valid_x"])[:, 1]))
 
@@ -44,13 +44,16 @@ def tune_xgboost(customer_features, num_samples: int, search: dict, ctx):
     data = {f"{name}_x": rows[FEATURES].astype("float64") for name, rows in part.items()}
     data.update({f"{name}_y": rows["churned"].astype("int64") for name, rows in part.items()})
 
+    gpus = ctx.gpus_per_trial  # 0 unless the stage runs on the GPU; its gpus_per_trial param otherwise
+    device = "cuda" if gpus and _xgboost_has_cuda() else "cpu"
+
     def trainable(config):
-        tune.report({"auc": _fit_and_score(config, data)})
+        tune.report({"auc": _fit_and_score(config, data, device)})
 
     space = search_space(search)
     defaults = {k: v for k, v in DEFAULTS.items() if k in space}
     tuner = tune.Tuner(
-        tune.with_resources(trainable, {"cpu": 1}),
+        tune.with_resources(trainable, {"cpu": 1, "gpu": gpus}),
         param_space=space,
         tune_config=tune.TuneConfig(metric="auc", mode="max", num_samples=num_samples,
                                     search_alg=tune.search.BasicVariantGenerator(points_to_evaluate=[defaults],
@@ -70,6 +73,12 @@ def tune_xgboost(customer_features, num_samples: int, search: dict, ctx):
     best_params = pd.DataFrame({"params": [json.dumps({k: _plain(v) for k, v in best.config.items()})],
                                 "valid_auc": [float(best.metrics["auc"])]})
     return {"best_params": ctx.ray.data.from_pandas(best_params), "trials": ctx.ray.data.from_pandas(trials)}
+
+
+def _xgboost_has_cuda() -> bool:
+    import xgboost
+
+    return bool(xgboost.build_info().get("USE_CUDA"))  # xgboost-cpu (the retrain extra) has none
 
 
 def _plain(value):

@@ -1,0 +1,317 @@
+"""GPU execution with RAPIDS: what this machine has, and which stages run on the GPU.
+
+A stage's mode is its own `gpu:` when the stage sets it, else `backends.<engine>.gpu`, else false
+(the python backend has no engine-wide default):
+
+- false: the CPU.
+- auto:  the GPU when everything the engine needs is here (a visible NVIDIA GPU, and the RAPIDS
+         packages or jar of that engine), else the CPU; the reason is recorded with the stage.
+- true:  the GPU, or the run fails before any stage starts, naming what is missing.
+
+What each engine needs on this machine: python: cudf; dask: dask_cuda and dask_cudf (with cudf);
+spark: the RAPIDS Accelerator jar; ray: only the GPU. An engine attached to a cluster
+(spark://..., backends.dask.address, backends.ray.address) runs its work on machines this one
+cannot probe: `true` trusts the cluster's GPUs and checks only what this process needs (the jar
+Spark ships, dask_cudf to build frames), `auto` stays on the CPU.
+
+Nothing here imports a RAPIDS package: detection uses nvidia-smi and importlib.util.find_spec.
+"""
+
+from __future__ import annotations
+
+import gc
+import glob
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from .errors import ConfigError, UnavailableError
+
+RAPIDS_PACKAGES = ("cudf", "dask_cudf", "dask_cuda", "rmm")
+ENGINE_PACKAGES = {"python": ("cudf",), "dask": ("cudf", "dask_cudf", "dask_cuda"), "spark": (), "ray": ()}
+ATTACHED_PACKAGES = {"dask": ("cudf", "dask_cudf")}  # the client builds cuDF frames itself
+JAR_ENV = "HYBRIDFLOW_RAPIDS_JAR"
+# The RAPIDS Accelerator built for Scala 2.13, which Spark 4 uses (Maven: com.nvidia:rapids-4-spark_2.13)
+DEFAULT_JAR_GLOB = "~/.hybridflow/jars/rapids-4-spark_2.13-*.jar"
+INSTALL_HINT = "pip install 'hybridflow[gpu]'"
+NO_GPU_HINT = "run on a machine with an NVIDIA GPU and driver, or use gpu: auto to fall back to the CPU"
+JAR_HINT = ("download rapids-4-spark_2.13-<version>.jar from Maven Central into ~/.hybridflow/jars/, "
+            f"or set backends.spark.rapids_jar or ${JAR_ENV}")
+QUERY = ("--query-gpu=index,uuid,name,memory.total,driver_version", "--format=csv,noheader,nounits")
+SMI_TIMEOUT = 10.0  # seconds; a wedged driver must not hang the run
+
+
+@dataclass(frozen=True)
+class Device:
+    index: int
+    uuid: str
+    name: str
+    memory_mib: int
+    driver: str
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What this process can use: the GPUs CUDA_VISIBLE_DEVICES leaves it, and the RAPIDS packages."""
+
+    devices: tuple[Device, ...] = ()
+    problem: str | None = None  # why no GPU is usable, when none is
+    packages: dict[str, bool] = field(default_factory=dict)  # module -> importable
+
+
+@dataclass(frozen=True)
+class GpuChoice:
+    use: bool
+    reason: str
+    mode: bool | str = False
+
+
+@dataclass(frozen=True)
+class EngineGpu:
+    """What an engine started for GPU stages is given."""
+
+    devices: tuple[Device, ...]
+    jar: Path | None = None
+
+
+# -- detection ----------------------------------------------------------------------------------
+
+def parse_smi(text: str) -> list[Device]:
+    """`nvidia-smi --query-gpu=index,uuid,name,memory.total,driver_version --format=csv,noheader,nounits`."""
+    devices = []
+    for line in text.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != 5:
+            raise ValueError(f"unexpected nvidia-smi line: {line!r}")
+        index, uuid, name, memory, driver = parts
+        devices.append(Device(int(index), uuid, name, int(float(memory.split()[0])), driver))
+    return devices
+
+
+def visible(devices: list[Device], env: str | None) -> list[Device]:
+    """The devices CUDA_VISIBLE_DEVICES leaves visible, in its order. Like CUDA: unset means all,
+    entries are indices or UUID prefixes (GPU-...), and the list ends at the first unknown entry."""
+    if env is None:
+        return list(devices)
+    chosen: list[Device] = []
+    for token in (t.strip() for t in env.split(",")):
+        match = [d for d in devices if (token.isdigit() and d.index == int(token))
+                 or (token.startswith(("GPU-", "MIG-")) and d.uuid.startswith(token))]
+        if len(match) != 1 or match[0] in chosen:
+            break
+        chosen.append(match[0])
+    return chosen
+
+
+def packages() -> dict[str, bool]:
+    """Which RAPIDS pieces are installed, found without importing them (importing cudf needs a GPU)."""
+    return {name: importlib.util.find_spec(name) is not None for name in RAPIDS_PACKAGES}
+
+
+def probe() -> Probe:
+    """Ask nvidia-smi for the GPUs (absent binary: no driver); apply CUDA_VISIBLE_DEVICES."""
+    found = packages()
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return Probe((), "no NVIDIA driver (nvidia-smi is not on PATH)", found)
+    try:
+        done = subprocess.run([smi, *QUERY], capture_output=True, text=True, timeout=SMI_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Probe((), f"nvidia-smi did not answer: {exc}", found)
+    if done.returncode != 0:
+        detail = (done.stdout.strip() or done.stderr.strip() or f"exit status {done.returncode}").splitlines()[0]
+        return Probe((), f"nvidia-smi failed: {detail}", found)
+    try:
+        devices = parse_smi(done.stdout)
+    except ValueError as exc:
+        return Probe((), str(exc), found)
+    if not devices:
+        return Probe((), "nvidia-smi lists no GPU", found)
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    shown = visible(devices, env)
+    if not shown:
+        return Probe((), f"CUDA_VISIBLE_DEVICES={env!r} hides all {len(devices)} GPUs", found)
+    return Probe(tuple(shown), None, found)
+
+
+def find_jar(configured: str | None, root: Path | None = None) -> tuple[Path | None, str]:
+    """The Spark RAPIDS jar: backends.spark.rapids_jar (relative to root), else $HYBRIDFLOW_RAPIDS_JAR,
+    else the newest ~/.hybridflow/jars/rapids-4-spark_2.13-*.jar. Returns (path or None, where it looked)."""
+    for origin, value in (("backends.spark.rapids_jar", configured), (f"${JAR_ENV}", os.environ.get(JAR_ENV))):
+        if value:
+            path = Path(value).expanduser()
+            path = path if path.is_absolute() or root is None else root / path
+            return (path, origin) if path.is_file() else (None, f"{origin} = {path}, which does not exist")
+    matches = sorted(glob.glob(os.path.expanduser(DEFAULT_JAR_GLOB)), key=_version_key)
+    return (Path(matches[-1]), DEFAULT_JAR_GLOB) if matches else (None, f"nothing matches {DEFAULT_JAR_GLOB}")
+
+
+def _version_key(path: str) -> list:
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", Path(path).name)]
+
+
+# -- planning -----------------------------------------------------------------------------------
+
+def stage_mode(pipeline, stage: str) -> bool | str:
+    """The stage's own `gpu:` when it sets it, else its engine's `backends.<engine>.gpu`."""
+    spec = pipeline.stages[stage]
+    if "gpu" in spec.model_fields_set:
+        return spec.gpu
+    return getattr(getattr(pipeline.spec.backends, spec.backend, None), "gpu", False)
+
+
+def attached(pipeline, backend: str) -> bool:
+    settings = getattr(pipeline.spec.backends, backend, None)
+    if backend == "spark":
+        return not (settings.master or "local").startswith("local")
+    return bool(getattr(settings, "address", None))
+
+
+def missing(backend: str, found: Probe, jar: tuple[Path | None, str], is_attached: bool) -> tuple[str, str] | None:
+    """What keeps `backend` off the GPU here, as (what, how to fix it); None when nothing does."""
+    if not is_attached and found.problem:
+        return found.problem, NO_GPU_HINT
+    needed = ATTACHED_PACKAGES.get(backend, ()) if is_attached else ENGINE_PACKAGES[backend]
+    absent = [name for name in needed if not found.packages.get(name)]
+    if absent:
+        which = f"package {absent[0]} is" if len(absent) == 1 else f"packages {', '.join(absent)} are"
+        return f"the RAPIDS {which} not installed", INSTALL_HINT
+    if backend == "spark" and jar[0] is None:
+        return f"the RAPIDS Accelerator jar for Spark was not found ({jar[1]})", JAR_HINT
+    return None
+
+
+@dataclass
+class GpuPlan:
+    """Each selected stage's choice, made once before any stage starts."""
+
+    choices: dict[str, GpuChoice]
+    backends: dict[str, str]  # stage -> backend
+    found: Probe | None = None
+    jar: Path | None = None
+    params: dict[str, dict[str, Any]] = field(default_factory=dict)  # stage -> its params
+
+    def engine(self, backend: str) -> EngineGpu | None:
+        """GPU resources for an engine: given when any selected stage on it runs on the GPU
+        (the engine is shared by its stages; the others switch the GPU off per stage)."""
+        if not any(c.use for s, c in self.choices.items() if self.backends[s] == backend):
+            return None
+        return EngineGpu(self.found.devices if self.found else (), self.jar if backend == "spark" else None)
+
+    def start_stage(self, stage: str, engine, engines: Iterable, log) -> tuple[bool | None, str | None]:
+        """Before a stage runs: free what earlier stages left on the GPU, switch the engine to the
+        stage's device. Returns what the run record keeps: (ran on the GPU, why), or (None, None)
+        for a stage that never asked for the GPU."""
+        for other in engines:
+            if getattr(other, "gpu", None) is not None:
+                other.release_gpu_memory()
+        choice = self.choices.get(stage, GpuChoice(False, "gpu: false"))
+        use = choice.use and getattr(engine, "gpu", None) is not None
+        reason = choice.reason if use == choice.use else "the engine was started without GPU resources"
+        engine.begin_stage(use, self.params.get(stage, {}), log)
+        if choice.mode is False:
+            return None, None
+        log.info("device: %s (%s)", "GPU" if use else "CPU", reason)
+        return use, reason
+
+
+def plan(pipeline, stage_names: Iterable[str], found: Probe | None = None) -> GpuPlan:
+    """Decide every selected stage's device. Raises UnavailableError for a `gpu: true` stage this
+    machine cannot run on the GPU. Probes (nvidia-smi) only when some stage asks for a GPU."""
+    names = list(stage_names)
+    modes = {s: stage_mode(pipeline, s) for s in names}
+    backends = {s: pipeline.stages[s].backend for s in names}
+    result = GpuPlan({s: GpuChoice(False, "gpu: false") for s in names}, backends,
+                     params={s: pipeline.params_for(s) for s in names})
+    if not any(modes.values()):
+        return result
+    found = found or probe()
+    jar = find_jar(pipeline.spec.backends.spark.rapids_jar, pipeline.root) \
+        if any(backends[s] == "spark" and modes[s] for s in names) else (None, "")
+    result.found, result.jar = found, jar[0]
+    for stage in names:
+        mode, backend = modes[stage], backends[stage]
+        if not mode:
+            continue
+        is_attached = attached(pipeline, backend)
+        problem = missing(backend, found, jar, is_attached)
+        if mode is True and problem:
+            raise UnavailableError(f"stage '{stage}' has gpu: true but {problem[0]}", hint=problem[1])
+        if problem:
+            result.choices[stage] = GpuChoice(False, f"auto: {problem[0]}", mode)
+        elif mode == "auto" and is_attached:
+            result.choices[stage] = GpuChoice(False, f"auto: the {backend} cluster's GPUs cannot be probed from "
+                                                     "here (set gpu: true to use them)", mode)
+        else:
+            where = f"the {backend} cluster" if is_attached else _describe(found.devices)
+            result.choices[stage] = GpuChoice(True, f"{'auto' if mode == 'auto' else 'gpu: true'}: {where}", mode)
+    return result
+
+
+def _describe(devices: tuple[Device, ...]) -> str:
+    first = devices[0]
+    more = f" (+{len(devices) - 1} more)" if len(devices) > 1 else ""
+    return f"{first.name}, {first.memory_mib} MiB{more}"
+
+
+# -- memory -------------------------------------------------------------------------------------
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_bytes(value: int | str) -> int:
+    """'2GB', '512MiB', 1000000 -> bytes (the spellings dask and RMM accept)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(value))
+    if not match or match.group(2).lower() not in _UNITS:
+        raise ConfigError(f"'{value}' is not a memory size", hint="write e.g. 2GB, 512MiB or a number of bytes")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+def release_process_memory() -> None:
+    """Free this process's unreferenced GPU memory: collect the frames earlier stages dropped, and
+    hand a RAPIDS memory pool back to the device (the next stage may be another engine's process)."""
+    gc.collect()
+    rmm = sys.modules.get("rmm")
+    if rmm is not None:
+        rmm.reinitialize()  # the default allocator: the pool is freed once nothing refers to it
+
+
+# -- doctor -------------------------------------------------------------------------------------
+
+def cuda_version(smi_output: str) -> str | None:
+    """The CUDA version the driver supports, from nvidia-smi's banner ('CUDA Version: 12.4')."""
+    match = re.search(r"CUDA Version:\s*([\d.]+)", smi_output)
+    return match.group(1) if match else None
+
+
+def report(found: Probe | None = None, configured_jar: str | None = None) -> list[tuple[str, str]]:
+    """Rows for `hybridflow doctor`: the GPUs, their memory, the driver and CUDA versions, which
+    RAPIDS pieces are importable, and where the Spark RAPIDS jar is."""
+    found = found or probe()
+    rows: list[tuple[str, str]] = []
+    if found.problem:
+        rows.append(("GPU", f"none usable: {found.problem}"))
+    for device in found.devices:
+        rows.append((f"GPU {device.index}", f"{device.name}, {device.memory_mib:,} MiB"))
+    if found.devices:
+        rows.append(("NVIDIA driver", found.devices[0].driver))
+        smi = shutil.which("nvidia-smi")
+        try:
+            banner = subprocess.run([smi], capture_output=True, text=True, timeout=SMI_TIMEOUT).stdout if smi else ""
+        except (OSError, subprocess.TimeoutExpired):
+            banner = ""
+        rows.append(("CUDA (driver)", cuda_version(banner) or "unknown"))
+    for name in RAPIDS_PACKAGES:
+        rows.append((name, "importable" if found.packages.get(name) else f"not installed ({INSTALL_HINT})"))
+    jar, where = find_jar(configured_jar)
+    rows.append(("Spark RAPIDS jar", str(jar) if jar else f"not found: {where}"))
+    return rows
