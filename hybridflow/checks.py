@@ -48,6 +48,10 @@ def _check_incremental(p: Pipeline) -> list[Problem]:
                                                  f"partition_by to process partition by partition; {found}"))
             continue
         columns = p.dataset(partitioned[0]).partition_by
+        if p.dataset(partitioned[0]).format != "parquet":
+            problems.append(p.source.problem(at, f"incremental stage '{stage}' reads '{partitioned[0]}' as "
+                                                 f"{p.dataset(partitioned[0]).format}: partitions are tracked for "
+                                                 "parquet inputs only"))
         for ds in spec.outputs:
             out = p.dataset(ds)
             if out.kind == "files":

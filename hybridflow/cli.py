@@ -189,7 +189,7 @@ def run(
 
         if not is_due_now(pipeline):
             return  # quietly: cron calls this on every minute the schedule might fall on
-    arguments = {"only": only or [], "from": start or [], "to": end or [], "params": params or []}
+    arguments = {"only": only or [], "from": start or [], "to": end or [], "params": params or [], "force": force}
     if resume:
         if only or start or end or params:
             raise UsageError("--resume repeats the last run's --only/--from/--to/--param; do not give them again")
@@ -200,10 +200,15 @@ def run(
             return
         arguments = json.loads(last["arguments"] or "{}") or arguments
         pipeline = load_pipeline(pipeline_file, arguments.get("params", []))
+        forced = _force_set(pipeline, force or arguments.get("force"))
+        if forced and not force:  # the last run's --force: still owed to the stages it did not finish
+            finished = {s["stage"] for s in _last_run_stages(pipeline, last["run_id"]) if s["status"] == "done"}
+            forced = (set(pipeline.stages) if forced is True else forced) - finished
         err.print(f"resuming run {last['run_id']} ({last['status']})", markup=False)
+    else:
+        forced = _force_set(pipeline, force)
     runner = Runner(pipeline, Selection(arguments.get("only", ()), arguments.get("from", ()), arguments.get("to", ())),
-                    keep_going=keep_going, wait_for_lock=wait, trigger=trigger, force=_force_set(pipeline, force),
-                    arguments=arguments)
+                    keep_going=keep_going, wait_for_lock=wait, trigger=trigger, force=forced, arguments=arguments)
     if dry_run:
         _print_plan(runner)
         return
@@ -268,6 +273,12 @@ def _last_run(pipeline):
 
     db = pipeline.workdir / "runs.db"
     return RunStore(db).last_run(pipeline.name) if db.exists() else None
+
+
+def _last_run_stages(pipeline, run_id: str) -> list[dict]:
+    from .state import RunStore
+
+    return RunStore(pipeline.workdir / "runs.db").stages(run_id)
 
 
 def _print_plan(runner) -> None:

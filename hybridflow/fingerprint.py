@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from . import signature
+from .errors import DataError
 from .stagecode import inspect_target, module_file
 
 SECRET_PREFIX = "secret:"
@@ -120,24 +121,44 @@ class SecretHasher:
 
     def value(self, value: Any) -> Any:
         if isinstance(value, dict):
-            return {str(k): self.value(v) for k, v in value.items()}
+            return {self.value(str(k)): self.value(v) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
             return [self.value(v) for v in value]
-        if isinstance(value, str) and any(s and s in value for s in self.secrets):
-            return SECRET_PREFIX + hmac.new(self._secret_key(), value.encode(), "sha256").hexdigest()[:24]
+        if value is not None and any(s and s in str(value) for s in self.secrets):  # also a secret parsed as a number
+            return SECRET_PREFIX + hmac.new(self._secret_key(), str(value).encode(), "sha256").hexdigest()[:24]
         return value
 
     def _secret_key(self) -> bytes:
         if self._key is None:
-            try:
-                self._key = bytes.fromhex(self.key_file.read_text().strip())
-            except (FileNotFoundError, ValueError):
+            self._key = self._read_key()
+            if self._key is None:
+                # written whole under a temporary name, then linked into place: a concurrent creator
+                # or a crash never leaves a short key behind, and the first key made wins
                 self.key_file.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(self.key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                tmp = self.key_file.with_name(f".{self.key_file.name}.{os.getpid()}.tmp")
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
                 with os.fdopen(fd, "w") as handle:
                     handle.write(tokens.token_hex(32))
-                self._key = bytes.fromhex(self.key_file.read_text().strip())
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                try:
+                    os.link(tmp, self.key_file)
+                except FileExistsError:
+                    pass
+                finally:
+                    tmp.unlink()
+                self._key = self._read_key()
+                if self._key is None:
+                    raise DataError(f"{self.key_file} does not hold a 32-byte key",
+                                    hint="delete it: a new key is made (every stage that uses a secret runs again)")
         return self._key
+
+    def _read_key(self) -> bytes | None:
+        try:
+            key = bytes.fromhex(self.key_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        return key if len(key) == 32 else None
 
 
 def visible_params(root: Path, target: str, params: dict[str, Any], code: list[Path]) -> dict[str, Any]:

@@ -1,7 +1,8 @@
-"""Content hashes of files, remembered by (size, mtime, inode) so unchanged raw data is not re-read.
+"""Content hashes of files, remembered by their stat so unchanged raw data is not re-read.
 
 Published versions carry their files' sha256 in their manifests; this cache serves external inputs,
-which hybridflow does not own: a file is hashed again only when its size, mtime or inode changed.
+which hybridflow does not own: a file is hashed again when its size, mtime, ctime, inode or device
+changed.
 """
 
 from __future__ import annotations
@@ -9,7 +10,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
+
+RECENT_NS = 2 * 10**9  # coarse file system timestamps: a change within this window may not show
 
 
 def file_sha256(path: Path) -> str:
@@ -38,12 +42,16 @@ class HashCache:
 
     def sha256(self, file: Path) -> str:
         stat = file.stat()
-        key, stamp = str(file.resolve()), [stat.st_size, stat.st_mtime_ns, stat.st_ino]
+        # ctime changes on any write or metadata change and cannot be set back (unlike mtime, which
+        # cp -p, touch -r or rsync -t restore)
+        key = str(file.resolve())
+        stamp = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino, stat.st_dev]
         entry = self._entries.get(key)
-        if entry and entry[:3] == stamp:
-            return entry[3]
+        if entry and entry[:-1] == stamp:
+            return entry[-1]
         value = file_sha256(file)
-        self._entries[key] = [*stamp, value]
+        if time.time_ns() - stat.st_ctime_ns > RECENT_NS:  # a file still being written is hashed again
+            self._entries[key] = [*stamp, value]
         self._dirty = True
         return value
 

@@ -14,38 +14,60 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+import pyarrow as pa
+
 from .errors import DataError
 from .hashing import HashCache, digest_of
 from .tables import HIVE_NULL, partition_values
 
 
-def partition_key(relative: PurePosixPath | Path, partition_by: tuple[str, ...]) -> str | None:
+Types = dict[str, pa.DataType]
+
+
+def partition_key(relative: PurePosixPath | Path, partition_by: tuple[str, ...], types: Types | None = None) -> str | None:
     """'week=2026-11-16' for week=2026-11-16/part-0.parquet; None for a file outside the partitions
-    (the schema-only file an empty output has)."""
+    (the schema-only file an empty output has). Values are read in their column's type and written
+    one way, so engines that spell a directory differently (month=01 or 1, f=1 or 1.0) agree."""
     values = partition_values(Path("/") / relative, Path("/"), partition_by)
     if set(values) != set(partition_by):
         return None
-    return "/".join(f"{c}={HIVE_NULL if values[c] is None else values[c]}" for c in partition_by)
+    return "/".join(f"{c}={_canonical(values[c], (types or {}).get(c))}" for c in partition_by)
 
 
-def external_datums(path: Path, partition_by: tuple[str, ...], cache: HashCache) -> dict[str, str]:
+def _canonical(raw: str | None, kind: pa.DataType | None) -> str:
+    if raw is None or raw == "":
+        return HIVE_NULL
+    if kind is None or pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return raw
+    try:
+        value = pa.array([raw], pa.string()).cast(kind)[0].as_py()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return raw
+    return value.isoformat() if hasattr(value, "isoformat") else repr(value)
+
+
+def schema_types(schema: pa.Schema | None) -> Types:
+    return dict(zip(schema.names, schema.types)) if schema is not None else {}
+
+
+def external_datums(path: Path, partition_by: tuple[str, ...], cache: HashCache, types: Types | None = None) -> dict[str, str]:
     """{partition key: digest} of an external partitioned parquet directory."""
     groups: dict[str, list] = {}
     for file in sorted(path.rglob("*.parquet")):
-        key = partition_key(file.relative_to(path), partition_by)
+        key = partition_key(file.relative_to(path), partition_by, types)
         if key is not None:
-            groups.setdefault(key, []).append((file.name, cache.sha256(file)))
+            groups.setdefault(key, []).append(("", cache.sha256(file)))  # names left out: engines pick them at random
     return {key: digest_of(files) for key, files in groups.items()}
 
 
-def version_datums(manifest: dict, partition_by: tuple[str, ...]) -> dict[str, str]:
+def version_datums(manifest: dict, partition_by: tuple[str, ...], types: Types | None = None) -> dict[str, str]:
     """{partition key: digest} of a published version, from the hashes its manifest holds."""
     groups: dict[str, list] = {}
     for entry in manifest["files"]:
         relative = PurePosixPath(entry["path"])
-        key = partition_key(relative, partition_by)
+        key = partition_key(relative, partition_by, types)
         if key is not None and relative.suffix == ".parquet":
-            groups.setdefault(key, []).append((relative.name, entry["sha256"]))
+            groups.setdefault(key, []).append(("", entry["sha256"]))
     return {key: digest_of(files) for key, files in groups.items()}
 
 
@@ -78,13 +100,13 @@ def compare(previous: dict[str, str], current: dict[str, str]) -> DatumChanges:
 
 
 def carry_over(output: str, staging: Path, previous_dir: Path, previous_manifest: dict, changes: DatumChanges,
-               partition_by: tuple[str, ...]) -> None:
+               partition_by: tuple[str, ...], types: Types) -> None:
     """Complete a staged incremental output with the previous version's partitions of unchanged datums.
 
     Published files are immutable, so they are hard-linked (copied across file systems)."""
     processed = set(changes.changed)
     for file in sorted(staging.rglob("*.parquet")):
-        key = partition_key(file.relative_to(staging), partition_by)
+        key = partition_key(file.relative_to(staging), partition_by, types)
         if key is not None and key not in processed:
             raise DataError(f"incremental output '{output}' has partition {key}, which is not one of the input "
                             f"partitions this run processed ({', '.join(sorted(processed)) or 'none'})",
@@ -93,7 +115,7 @@ def carry_over(output: str, staging: Path, previous_dir: Path, previous_manifest
     keep = set(changes.unchanged)
     for entry in previous_manifest["files"]:
         relative = PurePosixPath(entry["path"])
-        if partition_key(relative, partition_by) not in keep:
+        if partition_key(relative, partition_by, types) not in keep:
             continue
         source = previous_dir / relative
         target = staging / relative
@@ -102,7 +124,7 @@ def carry_over(output: str, staging: Path, previous_dir: Path, previous_manifest
             os.link(source, target)
         except OSError:
             shutil.copy2(source, target)
-    partitioned = [f for f in staging.rglob("*.parquet") if partition_key(f.relative_to(staging), partition_by)]
+    partitioned = [f for f in staging.rglob("*.parquet") if partition_key(f.relative_to(staging), partition_by, types)]
     if partitioned:  # the schema-only file of an empty write is not needed beside real partitions
         for file in staging.glob("*.parquet"):
             file.unlink()

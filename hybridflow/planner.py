@@ -12,7 +12,8 @@ from pathlib import Path, PurePosixPath
 from . import fingerprint as fp
 from .catalog import Catalog, Version
 from .hashing import HashCache, digest_of
-from .incremental import DatumChanges, compare, external_datums, version_datums
+from .contract import declared_schema
+from .incremental import DatumChanges, compare, external_datums, schema_types, version_datums
 from .pipeline import Pipeline
 
 RUN, SKIP, INCREMENTAL = "run", "skip", "incremental"
@@ -73,6 +74,9 @@ class Planner:
             return Decision(stage, SKIP, [f"unchanged since run {', '.join(runs)}"], current, previous=previous)
         partitioned = self.partitioned_input(stage)
         if partitioned and _same_base(records, current):
+            if not _aligned(previous.values(), records[0]["datums"]):
+                return Decision(stage, RUN, ["its output partitions do not match the input partitions of its last "
+                                             "run, so every partition is processed again"], current, previous=previous)
             changes = compare(records[0]["datums"], current.datums or {})
             return Decision(stage, INCREMENTAL, [changes.describe(partitioned)], current, changes, previous)
         reasons = fp.explain(records[0], current)
@@ -87,6 +91,7 @@ class Planner:
         params = fp.visible_params(self.pipeline.root, spec.run, self.pipeline.params_for(stage),
                                    [self.pipeline.root / f for f in code])
         settings = {
+            "run": spec.run,
             "backend": spec.backend,
             "gpu": spec.gpu,
             "incremental": spec.incremental,
@@ -119,12 +124,14 @@ class Planner:
         return digest_of((PurePosixPath(f["path"]).parent.as_posix(), f["sha256"]) for f in version.manifest["files"])
 
     def datums(self, dataset: str) -> dict[str, str]:
-        partition_by = tuple(self.pipeline.dataset(dataset).partition_by)
+        spec = self.pipeline.dataset(dataset)
+        partition_by = tuple(spec.partition_by)
         if self.pipeline.is_external(dataset):
             path = self.pipeline.external_path(dataset)
-            return external_datums(path, partition_by, self.hashes) if path.is_dir() else {}
+            types = {c: t for c, t in (declared_schema(spec.schema_) or {}).items()}
+            return external_datums(path, partition_by, self.hashes, types) if path.is_dir() else {}
         version = self.catalog.current(dataset)
-        return version_datums(version.manifest, partition_by) if version else {}
+        return version_datums(version.manifest, partition_by, schema_types(version.schema)) if version else {}
 
 
 def _same_base(records: list[dict], current: fp.Fingerprint) -> bool:
@@ -133,6 +140,17 @@ def _same_base(records: list[dict], current: fp.Fingerprint) -> bool:
     first = records[0]
     return (first.get("datums") is not None and all(r.get("base") == current.base for r in records)
             and all(r.get("datums") == first["datums"] for r in records))
+
+
+def _aligned(outputs, datums: dict[str, str]) -> bool:
+    """Every partition of the current outputs belongs to a datum of the last run; if not (the
+    outputs were changed by hand, or keys are spelt in a way we cannot match), only a full run is safe."""
+    for version in outputs:
+        keys = version_datums(version.manifest, tuple(version.manifest.get("partition_by", ())),
+                              schema_types(version.schema))
+        if not set(keys) <= set(datums):
+            return False
+    return True
 
 
 def _hidden(file: Path, root: Path) -> bool:

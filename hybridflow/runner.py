@@ -31,7 +31,7 @@ from .errorsite import describe_user_error
 from .contract import declared_schema
 from .errors import (ConfigError, DataError, HybridflowError, InterruptedRun, StageError, StageTimeout,
                      UnavailableError, first_line)
-from .incremental import carry_over, partition_key
+from .incremental import carry_over, partition_key, schema_types
 from .lock import RunLock
 from .pipeline import Pipeline
 from .planner import INCREMENTAL, SKIP, Decision, Planner
@@ -207,6 +207,12 @@ class Runner:
         results = {s: StageResult(s, self.pipeline.stages[s].backend) for s in self.stages}
         lock = RunLock(self.home / "run.lock")
         lock.acquire(run_id, wait=self.wait_for_lock)
+        try:  # the lock is held until the run's record is final: the next run trusts what it finds
+            return self._run_locked(run_id, run_dir, results)
+        finally:
+            lock.release()
+
+    def _run_locked(self, run_id: str, run_dir: Path, results: dict[str, StageResult]) -> RunResult:
         started, clock = datetime.now(timezone.utc), time.monotonic()  # a waiting run starts when it gets the lock
         status, error = "failed", None
         self.store.mark_abandoned(self.pipeline.name, _now())  # we hold the lock: any "running" run is dead
@@ -229,7 +235,7 @@ class Runner:
                 status, error = self._run_stages(run_id, run_dir, results)
                 self._signals.check()
             if status == "success":
-                self.catalog.collect_garbage(self.pipeline.spec.keep_versions)
+                self._collect_garbage()
         except (KeyboardInterrupt, _Terminated) as exc:
             status = "interrupted"
             error = InterruptedRun(getattr(exc, "signum", signal.SIGINT))
@@ -238,10 +244,13 @@ class Runner:
                     self._finish(result, "failed", error="interrupted")
                 elif result.status == "waiting":
                     self._finish(result, "not run", reason="run interrupted")
+        except BaseException as exc:  # a bug, or an engine's own exit: the record must not stay "running"
+            self.store.save_run(**record, status="failed", ended_at=_now(),
+                                error=self.pipeline.redact(f"{type(exc).__name__}: {first_line(exc)}"))
+            raise
         finally:
             self._stop_engines()
             self.catalog.discard_staging(run_id)
-            lock.release()
         result = RunResult(run_id, self.pipeline.name, status, results, dict(self._engine_seconds),
                            started.isoformat(timespec="seconds"), time.monotonic() - clock, run_dir,
                            error=error)
@@ -250,6 +259,16 @@ class Runner:
         self.store.save_run(**record, status=status, ended_at=_now(),
                             error=self.pipeline.redact(error.one_line()) if error else None)
         return result
+
+    def _collect_garbage(self) -> None:
+        """Old versions go after a successful run; failing to remove them never fails the run."""
+        try:
+            removed = self.catalog.collect_garbage(self.pipeline.spec.keep_versions)
+        except (OSError, HybridflowError) as exc:
+            logging.getLogger("hybridflow").warning("garbage collection failed: %s", first_line(exc))
+            return
+        if removed:
+            logging.getLogger("hybridflow").info("removed %d old dataset versions", len(removed))
 
     def _run_stages(self, run_id: str, run_dir: Path, results: dict[str, StageResult]):
         first_error: HybridflowError | None = None
@@ -265,7 +284,11 @@ class Runner:
                 self._finish(result, "not run", reason="an earlier stage failed")
                 continue
             try:
-                decision = self.planner.decide(stage)
+                try:
+                    decision = self.planner.decide(stage)
+                except OSError as exc:  # an input changed while it was being hashed
+                    raise DataError(f"cannot fingerprint the inputs of stage '{stage}': {exc}",
+                                    hint="run again once the input is complete") from exc
                 result.reason = decision.reason
                 result.fingerprint = decision.fingerprint.digest if decision.fingerprint else None
                 if decision.action == SKIP:
@@ -327,12 +350,13 @@ class Runner:
                 else:
                     produced = self._call(run_id, result, backend, log, log_stream, decision)
                 self._signals.check()
-                self._publish(run_id, result, backend, produced, log, decision)
+                prepared = self._prepare_outputs(run_id, result, backend, produced, log, decision)
         except StageTimeout:
             # The engine may still hold the stage's work (a Ray task, a Spark job that ignored the
             # cancel): a fresh engine for whatever comes next is the one sure way to be rid of it.
             self._drop_engine(spec.backend)
             raise
+        self._commit_outputs(result, prepared)
 
     def _wait(self, seconds: float) -> None:
         """Sleep before a retry, still answering SIGINT/SIGTERM at once."""
@@ -445,18 +469,23 @@ class Runner:
                                  f"the {backend.name} backend writes {backend.frame_types}")
         return frames
 
-    def _publish(self, run_id: str, result: StageResult, backend, frames: dict[str, Any],
-                 log: logging.Logger, decision: Decision) -> None:
-        """Write and check every output first, then commit them all: an output that breaks its
+    def _prepare_outputs(self, run_id: str, result: StageResult, backend, frames: dict[str, Any],
+                         log: logging.Logger, decision: Decision) -> list[Version]:
+        """Write and check every output first (committing comes after): an output that breaks its
         contract leaves every dataset of the stage as it was."""
         spec = self.pipeline.stages[result.name]
         inputs = {ds: self._input_version(ds) for ds in spec.inputs}
-        prepared = [self._prepare(run_id, result.name, dataset, backend, frames, inputs, log, decision)
-                    for dataset in spec.outputs]
-        self._signals.check()  # the last moment a stop request can still leave everything as it was
-        for version in prepared:
-            self.catalog.commit(version)
-            result.outputs[version.dataset] = version.id
+        return [self._prepare(run_id, result.name, dataset, backend, frames, inputs, log, decision)
+                for dataset in spec.outputs]
+
+    def _commit_outputs(self, result: StageResult, prepared: list[Version]) -> None:
+        """Point every output at its new version. A stop request before this leaves everything as it
+        was; one that arrives during it waits until all the outputs are committed."""
+        self._signals.check()
+        with self._signals.deferred():
+            for version in prepared:
+                self.catalog.commit(version)
+                result.outputs[version.dataset] = version.id
         tables = [v.rows for v in prepared if v.rows is not None]
         result.rows_out = sum(tables) if tables else None
         result.bytes_out = sum(v.bytes for v in prepared)
@@ -480,7 +509,8 @@ class Runner:
         if decision.action == INCREMENTAL:
             previous = decision.previous[dataset]
             written = written or previous.schema
-            carry_over(dataset, staging, previous.directory, previous.manifest, decision.changes, partition_by)
+            carry_over(dataset, staging, previous.directory, previous.manifest, decision.changes, partition_by,
+                       schema_types(written))
             ensure_schema_file(staging, written, partition_by)  # every partition removed: still a schema
             log.info("output %s: %d partitions written, %d carried over, %d removed", dataset,
                      len(decision.changes.changed), len(decision.changes.unchanged), len(decision.changes.removed))
@@ -591,8 +621,9 @@ class Runner:
 def _only_partitions(source: TableSource, partitions: set[str], files: list[Path] | None = None) -> TableSource:
     """The same dataset restricted to some of its partitions (by partition key, e.g. 'week=2026-11-16')."""
     base = source.base or source.files[0]
+    types = schema_types(source.schema)
     chosen = tuple(f for f in (files if files is not None else source.files)
-                   if partition_key(f.relative_to(base), source.partition_by) in partitions)
+                   if partition_key(f.relative_to(base), source.partition_by, types) in partitions)
     return TableSource(source.name, chosen, source.format, source.schema, source.partition_by, base)
 
 
@@ -643,19 +674,23 @@ def _time_limit(seconds: float | None, backend, stage: str):
     timer = threading.Timer(seconds, expire)
     timer.daemon = True
     timer.start()
+    timed_out = StageTimeout(f"stage '{stage}' timed out after {_seconds(seconds)}; its engine work was "
+                             "cancelled", hint="raise its timeout, or make it faster")
     try:
         yield
         finished.set()
     except BaseException as exc:
         finished.set()
         if fired.is_set() and not isinstance(exc, _Terminated):
-            raise StageTimeout(f"stage '{stage}' timed out after {_seconds(seconds)}; its engine work was cancelled",
-                               hint="raise its timeout, or make it faster") from exc
+            raise timed_out from exc
         raise
     finally:
         timer.cancel()
+        timer.join()  # a late expire() must not cancel or signal anything after this point
         if in_main:
             signal.signal(signal.SIGALRM, previous)
+    if fired.is_set() and not in_main:
+        raise timed_out  # no signal could interrupt the body: it ran to the end, but too long
 
 
 def _seconds(value: float) -> str:
@@ -678,10 +713,21 @@ class _SignalState:
     def __init__(self) -> None:
         self.signum: int | None = None
         self.installed = False
+        self._deferred = False
 
     def on_signal(self, signum, frame) -> None:
         self.signum = signum
-        raise _Terminated(signum)
+        if not self._deferred:
+            raise _Terminated(signum)
+
+    @contextlib.contextmanager
+    def deferred(self):
+        """Hold a stop request until the block ends (it is then raised by the next check())."""
+        self._deferred = True
+        try:
+            yield
+        finally:
+            self._deferred = False
 
     def reclaim(self) -> None:
         """Take SIGINT/SIGTERM back after an engine started: ray.init installs its own SIGTERM handler,

@@ -21,7 +21,7 @@ from .errors import ConfigError
 def module_file(root: Path, module: str) -> Path | None:
     """root/a/b.py or root/a/b/__init__.py for module a.b, if present."""
     base = root.joinpath(*module.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+    for candidate in (base / "__init__.py", base.with_suffix(".py")):  # Python prefers the package too
         if candidate.is_file():
             return candidate
     return None

@@ -86,7 +86,8 @@ class RunStore:
             ids = [r["run_id"] for r in db.execute("SELECT run_id FROM runs WHERE pipeline = ? AND status = 'running'",
                                                    [pipeline])]
             for run_id in ids:
-                db.execute("UPDATE runs SET status = 'killed', ended_at = ?, error = ? WHERE run_id = ?",
+                db.execute("UPDATE runs SET status = 'killed', ended_at = ?, error = ? "
+                           "WHERE run_id = ? AND status = 'running'",
                            [ended_at, "the run's process died before it finished (killed?)", run_id])
                 db.execute("UPDATE stages SET status = 'killed' WHERE run_id = ? AND status = 'running'", [run_id])
         return ids

@@ -191,7 +191,7 @@ stages:
 AGG = '''
 def agg(raw, ctx):
     days = sorted(raw["day"].unique())
-    ctx.log.info("called for %s", ",".join(days))
+    ctx.log.info("called for %s", ",".join(map(str, days)))
     out = raw.groupby("day", as_index=False)["value"].sum()
     return out.assign(run=ctx.run_id)
 '''
@@ -262,16 +262,37 @@ def test_a_code_change_reprocesses_every_partition(project):
 
 
 def test_an_incremental_output_outside_the_processed_partitions_is_refused(project):
+    # a stage that writes a partition it was not given (here: from the second day on)
     project.stages(AGG.replace('return out.assign(run=ctx.run_id)',
-                               'return out.assign(run=ctx.run_id, day=out["day"] + "x")'))
+                               'return out.assign(run=ctx.run_id, day=out["day"].str.replace("d2", "d2x"))'))
     project.pipeline(INCREMENTAL)
     write_day(project.root, "d1", [1])
-    hybridflow(project, "run", "pipeline.yaml", "--force")  # the first run processes every partition
+    assert hybridflow(project, "run", "pipeline.yaml").returncode == 0
     write_day(project.root, "d2", [2])
     done = hybridflow(project, "run", "pipeline.yaml")
     assert done.returncode == 65
     assert "incremental output 'per_day' has partition day=d2x, which is not one of the input partitions" \
         in done.stderr
+    assert per_day(project)["day"].tolist() == ["d1"]  # nothing of the bad run was published
+
+
+def test_partition_directories_spelt_differently_still_match(project):
+    """An int partition written as month=01 by the feed and month=1 by pyarrow is one partition."""
+    project.stages(AGG.replace('"day"', '"month"'))
+    project.pipeline(INCREMENTAL.replace("day: string", "month: int64").replace("[day]", "[month]")
+                     .replace("per_day", "per_month"))
+    for month, values in (("01", [1]), ("02", [2, 3])):
+        folder = project.root / "raw" / f"month={month}"
+        folder.mkdir(parents=True)
+        pq.write_table(pa.table({"value": pa.array(values, pa.int64())}), folder / "part-0.parquet")
+    assert hybridflow(project, "run", "pipeline.yaml").returncode == 0
+    import shutil
+    shutil.rmtree(project.root / "raw" / "month=01")
+    done = hybridflow(project, "run", "pipeline.yaml")
+    assert done.returncode == 0, done.stderr
+    assert statuses(project)["agg"] == ("done", "1 partitions of raw removed")
+    table = read_arrow(Catalog(project.home("inc")).current("per_month").source()).to_pandas()
+    assert table["month"].tolist() == [2] and table["value"].tolist() == [5]
 
 
 def test_incremental_needs_a_partitioned_input_and_matching_outputs(project):
