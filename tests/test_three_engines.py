@@ -61,7 +61,7 @@ def expected_customer_weeks(csv: Path) -> pd.DataFrame:
     raw["amount"] = raw["amount"].map(lambda v: Decimal(str(v)) if pd.notna(v) else None)
     clean = raw.sort_values("ts").drop_duplicates("event_id")
     clean = clean[clean["customer_id"].notna() & clean["amount"].map(lambda a: a is None or a >= 0)]
-    clean = clean.assign(week=(clean["ts"].dt.floor("D") - pd.to_timedelta(clean["ts"].dt.dayofweek, "D")).dt.date)
+    clean = clean.assign(week=(clean["ts"].dt.floor("D") - pd.to_timedelta(clean["ts"].dt.day_of_week, "D")).dt.date)
     grouped = clean.groupby(["customer_id", "week"])
     return pd.DataFrame({
         "events": grouped.size(),

@@ -47,13 +47,15 @@ def tune_xgboost(customer_features, num_samples: int, search: dict, ctx):
     gpus = ctx.gpus_per_trial  # 0 unless the stage runs on the GPU; its gpus_per_trial param otherwise
     device = "cuda" if gpus and _xgboost_has_cuda() else "cpu"
 
-    def trainable(config):
+    def trainable(config, data):
         tune.report({"auc": _fit_and_score(config, data, device)})
 
     space = search_space(search)
     defaults = {k: v for k, v in DEFAULTS.items() if k in space}
     tuner = tune.Tuner(
-        tune.with_resources(trainable, {"cpu": 1, "gpu": gpus}),
+        # the data goes through the object store once, not pickled into every trial (Ray refuses
+        # trainables over 95 MiB, which the features of ~100,000 customers exceed)
+        tune.with_resources(tune.with_parameters(trainable, data=data), {"cpu": 1, "gpu": gpus}),
         param_space=space,
         tune_config=tune.TuneConfig(metric="auc", mode="max", num_samples=num_samples,
                                     search_alg=tune.search.BasicVariantGenerator(points_to_evaluate=[defaults],
