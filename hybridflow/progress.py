@@ -163,8 +163,8 @@ def run_details(run: dict, stages: list[dict]) -> list:
     if run["error"]:
         parts.append(Text(f"error: {run['error']}", style="red"))
     table = Table()
-    for column in ("stage", "backend", "status", "duration", "engine start", "rows in", "rows out", "bytes out",
-                   "note"):
+    for column in ("stage", "backend", "status", "tries", "duration", "engine start", "rows in", "rows out",
+                   "bytes out", "note"):
         table.add_column(column, justify="right" if column in ("duration", "engine start", "rows in", "rows out",
                                                                 "bytes out") else "left", overflow="fold")
     lineage = [Text("published (dataset version <- input versions it read):", style="bold")]
@@ -174,7 +174,7 @@ def run_details(run: dict, stages: list[dict]) -> list:
         count = lambda v: f"{v:,}" if v is not None else ""  # noqa: E731
         gpu = None if stage.get("gpu") is None else bool(stage["gpu"])
         table.add_row(stage["stage"], _engine_cell(stage["backend"], gpu),
-                      Text(stage["status"], style=STYLES.get(stage["status"], "")),
+                      Text(stage["status"], style=STYLES.get(stage["status"], "")), count(stage.get("attempts")),
                       seconds(stage["duration"]), seconds(stage["engine_start"]), count(stage["rows_in"]),
                       count(stage["rows_out"]), _size(stage["bytes_out"]), Text(stage["error"] or stage["skip_reason"] or ""))
         for dataset, version in json.loads(stage["outputs"] or "{}").items():

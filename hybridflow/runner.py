@@ -28,7 +28,7 @@ from .backends.base import process_output_to
 from .catalog import Catalog, Version
 from .context import StageContext
 from .errorsite import describe_user_error
-from .contract import declared_schema
+from .contract import declared_schema, schema_differences
 from .errors import (ConfigError, DataError, HybridflowError, InterruptedRun, StageError, StageTimeout,
                      UnavailableError, first_line)
 from .incremental import carry_over, partition_key, schema_types
@@ -508,6 +508,12 @@ class Runner:
                     raise self._user_error(exc, log) from exc
         if decision.action == INCREMENTAL:
             previous = decision.previous[dataset]
+            if written is not None and previous.schema is not None:
+                drift = schema_differences(dict(zip(previous.schema.names, previous.schema.types)), written)
+                if drift:  # new partitions cannot sit beside the kept ones
+                    raise DataError(f"incremental output '{dataset}' changed schema against its kept partitions: "
+                                    f"{'; '.join(drift)}", hint=f"reprocess every partition: hybridflow run "
+                                                                 f"{self._file_arg()} --force {stage}")
             written = written or previous.schema
             carry_over(dataset, staging, previous.directory, previous.manifest, decision.changes, partition_by,
                        schema_types(written))

@@ -276,6 +276,25 @@ def test_an_incremental_output_outside_the_processed_partitions_is_refused(proje
     assert per_day(project)["day"].tolist() == ["d1"]  # nothing of the bad run was published
 
 
+def test_a_schema_change_in_new_partitions_is_refused_with_the_fix(project):
+    # data-dependent types, as with pandas: large values make this stage write floats
+    project.stages(AGG.replace('return out.assign(run=ctx.run_id)',
+                               'big = (out["value"] > 100).any()\n'
+                               '    return out.assign(run=ctx.run_id, value=out["value"] / 2 if big else out["value"])'))
+    project.pipeline(INCREMENTAL)
+    write_day(project.root, "d1", [1])
+    assert hybridflow(project, "run", "pipeline.yaml").returncode == 0
+    write_day(project.root, "d2", [500])
+    done = hybridflow(project, "run", "pipeline.yaml")
+    assert done.returncode == 65
+    assert "incremental output 'per_day' changed schema against its kept partitions: column 'value': " \
+           "expected int64, got double (reprocess every partition: hybridflow run pipeline.yaml --force agg)" \
+           in done.stderr
+    assert per_day(project)["day"].tolist() == ["d1"]
+    assert hybridflow(project, "run", "pipeline.yaml", "--force", "agg").returncode == 0
+    assert per_day(project)["value"].tolist() == [0.5, 250.0]
+
+
 def test_partition_directories_spelt_differently_still_match(project):
     """An int partition written as month=01 by the feed and month=1 by pyarrow is one partition."""
     project.stages(AGG.replace('"day"', '"month"'))
