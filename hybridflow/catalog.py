@@ -88,7 +88,11 @@ class Catalog:
             return None
         except (ValueError, KeyError) as exc:
             raise DataError(f"the pointer file {pointer} is corrupt: {exc}") from exc
-        directory = self.dataset_dir(name) / "versions" / version_id
+        return self.version(name, version_id)
+
+    def version(self, name: str, version_id: str) -> Version:
+        """One version of a dataset, by id, with its manifest."""
+        directory = self._child(self.dataset_dir(name) / "versions", version_id)
         try:
             manifest = json.loads((directory / MANIFEST).read_text())
         except (FileNotFoundError, ValueError) as exc:
@@ -170,11 +174,10 @@ class Catalog:
                 continue
             keep.add((dataset, version_id))
             try:
-                manifest = json.loads((self.dataset_dir(dataset) / "versions" / version_id / MANIFEST).read_text())
-            except (FileNotFoundError, ValueError):
+                manifest = self.version(dataset, version_id).manifest
+            except DataError:  # an unreadable or oddly named version: nothing to follow from it
                 continue
-            todo += [(ds, vid) for ds, vid in manifest.get("inputs", {}).items()
-                     if not str(vid).startswith("external:") and _COMPONENT.match(ds)]
+            todo += [(ds, vid) for ds, vid in manifest.get("inputs", {}).items() if not str(vid).startswith("external:")]
         return keep
 
     def collect_garbage(self, keep: int, dry_run: bool = False) -> list[tuple[str, str]]:

@@ -59,6 +59,7 @@ class CodeFiles:
         self.root = root
         self._hashes: dict[Path, str] = {}
         self._imports: dict[Path, list[str]] = {}
+        self._reads_params: dict[Path, bool] = {}  # filled by the same parse as _imports
 
     def of(self, target: str) -> dict[str, str]:
         found: dict[Path, str] = {}
@@ -75,6 +76,11 @@ class CodeFiles:
                 queue += [m for m in self._imported(file, name) if module_file(self.root, m) is not None]
         return {file.relative_to(self.root).as_posix(): digest for file, digest in found.items()}
 
+    def reads_params(self, files) -> bool:
+        """Whether any of these files (as returned by of()) reads a `.params` attribute: ctx.params, or
+        ctx handed to a helper that does. A file that cannot be parsed is assumed to."""
+        return any(self._reads_params[self.root / f] for f in files)
+
     def _hash(self, file: Path) -> str:
         if file not in self._hashes:
             self._hashes[file] = hashlib.sha256(file.read_bytes()).hexdigest()
@@ -85,11 +91,15 @@ class CodeFiles:
             package = module if file.name == "__init__.py" else module.rpartition(".")[0]
             try:
                 tree = ast.parse(file.read_bytes())
+                self._reads_params[file] = False
             except (SyntaxError, ValueError):
                 tree = ast.Module(body=[], type_ignores=[])  # the import fails at run time and says why
+                self._reads_params[file] = True  # unreadable: assume the worst
             names: list[str] = []
             for node in ast.walk(tree):
-                if isinstance(node, ast.Import):
+                if isinstance(node, ast.Attribute) and node.attr == "params":
+                    self._reads_params[file] = True
+                elif isinstance(node, ast.Import):
                     names += [alias.name for alias in node.names]
                 elif isinstance(node, ast.ImportFrom):
                     base = _resolve_relative(package, node.module, node.level)
@@ -161,25 +171,17 @@ class SecretHasher:
         return key if len(key) == 32 else None
 
 
-def visible_params(root: Path, target: str, params: dict[str, Any], code: list[Path]) -> dict[str, Any]:
+def visible_params(root: Path, target: str, params: dict[str, Any], reads_params: bool) -> dict[str, Any]:
     """The params a stage function can see: those named in its signature, and all of them when it
     takes **kwargs, when its signature cannot be read statically, or when it takes ctx and its code
-    reads a `.params` attribute anywhere (ctx.params, or ctx handed to a helper that does)."""
+    reads a `.params` attribute anywhere (`reads_params`, from CodeFiles)."""
     parameters = inspect_target(root, target).params
     if parameters is None or any(p.kind == "var_keyword" for p in parameters):
         return dict(params)
-    if any(p.name == signature.CTX for p in parameters) and any(_reads_params(f) for f in code):
+    if reads_params and any(p.name == signature.CTX for p in parameters):
         return dict(params)
     names = {p.name for p in parameters}
     return {k: v for k, v in params.items() if k in names}
-
-
-def _reads_params(file: Path) -> bool:
-    try:
-        tree = ast.parse(file.read_bytes())
-    except (SyntaxError, ValueError, OSError):
-        return True  # unreadable: assume the worst
-    return any(isinstance(node, ast.Attribute) and node.attr == "params" for node in ast.walk(tree))
 
 
 def explain(old: dict[str, Any] | None, new: Fingerprint) -> list[str]:

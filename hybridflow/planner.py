@@ -89,7 +89,7 @@ class Planner:
         partitioned = self.partitioned_input(stage)
         code = self.code.of(spec.run)
         params = fp.visible_params(self.pipeline.root, spec.run, self.pipeline.params_for(stage),
-                                   [self.pipeline.root / f for f in code])
+                                   self.code.reads_params(code))
         settings = {
             "run": spec.run,
             "backend": spec.backend,

@@ -8,7 +8,6 @@ and returns a RunResult; errors come back as hybridflow errors with exit codes.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import secrets
@@ -315,9 +314,9 @@ class Runner:
                 try:
                     self._attempt(run_id, run_dir, result, decision, log, log_stream)
                     break
-                except RETRYABLE as exc:
+                except HybridflowError as exc:
                     message = self.pipeline.redact(exc.one_line())
-                    if attempt == attempts:
+                    if not isinstance(exc, RETRYABLE) or attempt == attempts:
                         log.error("stage failed: %s", message, exc_info=exc)
                         raise
                     delay = min(spec.retry_delay * 2 ** (attempt - 1), MAX_RETRY_DELAY)
@@ -326,9 +325,6 @@ class Runner:
                     self.listener.stage_changed(result)
                     self._save_stage(result)
                     self._wait(delay)
-                except HybridflowError as exc:
-                    log.error("stage failed: %s", self.pipeline.redact(exc.one_line()), exc_info=exc)
-                    raise
         self._finish(result, "done", reason=decision.reason if result.attempts == 1 else
                      f"{decision.reason}; succeeded on attempt {result.attempts}")
 
@@ -539,8 +535,8 @@ class Runner:
         return rows, size
 
     def _input_version(self, dataset: str) -> str:
-        if self.pipeline.is_external(dataset):
-            return external_fingerprint(self.pipeline.external_path(dataset))
+        if self.pipeline.is_external(dataset):  # the content digest the stage's fingerprint used
+            return f"external:{self.planner.input_digest(dataset)[:16]}"
         version: Version | None = self.catalog.current(dataset)
         return version.id if version else "unknown"
 
@@ -636,16 +632,6 @@ def _only_partitions(source: TableSource, partitions: set[str], files: list[Path
 def external_files(path: Path) -> list[Path]:
     """The files of an external input given as a file or a directory."""
     return [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-
-
-def external_fingerprint(path: Path) -> str:
-    """A cheap identity of an external input: its files' relative paths, sizes and mtimes."""
-    digest = hashlib.sha256()
-    for file in external_files(path):
-        stat = file.stat()
-        digest.update(f"{file.relative_to(path) if file != path else file.name}\0{stat.st_size}\0"
-                      f"{stat.st_mtime_ns}\n".encode())
-    return f"external:{digest.hexdigest()[:16]}"
 
 
 class _TimedOut(BaseException):

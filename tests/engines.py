@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from hybridflow import backends
@@ -61,6 +62,14 @@ def _cmdline(entry: Path) -> bytes:
         return (entry / "cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def assert_nothing_left(marker: str, seconds: float) -> None:
+    """No process carrying `marker` in its environment is alive within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while (left := processes_with_env(marker)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, f"processes outlived the run: {left}"
 
 
 def processes_with_env(marker: str) -> list[str]:

@@ -18,7 +18,7 @@ from hybridflow.catalog import Catalog
 from hybridflow.state import RunStore
 
 from .conftest import last_run_record
-from .engines import processes_with_env
+from .engines import assert_nothing_left
 from .test_kill import assert_complete
 
 STAGES = '''
@@ -73,7 +73,8 @@ def flaky(numbers, counter):
 '''
 
 
-def pipeline(project, backend: str, function: str, extra: str = "") -> Path:
+def pipeline(project, backend: str, function: str, work: str = "") -> Path:
+    """The faults pipeline: `make` on python, then `work` on `backend`; `work` adds keys to that stage."""
     project.stages(STAGES)
     return project.pipeline(f'''
     name: faults
@@ -89,7 +90,7 @@ def pipeline(project, backend: str, function: str, extra: str = "") -> Path:
         run: mypkg.steps:{function}
         inputs: [numbers]
         outputs: [result]
-    {extra}''')
+        {work}''')
 
 
 def start(project, *args: str, marker: str | None = None) -> tuple[subprocess.Popen, str]:
@@ -121,13 +122,6 @@ def stage_log_says(project, text: str, runs_before: int = 0):
     return found
 
 
-def assert_nothing_left(marker: str) -> None:
-    deadline = time.monotonic() + 20
-    while (left := processes_with_env(marker)) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not left, f"processes outlived the run: {left}"
-
-
 def test_sigkill_during_a_spark_write_keeps_the_last_good_output(project):
     pipeline(project, "spark", "spark_slow")
     assert run(project).returncode == 0
@@ -140,7 +134,7 @@ def test_sigkill_during_a_spark_write_keeps_the_last_good_output(project):
     time.sleep(1)
     process.kill()
     process.wait(10)
-    assert_nothing_left(marker)  # the JVM and its Python workers die with their driver
+    assert_nothing_left(marker, 20)  # the JVM and its Python workers die with their driver
     assert catalog.current("result").id == good
     assert assert_complete(catalog, "result", 200) == 0
     after = run(project)  # proceeds: the kernel lock died with the killed run
@@ -165,16 +159,13 @@ def test_sigterm_during_a_ray_stage_stops_cleanly(project):
     record, stages = last_run_record(project.root / ".hybridflow")
     assert record["status"] == "interrupted" and stages["work"]["status"] == "failed"
     assert catalog.current("result").id == good
-    assert_nothing_left(marker)
+    assert_nothing_left(marker, 20)
 
 
 @pytest.mark.parametrize("backend, function", [("spark", "spark_slow"), ("dask", "dask_slow"),
                                                ("ray", "ray_slow"), ("python", "python_slow")])
 def test_a_stage_past_its_timeout_is_cancelled_and_fails(project, backend, function):
-    pipeline(project, backend, function, "    timeout: 4s\n" if False else "")
-    text = (project.root / "pipeline.yaml").read_text().replace("outputs: [result]",
-                                                                "outputs: [result]\n    timeout: 4s")
-    (project.root / "pipeline.yaml").write_text(text)
+    pipeline(project, backend, function, work="timeout: 4s")
     clock = time.monotonic()
     process, marker = start(project, "-p", "slow=2" if backend == "python" else "slow=0.5", "-p", "rows=400")
     if backend == "python":  # 2 s: in time. Then the same stage asked to sleep 200 s.
@@ -193,7 +184,7 @@ def test_a_stage_past_its_timeout_is_cancelled_and_fails(project, backend, funct
         assert assert_complete(catalog, "result", 400) == 0  # the run that finished in time
     else:
         assert catalog.current("result") is None
-    assert_nothing_left(marker)
+    assert_nothing_left(marker, 20)
 
 
 def test_a_stage_that_fails_twice_then_succeeds(project, tmp_path):
@@ -239,4 +230,4 @@ def test_two_concurrent_runs_never_overlap(project):
     runs = RunStore(project.root / ".hybridflow" / "runs.db").runs("faults")
     assert [r["status"] for r in runs] == ["success", "success"]  # the refused one never started
     assert runs[0]["started_at"] >= runs[1]["ended_at"]  # the waiting run began after the first ended
-    assert_nothing_left(marker)
+    assert_nothing_left(marker, 20)

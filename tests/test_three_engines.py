@@ -23,7 +23,7 @@ from hybridflow.tables import read_arrow
 
 from .conftest import last_run_record
 
-from .engines import processes_with_env
+from .engines import assert_nothing_left
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -41,13 +41,6 @@ def start_run(example: Path, *args: str) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen([sys.executable, "-m", "hybridflow.cli", "run", "configs/three_engines.yaml", *args],
                                cwd=example, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return process, marker
-
-
-def assert_nothing_left(marker: str) -> None:
-    deadline = time.monotonic() + 15
-    while (left := processes_with_env(marker)) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not left, f"processes outlived the run: {left}"
 
 
 def dataset(example: Path, name: str) -> pd.DataFrame:
@@ -78,7 +71,7 @@ def test_three_engine_pipeline_gives_the_pandas_answer_and_leaves_no_process(exa
     assert run.returncode == 0, output
     for engine in ("spark", "dask", "ray"):
         assert f"engine {engine} started in" in output
-    assert_nothing_left(marker)
+    assert_nothing_left(marker, 15)
 
     actual = dataset(example, "customer_weeks").sort_values(["customer_id", "week"]).reset_index(drop=True)
     expected = expected_customer_weeks(example / "data/sample/events.csv")
@@ -104,7 +97,7 @@ def test_failed_run_reports_the_users_error_and_leaves_no_process(example):
     assert run.returncode == 1, output
     assert "features failed: ValueError:" in output and "stages/three_engines.py:" in output
     assert "resume with: hybridflow run configs/three_engines.yaml --resume" in output
-    assert_nothing_left(marker)
+    assert_nothing_left(marker, 15)
 
 
 def test_interrupted_run_stops_every_engine(example):
@@ -119,4 +112,4 @@ def test_interrupted_run_stops_every_engine(example):
     assert run.returncode == 130, output
     record, _ = last_run_record(example / ".hybridflow")
     assert record["status"] == "interrupted"
-    assert_nothing_left(marker)
+    assert_nothing_left(marker, 15)
