@@ -193,7 +193,7 @@ def run(
     if resume:
         if only or start or end or params:
             raise UsageError("--resume repeats the last run's --only/--from/--to/--param; do not give them again")
-        last = _last_run(pipeline)
+        last, last_stages = _last_run(pipeline) or (None, [])
         if last is None or last["status"] == "success":
             done = f"the last run, {last['run_id']}, succeeded" if last else "this pipeline has no run yet"
             out.print(f"nothing to resume: {done}")
@@ -202,7 +202,7 @@ def run(
         pipeline = load_pipeline(pipeline_file, arguments.get("params", []))
         forced = _force_set(pipeline, force or arguments.get("force"))
         if forced and not force:  # the last run's --force: still owed to the stages it did not finish
-            finished = {s["stage"] for s in _last_run_stages(pipeline, last["run_id"]) if s["status"] == "done"}
+            finished = {s["stage"] for s in last_stages if s["status"] == "done"}
             forced = (set(pipeline.stages) if forced is True else forced) - finished
         err.print(f"resuming run {last['run_id']} ({last['status']})", markup=False)
     else:
@@ -268,17 +268,16 @@ def _notify(pipeline, summary: dict) -> None:
                       soft_wrap=True)
 
 
-def _last_run(pipeline):
+def _last_run(pipeline) -> tuple[dict, list[dict]] | None:
+    """The pipeline's newest run record and its stages, or None if it never ran."""
     from .state import RunStore
 
     db = pipeline.workdir / "runs.db"
-    return RunStore(db).last_run(pipeline.name) if db.exists() else None
-
-
-def _last_run_stages(pipeline, run_id: str) -> list[dict]:
-    from .state import RunStore
-
-    return RunStore(pipeline.workdir / "runs.db").stages(run_id)
+    if not db.exists():
+        return None
+    store = RunStore(db)
+    last = store.last_run(pipeline.name)
+    return (last, store.stages(last["run_id"])) if last else None
 
 
 def _print_plan(runner) -> None:

@@ -128,7 +128,7 @@ class Planner:
         partition_by = tuple(spec.partition_by)
         if self.pipeline.is_external(dataset):
             path = self.pipeline.external_path(dataset)
-            types = {c: t for c, t in (declared_schema(spec.schema_) or {}).items()}
+            types = declared_schema(spec.schema_) or {}
             return external_datums(path, partition_by, self.hashes, types) if path.is_dir() else {}
         version = self.catalog.current(dataset)
         return version_datums(version.manifest, partition_by, schema_types(version.schema)) if version else {}
