@@ -6,8 +6,9 @@ Engines are never imported here: `hybridflow --help` and `validate` stay fast.
 from __future__ import annotations
 
 import functools
-import os
 import json
+import os
+import re
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -15,11 +16,41 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperGroup
 
-from .errors import ConfigError, ExitCode, HybridflowError, UsageError
+from .errors import ConfigError, ExitCode, HybridflowError, UsageError, counted
+
+# what a --force value looks like: stage names (identifiers), comma-separated
+STAGE_LIST = re.compile(r"\s*[A-Za-z_]\w*(\s*,\s*[A-Za-z_]\w*)*\s*,?\s*", re.ASCII)
+LAST_RUN = "last"  # in place of a run id: the newest run
+
+
+def _bare_force(argv: list[str]) -> list[str]:
+    """`--force` alone means every stage: give it the value '*'. A typer option cannot take an optional
+    value, so the parser would swallow the next word (`plan --force x.yaml` -> "Missing argument
+    'PIPELINE.yaml'"). The next word is --force's value only if it reads as stage names and is not a file."""
+    fixed = list(argv)
+    for i, arg in enumerate(fixed):
+        if arg == "--":
+            break
+        if arg == "--force":
+            value = fixed[i + 1] if i + 1 < len(fixed) else None
+            if value is None or not STAGE_LIST.fullmatch(value) or Path(value).is_file():
+                fixed[i] = "--force=*"
+    return fixed
+
+
+class _Commands(TyperGroup):
+    """The root command group. Rewrites a bare --force before any parsing, so that every way in (the
+    console script, `python -m hybridflow.cli`, tests through CliRunner) gets the same meaning."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, _bare_force(args))
+
 
 app = typer.Typer(
     name="hybridflow",
+    cls=_Commands,
     help="Run each stage of a pipeline on the engine that suits it: Spark, Dask, Ray or plain Python.",
     no_args_is_help=True,
     add_completion=False,
@@ -51,7 +82,10 @@ def _guarded(command):
         except HybridflowError as exc:
             if verbose:
                 err.print_exception()
-            err.print(f"[bold red]error:[/] {escape(exc.one_line())}", soft_wrap=True)
+            if isinstance(exc, ConfigError) and exc.located:  # file:line:col: error: ..., labelled already
+                err.print(escape(exc.one_line()), soft_wrap=True)
+            else:
+                err.print(f"[bold red]error:[/] {escape(exc.one_line())}", soft_wrap=True)
             raise typer.Exit(int(exc.exit_code)) from None
         except KeyboardInterrupt:
             err.print("[bold red]interrupted[/]")
@@ -107,8 +141,8 @@ def validate(
                       f"{escape(problem.message)}", soft_wrap=True)
         warnings = len(problems) - len(errors)
         verdict = "[green]valid[/]" if not errors else "[red]invalid[/]"
-        out.print(f"{len(files)} file{'s' * (len(files) != 1)} checked: {verdict} "
-                  f"({len(errors)} errors, {warnings} warnings)")
+        out.print(f"{counted(len(files), 'file')} checked: {verdict} "
+                  f"({counted(len(errors), 'error')}, {counted(warnings, 'warning')})")
     if errors:
         raise typer.Exit(int(ExitCode.CONFIG))
 
@@ -117,8 +151,8 @@ OnlyOption = typer.Option(None, "--only", help="Run only this stage (repeatable)
 FromOption = typer.Option(None, "--from", help="Run this stage and everything after it.")
 ToOption = typer.Option(None, "--to", help="Run this stage and everything before it.")
 ForceOption = typer.Option(None, "--force", metavar="[STAGE,...]",
-                           help="Run stages even if they are up to date: all of them, or the stages named "
-                                "(comma-separated). Put it after PIPELINE.yaml.")
+                           help="Run stages even if they are up to date: all of them (a bare --force, anywhere "
+                                "on the line), or the stages named (comma-separated).")
 
 
 def _force_set(pipeline, force: str | None):
@@ -132,8 +166,8 @@ def _force_set(pipeline, force: str | None):
     names = {n.strip() for n in force.split(",") if n.strip()}
     for name in names:
         if name not in pipeline.stages:
-            hint = "put --force after PIPELINE.yaml" if name.endswith((".yaml", ".yml")) else None
-            raise UsageError(f"--force: no stage named '{name}'{did_you_mean(name, pipeline.stages)}", hint=hint)
+            raise UsageError(f"--force: no stage named '{name}'{did_you_mean(name, pipeline.stages)}",
+                             hint="a bare --force forces every stage; --force a,b the stages named")
     return names
 
 
@@ -291,7 +325,7 @@ def _print_plan(runner) -> None:
                 out.print(f"[red]missing input[/] {item.dataset} of stage {stage}: {escape(item.detail)}",
                           soft_wrap=True)
     runs = sum(d.action != "skip" for d in decisions.values())
-    out.print(f"{runs} of {len(decisions)} stages to run, {len(decisions) - runs} up to date")
+    out.print(f"{runs} of {counted(len(decisions), 'stage')} to run, {len(decisions) - runs} up to date")
 
 
 @app.command()
@@ -321,7 +355,7 @@ def gc(
     verb = "would remove" if dry_run else "removed"
     for dataset, version in removed:
         out.print(f"{verb} {dataset}@{version}", markup=False)
-    out.print(f"{verb} {len(removed)} versions (keeping {keep} per dataset and every version in use)")
+    out.print(f"{verb} {counted(len(removed), 'version')} (keeping {keep} per dataset and every version in use)")
 
 
 @app.command()
@@ -356,22 +390,36 @@ PipelineOption = typer.Option(None, "--pipeline", "-f", help="Find the run recor
 
 
 def _store(pipeline_file: Path | None, workdir: Path):
+    """The run store, and the name of the pipeline whose runs are meant (None: every run in the workdir)."""
     from .state import RunStore
 
+    name = None
     if pipeline_file is not None:
         from .config import load_pipeline
 
-        workdir = load_pipeline(pipeline_file).workdir
+        pipeline = load_pipeline(pipeline_file)
+        workdir, name = pipeline.workdir, pipeline.name
     if not (workdir / "runs.db").exists():
         raise UsageError(f"no run records in {workdir}", hint="pass --workdir, or --pipeline PIPELINE.yaml")
-    return RunStore(workdir / "runs.db")
+    return RunStore(workdir / "runs.db"), name
 
 
-def _find_run(store, run_id: str) -> dict:
+def _find_run(store, run_id: str, pipeline: str | None) -> dict:
+    """A run by id or unique prefix; 'last' is the newest run (of `pipeline`, or of the whole workdir)."""
+    if run_id == LAST_RUN:
+        run = store.last_run(pipeline)
+        if run is None:
+            of = f"of {pipeline} " if pipeline else ""
+            raise UsageError(f"no run {of}is recorded in {store.path}", hint="hybridflow run PIPELINE.yaml starts one")
+        return run
     run = store.run(run_id)
     if run is None:
         raise UsageError(f"no single run matches '{run_id}' in {store.path}", hint="hybridflow runs lists them")
     return run
+
+
+RunArgument = typer.Argument(..., metavar="RUN", help=f"A run id, a unique prefix of one, or '{LAST_RUN}': the newest "
+                             "run (of --pipeline's pipeline, or of the workdir).")
 
 
 @app.command()
@@ -385,18 +433,14 @@ def runs(
     """List recent runs (of one pipeline, or of every pipeline in the workdir)."""
     from .progress import runs_table
 
-    name = None
-    if pipeline_file is not None:
-        from .config import load_pipeline
-
-        name = load_pipeline(pipeline_file).name
-    out.print(runs_table(_store(pipeline_file, workdir).runs(name, limit)))
+    store, name = _store(pipeline_file, workdir)
+    out.print(runs_table(store.runs(name, limit)))
 
 
 @app.command()
 @_guarded
 def show(
-    run_id: str = typer.Argument(..., metavar="RUN", help="A run id, or a unique prefix of one."),
+    run_id: str = RunArgument,
     pipeline_file: Optional[Path] = PipelineOption,
     workdir: Path = WorkdirOption,
     verbose: bool = VerboseOption,
@@ -404,8 +448,8 @@ def show(
     """One run: its stages, their figures, and the lineage of what they published."""
     from .progress import run_details
 
-    store = _store(pipeline_file, workdir)
-    run = _find_run(store, run_id)
+    store, name = _store(pipeline_file, workdir)
+    run = _find_run(store, run_id, name)
     for renderable in run_details(run, store.stages(run["run_id"])):
         out.print(renderable)
 
@@ -413,8 +457,8 @@ def show(
 @app.command()
 @_guarded
 def logs(
-    run_id: str = typer.Argument(..., metavar="RUN"),
-    stage: Optional[str] = typer.Argument(None),
+    run_id: str = RunArgument,
+    stage: Optional[str] = typer.Argument(None, help="Only this stage's log."),
     pipeline_file: Optional[Path] = PipelineOption,
     workdir: Path = WorkdirOption,
     verbose: bool = VerboseOption,
@@ -422,8 +466,8 @@ def logs(
     """Print a run's stage logs (all of them, or one stage's)."""
     from .diagnostics import did_you_mean
 
-    store = _store(pipeline_file, workdir)
-    run = _find_run(store, run_id)
+    store, name = _store(pipeline_file, workdir)
+    run = _find_run(store, run_id, name)
     stages = [s for s in store.stages(run["run_id"]) if s["log_path"]]
     if stage is not None:
         chosen = [s for s in stages if s["stage"] == stage]
@@ -519,29 +563,39 @@ def doctor(
     out.print(table)
     errors = sum(f.status == "error" for f in findings)
     warnings = sum(f.status == "warning" for f in findings)
-    out.print(f"{errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)}")
+    out.print(f"{counted(errors, 'error')}, {counted(warnings, 'warning')}")
     if errors:
         raise typer.Exit(int(ExitCode.UNAVAILABLE))
 
 
+def _version() -> str:
+    """The installed distribution's version (what pip reports), or the package's own in a bare checkout."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hybridflow")
+    except PackageNotFoundError:
+        from . import __version__
+
+        return __version__
+
+
+def _print_version(requested: bool) -> None:
+    if requested:
+        out.print(f"hybridflow {_version()}", markup=False)
+        raise typer.Exit()
+
+
 @app.callback(epilog=EXIT_CODES_HELP)
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="Print hybridflow's version and exit."),
+) -> None:
     """hybridflow: one YAML pipeline, each stage on the engine that suits it."""
 
 
-def _bare_force(argv: list[str]) -> list[str]:
-    """`--force` alone means every stage: give it the value '*' (the parser wants a value)."""
-    fixed = list(argv)
-    for i, arg in enumerate(fixed):
-        if arg == "--":
-            break
-        if arg == "--force" and (i + 1 == len(fixed) or fixed[i + 1].startswith("-")):
-            fixed[i] = "--force=*"
-    return fixed
-
-
 def main() -> None:
-    app(args=_bare_force(sys.argv[1:]))
+    app()
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from .checks import check_pipeline
 from .diagnostics import Problem, did_you_mean, errors_in
-from .errors import ConfigError
+from .errors import counted, ConfigError
 from .pipeline import Pipeline
 from .spec import PipelineSpec
 from .yamlsource import SourceMap, load_yaml
@@ -28,7 +28,7 @@ def load_pipeline(file: str | Path, params: list[str] = (), environ: dict[str, s
     pipeline, problems = check_file(file, params, environ)
     errors = errors_in(problems)
     if errors:
-        more = f" (and {len(errors) - 1} more problems; run hybridflow validate)" if len(errors) > 1 else ""
+        more = f" (and {counted(len(errors) - 1, 'more error')}; hybridflow validate lists them)" if len(errors) > 1 else ""
         raise ConfigError(f"{errors[0]}{more}", problems=problems)
     return pipeline
 

@@ -32,6 +32,12 @@ def normalize(arrow_type: pa.DataType) -> pa.DataType:
     return arrow_type
 
 
+def standard_schema(schema: pa.Schema) -> pa.Schema:
+    """The schema with each type's physical variant (string_view, large_string, large_list,
+    dictionary encoding, ...) as its standard type: the same values, in the form every engine holds."""
+    return pa.schema([pa.field(f.name, normalize(f.type), f.nullable) for f in schema], metadata=schema.metadata)
+
+
 def schema_differences(declared: dict[str, pa.DataType], actual: pa.Schema) -> list[str]:
     """Each way `actual` breaks the declared schema, in words; empty when it conforms."""
     found = {f.name: f.type for f in actual}

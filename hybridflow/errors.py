@@ -25,6 +25,11 @@ class ExitCode(IntEnum):
     TERMINATED = 143  # SIGTERM
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """'1 error', '2 errors', '0 errors': a count and its noun in agreement (for every printed count)."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def first_line(exc: BaseException) -> str:
     """The first line of an exception's message (engines attach whole Java or remote tracebacks)."""
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
@@ -52,6 +57,21 @@ class ConfigError(HybridflowError):
     def __init__(self, message: str, *, hint: str | None = None, problems: list | None = None) -> None:
         super().__init__(message, hint=hint)
         self.problems = problems or []
+
+    @property
+    def located(self) -> bool:
+        """True when the error points into the file: its line reads file:line:col: error: message,
+        like `validate` and compilers print it (editors jump to it), with no further label."""
+        return any(p.severity == "error" for p in self.problems)
+
+    def one_line(self) -> str:
+        """The first error as `validate` prints it, and how many more there are. Built from the problems:
+        the message repeats the problem's own 'error:' label, which a caller adding one would double."""
+        errors = [p for p in self.problems if p.severity == "error"]
+        if not errors:
+            return super().one_line()
+        more = f" (and {counted(len(errors) - 1, 'more error')}; hybridflow validate lists them)" if errors[1:] else ""
+        return f"{errors[0]}{more}" + (f" ({self.hint})" if self.hint else "")
 
 
 class UsageError(HybridflowError):

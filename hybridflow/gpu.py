@@ -136,7 +136,7 @@ def probe() -> Probe:
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     shown = visible(devices, env)
     if not shown:
-        return Probe((), f"CUDA_VISIBLE_DEVICES={env!r} hides all {len(devices)} GPUs", found)
+        return Probe((), f"CUDA_VISIBLE_DEVICES={env!r} hides {'its only GPU' if len(devices) == 1 else f'all {len(devices)} GPUs'}", found)
     return Probe(tuple(shown), None, found)
 
 

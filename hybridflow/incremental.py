@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 
 import pyarrow as pa
 
-from .errors import DataError
+from .errors import counted, DataError
 from .hashing import HashCache, digest_of
 from .tables import HIVE_NULL, partition_values
 
@@ -86,9 +86,9 @@ class DatumChanges:
         parts = []
         if self.changed:
             shown = ", ".join(self.changed[:3]) + (", ..." if len(self.changed) > 3 else "")
-            parts.append(f"{len(self.changed)} of {total} partitions of {dataset} new or changed ({shown})")
+            parts.append(f"{len(self.changed)} of {counted(total, 'partition')} of {dataset} new or changed ({shown})")
         if self.removed:
-            parts.append(f"{len(self.removed)} partitions of {dataset} removed")
+            parts.append(f"{counted(len(self.removed), 'partition')} of {dataset} removed")
         return "; ".join(parts) or f"no partition of {dataset} changed"
 
 

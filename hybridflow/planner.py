@@ -8,15 +8,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-
 from . import fingerprint as fp
+from . import gpu
 from .catalog import Catalog, Version
 from .hashing import HashCache, digest_of
 from .contract import declared_schema
 from .incremental import DatumChanges, compare, external_datums, schema_types, version_datums
 from .pipeline import Pipeline
+from .state import RunStore
 
 RUN, SKIP, INCREMENTAL = "run", "skip", "incremental"
+ATTEMPTED = ("done", "failed", "killed")  # stage statuses of a run that tried it
+RECENT_RUNS = 50  # how far back a stage's last attempt is looked for
 
 
 @dataclass
@@ -34,13 +37,17 @@ class Decision:
 
 
 class Planner:
-    def __init__(self, pipeline: Pipeline, catalog: Catalog, force: bool | set[str] = False) -> None:
+    def __init__(self, pipeline: Pipeline, catalog: Catalog, force: bool | set[str] = False,
+                 runs: RunStore | None = None) -> None:
+        """runs: the workdir's run records (opened when first needed if not given)."""
         self.pipeline = pipeline
         self.catalog = catalog
         self.force = force
         self.hashes = HashCache(catalog.home / "hashes.json")
-        self.code = fp.CodeFiles(pipeline.root)
+        self.code = fp.CodeIndex(pipeline.root)
         self.secrets = fp.SecretHasher(pipeline.workdir / ".fingerprint-key", pipeline.secrets)
+        self._runs = runs
+        self._failures: dict[str, str] | None = None  # stage -> why its latest attempt published nothing
 
     def forced(self, stage: str) -> bool:
         return self.force is True or (isinstance(self.force, set) and stage in self.force)
@@ -66,7 +73,8 @@ class Planner:
         current = self.fingerprint(stage)
         missing = [ds for ds in spec.outputs if ds not in previous]
         if missing:
-            reason = "never run" if len(missing) == len(spec.outputs) else f"output {missing[0]} was never published"
+            reason = self._unpublished(stage) if len(missing) == len(spec.outputs) \
+                else f"output {missing[0]} was never published"
             return Decision(stage, RUN, [reason], current, previous=previous)
         records = [v.manifest.get("fingerprint") or {} for v in previous.values()]
         if all(r.get("digest") == current.digest for r in records):
@@ -87,13 +95,12 @@ class Planner:
     def fingerprint(self, stage: str) -> fp.Fingerprint:
         spec = self.pipeline.stages[stage]
         partitioned = self.partitioned_input(stage)
-        code = self.code.of(spec.run)
-        params = fp.visible_params(self.pipeline.root, spec.run, self.pipeline.params_for(stage),
-                                   self.code.reads_params(code))
+        code = self.code.reach(spec.run)
+        params = fp.visible_params(self.pipeline.root, spec.run, self.pipeline.params_for(stage), code.reads_params)
         settings = {
             "run": spec.run,
             "backend": spec.backend,
-            "gpu": spec.gpu,
+            "gpu": _requested_gpu(self.pipeline, stage),  # not what this machine allows: no flapping
             "incremental": spec.incremental,
             "datasets": {ds: self.pipeline.dataset(ds).model_dump(mode="json", by_alias=True, exclude={"description"})
                          for ds in [*spec.inputs, *spec.outputs]},
@@ -102,10 +109,17 @@ class Planner:
             settings["spark_conf"] = dict(self.pipeline.spec.backends.spark.conf)
         inputs = {ds: self.input_digest(ds) for ds in spec.inputs if ds != partitioned}
         datums = self.datums(partitioned) if partitioned else None
-        result = fp.Fingerprint(code, self.secrets.value(params), self.secrets.value(settings),
+        result = fp.Fingerprint(code.digests, self.secrets.value(params), self.secrets.value(settings),
                                 inputs, datums)
         self.hashes.save()
         return result
+
+    def _unpublished(self, stage: str) -> str:
+        """Why a stage has no output yet: its latest attempt failed, or it never ran."""
+        if self._failures is None:  # read once: a run decides each stage before its own attempt is recorded
+            self._failures = _failures(self._runs or RunStore(self.pipeline.workdir / "runs.db"),
+                                       self.pipeline.name)
+        return self._failures.get(stage, "never run")
 
     def input_digest(self, dataset: str) -> str:
         """The content of an input as one digest: unchanged bytes give the same digest, whoever wrote them."""
@@ -132,6 +146,28 @@ class Planner:
             return external_datums(path, partition_by, self.hashes, types) if path.is_dir() else {}
         version = self.catalog.current(dataset)
         return version_datums(version.manifest, partition_by, schema_types(version.schema)) if version else {}
+
+
+def _failures(runs: RunStore, pipeline: str) -> dict[str, str]:
+    """Stage -> "failed in run <id>" (or killed) for the stages whose latest attempt, among the
+    pipeline's recent runs, did not finish."""
+    latest: dict[str, tuple[str, str]] = {}
+    for run in runs.runs(pipeline, limit=RECENT_RUNS):  # newest first
+        for record in runs.stages(run["run_id"]):
+            if record["status"] in ATTEMPTED:
+                latest.setdefault(record["stage"], (record["status"], run["run_id"]))
+    return {stage: f"{status} in run {run_id}" for stage, (status, run_id) in latest.items() if status != "done"}
+
+
+def _requested_gpu(pipeline: Pipeline, stage: str) -> bool | str:
+    """The GPU mode a stage asks for: gpu.stage_mode, which does not read the python backend's
+    default yet (`backends.python` is a free mapping, not a settings model)."""
+    spec = pipeline.stages[stage]
+    section = getattr(pipeline.spec.backends, spec.backend, None)
+    if "gpu" not in spec.model_fields_set and isinstance(section, dict) and "gpu" in section:
+        mode = section["gpu"]
+        return "auto" if isinstance(mode, str) and mode.lower() == "auto" else mode
+    return gpu.stage_mode(pipeline, stage)
 
 
 def _same_base(records: list[dict], current: fp.Fingerprint) -> bool:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime, timezone
 
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from .errors import counted
 from .runner import Listener, RunResult, StageResult
 
 RUN_STYLES = {"success": "green", "failed": "bold red", "interrupted": "yellow", "killed": "bold red",
@@ -73,7 +75,7 @@ class PlainListener(Listener):
         self.console = console
 
     def run_started(self, run_id: str, stages: list[StageResult]) -> None:
-        self.console.print(f"run {run_id}: {len(stages)} stages", markup=False)
+        self.console.print(f"run {run_id}: {counted(len(stages), 'stage')}", markup=False)
 
     def engine_started(self, backend: str, seconds: float) -> None:
         self.console.print(f"engine {backend} started in {seconds:.1f}s", markup=False)
@@ -140,14 +142,36 @@ def plan_table(runner, decisions: dict) -> Table:
     return table
 
 
+def seconds_text(seconds: float) -> str:
+    """51.9s, 3m 12s, 2h 05m: a duration as people read one."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m {secs:02d}s"
+    return f"{minutes // 60}h {minutes % 60:02d}m"
+
+
+def run_duration(run: dict, now: datetime | None = None) -> str:
+    """A recorded run's wall time; a run still going shows the time so far with '…'; '' when unknown
+    (a run whose process died has only the time its death was noticed, which says nothing)."""
+    started = datetime.fromisoformat(run["started_at"])
+    if run["ended_at"] and run["status"] != "killed":
+        return seconds_text(max(0.0, (datetime.fromisoformat(run["ended_at"]) - started).total_seconds()))
+    if run["status"] == "running":
+        return seconds_text(max(0.0, ((now or datetime.now(timezone.utc)) - started).total_seconds())) + "…"
+    return ""
+
+
 def runs_table(runs: list[dict]) -> Table:
     table = Table()
-    for column in ("run", "pipeline", "trigger", "started", "status", "error"):
-        table.add_column(column, no_wrap=column in ("run", "started"), overflow="fold")
+    for column in ("run", "pipeline", "trigger", "started", "duration", "status", "error"):
+        table.add_column(column, no_wrap=column in ("run", "started", "duration"), overflow="fold",
+                         justify="right" if column == "duration" else "left")
     for run in runs:
         error = (run["error"] or "")[:80]
         table.add_row(run["run_id"], run["pipeline"], run["trigger"], run["started_at"][:19].replace("T", " "),
-                      Text(run["status"], style=RUN_STYLES.get(run["status"], "")), Text(error))
+                      run_duration(run), Text(run["status"], style=RUN_STYLES.get(run["status"], "")), Text(error))
     return table
 
 
@@ -158,7 +182,8 @@ def run_details(run: dict, stages: list[dict]) -> list:
 
     header = Text.assemble((f"run {run['run_id']}", "bold"), f"  {run['pipeline']}  trigger {run['trigger']}  ",
                            (run["status"], RUN_STYLES.get(run["status"], "")),
-                           f"  {run['started_at']} -> {run['ended_at'] or '…'}")
+                           f"  {run['started_at']} -> {run['ended_at'] or '…'}",
+                           f" ({duration})" if (duration := run_duration(run)) else "")
     parts: list = [header]
     if run["error"]:
         parts.append(Text(f"error: {run['error']}", style="red"))

@@ -27,9 +27,11 @@ from .backends.base import process_output_to
 from .catalog import Catalog, Version
 from .context import StageContext
 from .errorsite import describe_user_error
+from .footers import read_footers
+from .readerrors import input_read_failure
 from .contract import declared_schema, schema_differences
 from .errors import (ConfigError, DataError, HybridflowError, InterruptedRun, StageError, StageTimeout,
-                     UnavailableError, first_line)
+                     UnavailableError, counted, first_line)
 from .incremental import carry_over, partition_key, schema_types
 from .lock import RunLock
 from .pipeline import Pipeline
@@ -37,7 +39,7 @@ from .planner import INCREMENTAL, SKIP, Decision, Planner
 from .stagecode import import_function, module_file
 from .stagelog import stage_log
 from .state import RunStore
-from .tables import TableSource, ensure_schema_file, read_arrow, write_arrow
+from .tables import TableSource, ensure_schema_file, parquet_files, read_arrow, write_arrow
 
 
 @dataclass
@@ -133,7 +135,7 @@ class Runner:
         self.catalog = Catalog(self.home)
         self.store = RunStore(pipeline.workdir / "runs.db")
         self.stages = pipeline.dag.select(self.selection.only, self.selection.start, self.selection.end)
-        self.planner = Planner(pipeline, self.catalog, force)
+        self.planner = Planner(pipeline, self.catalog, force, runs=self.store)
         self.arguments = arguments or {}  # how the run was asked for, so --resume can ask again
         self._given = dict(engines or {})  # started by the caller: used, never stopped here
         self._engines: dict[str, Any] = {}
@@ -183,8 +185,7 @@ class Runner:
 
     def _preflight(self) -> None:
         """Everything that can fail before a stage starts: engines available, inputs present."""
-        for stage in self.stages:
-            backends.require(self.pipeline.stages[stage].backend)
+        backends.require_all(self.pipeline.stages[stage].backend for stage in self.stages)
         self._gpu = gpu.plan(self.pipeline, self.stages)  # gpu: true that cannot be met fails here
         for stage, inputs in self.plan().items():
             for item in inputs:
@@ -393,7 +394,7 @@ class Runner:
         except (KeyboardInterrupt, _Terminated):
             raise
         except Exception as exc:
-            raise self._user_error(exc, log) from exc
+            raise self._user_error(exc, log, result.name) from exc
         return self._outputs_of(result.name, returned, backend)
 
     def _read(self, run_id: str, dataset: str, backend, partitions: set[str] | None = None) -> Any:
@@ -403,6 +404,8 @@ class Runner:
             path = self.pipeline.external_path(dataset)
             if ds.kind == "files":
                 return path
+            if ds.format == "parquet":  # one clear error for a bad file, whichever engine reads it
+                read_footers(dataset, parquet_files(TableSource(dataset, (path,))))
             source = self._external_source(run_id, dataset, path, backend, partitions)
         else:
             version = self.catalog.current(dataset)
@@ -501,7 +504,7 @@ class Runner:
                 except (KeyboardInterrupt, _Terminated, HybridflowError):
                     raise
                 except Exception as exc:  # engines compute lazily: the stage's own code fails here
-                    raise self._user_error(exc, log) from exc
+                    raise self._user_error(exc, log, stage) from exc
         if decision.action == INCREMENTAL:
             previous = decision.previous[dataset]
             if written is not None and previous.schema is not None:
@@ -514,8 +517,9 @@ class Runner:
             carry_over(dataset, staging, previous.directory, previous.manifest, decision.changes, partition_by,
                        schema_types(written))
             ensure_schema_file(staging, written, partition_by)  # every partition removed: still a schema
-            log.info("output %s: %d partitions written, %d carried over, %d removed", dataset,
-                     len(decision.changes.changed), len(decision.changes.unchanged), len(decision.changes.removed))
+            log.info("output %s: %s written, %d carried over, %d removed", dataset,
+                     counted(len(decision.changes.changed), "partition"), len(decision.changes.unchanged),
+                     len(decision.changes.removed))
         return self.catalog.prepare(dataset, staging, kind=ds.kind, stage=stage, run_id=run_id, inputs=inputs,
                                     declared=declared_schema(ds.schema_), partition_by=partition_by,
                                     written=written,
@@ -526,8 +530,12 @@ class Runner:
         rows, size = 0, 0
         for dataset in datasets:
             if self.pipeline.is_external(dataset):
-                size += sum(f.stat().st_size for f in external_files(self.pipeline.external_path(dataset)))
-                rows = None
+                path = self.pipeline.external_path(dataset)
+                size += sum(f.stat().st_size for f in external_files(path))
+                ds = self.pipeline.dataset(dataset)
+                countable = ds.kind == "table" and ds.format == "parquet"
+                footers = read_footers(dataset, parquet_files(TableSource(dataset, (path,)))) if countable else None
+                rows = None if rows is None or footers is None else rows + footers.rows
             else:
                 version = self.catalog.current(dataset)
                 size += version.bytes
@@ -540,10 +548,21 @@ class Runner:
         version: Version | None = self.catalog.current(dataset)
         return version.id if version else "unknown"
 
-    def _user_error(self, exc: BaseException, log: logging.Logger) -> StageError:
-        """The user's exception as one line located in the user's own file, not an engine's wrapper."""
+    def _user_error(self, exc: BaseException, log: logging.Logger, stage: str | None = None) -> HybridflowError:
+        """The user's exception as one line located in the user's own file, not an engine's wrapper;
+        an input the engine could not decode while the stage ran is a data error instead."""
         log.error("the stage raised:\n%s", "".join(traceback.format_exception(exc)))
+        if stage is not None:
+            unreadable = input_read_failure(exc, {ds: self._input_paths(ds) for ds in self.pipeline.stages[stage].inputs})
+            if unreadable is not None:
+                return unreadable
         return StageError(self.pipeline.redact(describe_user_error(exc, self.pipeline.root)))
+
+    def _input_paths(self, dataset: str) -> list[Path]:
+        if self.pipeline.is_external(dataset):
+            return [self.pipeline.external_path(dataset)]
+        version = self.catalog.current(dataset)
+        return [version.directory] if version else []
 
     # -- engines --------------------------------------------------------------------------------
 

@@ -92,7 +92,8 @@ class RunStore:
                 db.execute("UPDATE stages SET status = 'killed' WHERE run_id = ? AND status = 'running'", [run_id])
         return ids
 
-    def last_run(self, pipeline: str) -> dict[str, Any] | None:
+    def last_run(self, pipeline: str | None = None) -> dict[str, Any] | None:
+        """The newest run of `pipeline`, or of every pipeline in this store when it is None."""
         found = self.runs(pipeline, limit=1)
         return found[0] if found else None
 

@@ -14,7 +14,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .contract import check_schema
+from .contract import check_schema, standard_schema
 from .errors import DataError
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
@@ -40,17 +40,25 @@ def read_arrow(source: TableSource) -> pa.Table:
         if source.format in ("csv", "json"):
             table = _read_text(source, source.format)
         elif source.partition_by:
-            table = pa.concat_tables([read_partitioned_file(f, source) for f in _parquet_files(source)])
+            table = pa.concat_tables([read_partitioned_file(f, source) for f in parquet_files(source)])
         else:
             files = [str(f) for f in source.files]
             # no partitioning inferred from the path: a folder like env=prod above the data is not a column
             table = pq.read_table(files if len(files) > 1 else files[0], partitioning=None)
     except (OSError, pa.ArrowException) as exc:
         raise DataError(f"cannot read dataset '{source.name}': {exc}") from exc
+    table = standard_types(table)
     if source.schema is not None:
         check_schema(source.name, dict(zip(source.schema.names, source.schema.types)), table.schema)
         table = table.select(source.schema.names).cast(source.schema)  # exact declared types and order
     return table
+
+
+def standard_types(table: pa.Table) -> pa.Table:
+    """The table with physical variants of types (string_view, large_string, dictionary, ...) as
+    their standard type: the same values, in the form every engine reads and writes."""
+    schema = standard_schema(table.schema)
+    return table if schema.equals(table.schema) else table.cast(schema)
 
 
 def _read_text(source: TableSource, fmt: str) -> pa.Table:
@@ -76,10 +84,14 @@ def _expand(path: Path, suffixes: tuple[str, ...]) -> list[Path]:
     return files
 
 
-def _parquet_files(source: TableSource) -> list[Path]:
-    """An external partitioned dataset is given as its directory; a published one as its file list."""
+def parquet_files(source: TableSource) -> list[Path]:
+    """An external dataset is given as its directory (or a file), a published one as its file list.
+    A directory's data files are all files not named _* or .* at any depth (_SUCCESS, .crc, ...),
+    the rule Spark and pyarrow share."""
     if len(source.files) == 1 and source.files[0].is_dir():
-        return sorted(source.files[0].rglob("*.parquet"))
+        root = source.files[0]
+        return sorted(p for p in root.rglob("*") if p.is_file()
+                      and not any(part.startswith(("_", ".")) for part in p.relative_to(root).parts))
     return list(source.files)
 
 
@@ -115,13 +127,13 @@ def add_partitions_from_paths(table: pa.Table, source: TableSource, path_column:
         values = pa.array([partition_values(f, base, source.partition_by).get(column) for f in files], pa.string())
         typed = pa.DictionaryArray.from_arrays(paths.indices, values.cast(source.schema.field(column).type))
         table = table.append_column(column, typed.cast(source.schema.field(column).type))
-    return table.select(source.schema.names)
+    return standard_types(table.select(source.schema.names))
 
 
 def write_arrow(table: pa.Table, directory: Path, partition_by: tuple[str, ...] = ()) -> pa.Schema:
     """Write a table as part-NNNNN.parquet files (under Hive-style directories when partitioned);
     refuses to lose timestamp precision."""
-    table = table.replace_schema_metadata(None)
+    table = standard_types(table.replace_schema_metadata(None))
     if partition_by:
         pq.write_to_dataset(table, directory, partition_cols=list(partition_by), basename_template="part-{i}.parquet",
                             coerce_timestamps="us", allow_truncated_timestamps=False, compression="snappy")

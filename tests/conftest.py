@@ -57,3 +57,21 @@ def saved_crontab():
         yield saved
     finally:
         set_crontab(saved)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """At the end of the session, every skipped test by name with its reason. A skip is never silent:
+    -ra's summary names the line that raised the skip (often a fixture here), not the tests it cost."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped:
+        return
+    by_reason: dict[str, list[str]] = {}
+    for report in skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr or "")
+        by_reason.setdefault(reason.removeprefix("Skipped: ") or "no reason given", []).append(report.nodeid)
+    count = f"{len(skipped)} test{'s' * (len(skipped) != 1)}"
+    terminalreporter.section(f"{count} skipped, not run", sep="=", yellow=True, bold=True)
+    for reason, tests in by_reason.items():
+        terminalreporter.line(f"{reason}:", yellow=True)
+        for nodeid in tests:
+            terminalreporter.line(f"  {nodeid}")

@@ -7,9 +7,36 @@ from typer.testing import CliRunner
 from hybridflow.cli import app
 from hybridflow.errors import ExitCode
 
+from .conftest import last_run_record
 from .test_runner import PIPELINE, STAGES
 
 cli = CliRunner()
+
+# plain stages for the tests below: make -> double -> sink, nothing asserted about dtypes
+STEPS = '''
+import pandas as pd
+
+
+def make(n: int = 3):
+    print("hello from make")
+    return {"numbers": pd.DataFrame({"id": range(n)}), "meta": pd.DataFrame({"n": [n]})}
+
+
+def double(numbers, factor):
+    return {"doubled": numbers.assign(id=numbers["id"] * factor)}
+
+
+def sink(doubled):
+    return pd.DataFrame({"rows": [len(doubled)]})
+'''
+STEPS_PIPELINE = '''
+name: demo
+params: {factor: 2}
+stages:
+  make: {run: mypkg.steps:make, outputs: [numbers, meta]}
+  double: {run: mypkg.steps:double, inputs: [numbers], outputs: [doubled]}
+  sink: {run: mypkg.steps:sink, inputs: [doubled], outputs: [total]}
+'''
 
 
 def invoke(*args):
@@ -81,10 +108,92 @@ def test_run_config_error_is_one_line_with_exit_78(project):
     path = project.pipeline("name: demo\nstages:\n  a: {run: 'nope:fn'}\n")
     result = invoke("run", path)
     assert result.exit_code == ExitCode.CONFIG
-    assert f"error: {path}:3:" in result.output and "module 'nope' not found" in result.output
+    # the line validate prints, labelled once: never "error: file:3:12: error: ..."
+    [line] = result.output.splitlines()
+    assert line.startswith(f"{path}:3:12: error: stage 'a': module 'nope' not found"), line
+    assert line.count("error:") == 1, line
     assert "Traceback" not in result.output
     verbose = invoke("run", path, "--verbose")
     assert "Traceback" in verbose.output
+
+
+def test_config_error_counts_the_other_errors_in_agreement(project):
+    one_more = project.pipeline("name: demo\nstages:\n  a: {run: 'nope:fn'}\n  b: {run: 'nope:fn'}\n")
+    [line] = invoke("plan", one_more).output.splitlines()
+    assert line.endswith("(and 1 more error; hybridflow validate lists them)"), line
+    two_more = project.pipeline("name: demo\nstages:\n  a: {run: 'nope:fn'}\n  b: {run: 'nope:fn'}\n"
+                                "  c: {run: 'nope:fn'}\n", "three.yaml")
+    [line] = invoke("run", two_more).output.splitlines()
+    assert line.endswith("(and 2 more errors; hybridflow validate lists them)"), line
+    assert line.count("error:") == 1, line
+
+
+def test_counts_in_output_agree_with_their_nouns(project):
+    path = project.pipeline("name: demo\nstages:\n  a: {run: 'nope:fn'}\n")
+    assert "1 file checked: invalid (1 error, 0 warnings)" in invoke("validate", path).output
+    project.stages(STEPS)
+    single = project.pipeline("name: solo\nstages:\n  make: {run: 'mypkg.steps:make', outputs: [numbers, meta]}\n",
+                              "solo.yaml")
+    assert "1 of 1 stage to run, 0 up to date" in invoke("plan", single).output
+    ran = invoke("run", single)
+    assert ran.exit_code == 0 and "run 2" in ran.output and ": 1 stage\n" in ran.output, ran.output
+    assert "removed 0 versions (" in invoke("gc", single).output
+
+
+def test_bare_force_works_before_the_file_on_every_command_that_takes_it(project):
+    project.stages(STEPS)
+    path = project.pipeline(STEPS_PIPELINE)
+    assert invoke("run", path).exit_code == 0
+    assert "0 of 3 stages to run, 3 up to date" in invoke("plan", path).output
+    expected = {
+        ("plan", "--force", path): "3 of 3 stages to run, 0 up to date",  # was: Missing argument 'PIPELINE.yaml'
+        ("plan", path, "--force"): "3 of 3 stages to run, 0 up to date",
+        ("plan", "--force", "--only", "make", path): "1 of 1 stage to run, 0 up to date",
+        ("run", "--force", path, "--dry-run"): "3 of 3 stages to run, 0 up to date",
+        ("run", "--force", "--dry-run", path): "3 of 3 stages to run, 0 up to date",
+        # a stage list is still a stage list, before or after the file
+        ("plan", "--force", "sink", path): "1 of 3 stages to run, 2 up to date",
+        ("plan", path, "--force", "double,sink"): "2 of 3 stages to run, 1 up to date",
+        ("plan", "--force=sink", path): "1 of 3 stages to run, 2 up to date",
+    }
+    for args, summary in expected.items():
+        result = invoke(*args)
+        assert result.exit_code == 0 and summary in result.output, (args, result.output)
+    forced = invoke("run", "--force", path)
+    assert forced.exit_code == 0, forced.output
+    _, stages = last_run_record(project.root / ".hybridflow")
+    assert {s["status"] for s in stages.values()} == {"done"}, stages
+    typo = invoke("plan", "--force", "mkae", path)
+    assert typo.exit_code == ExitCode.USAGE and "no stage named 'mkae' (did you mean 'make'?)" in typo.output
+
+
+def test_version():
+    from importlib.metadata import version
+
+    result = invoke("--version")
+    assert result.exit_code == 0
+    assert result.output == f"hybridflow {version('hybridflow')}\n"
+
+
+def test_every_missing_engine_is_named_in_one_line(project, monkeypatch):
+    from hybridflow import backends
+
+    # engines whose packages are not installed, whatever this machine has
+    monkeypatch.setitem(backends.BACKEND_EXTRAS, "spark", ("spark", "hybridflow_test_no_pyspark"))
+    monkeypatch.setitem(backends.BACKEND_EXTRAS, "ray", ("ray", "hybridflow_test_no_ray"))
+    project.stages(STEPS)
+    path = project.pipeline("name: demo\nstages:\n"
+                            "  make: {run: 'mypkg.steps:make', backend: spark, outputs: [numbers, meta]}\n"
+                            "  double: {run: 'mypkg.steps:double', backend: ray, inputs: [numbers], outputs: [doubled],"
+                            " params: {factor: 2}}\n"
+                            "  sink: {run: 'mypkg.steps:sink', inputs: [doubled], outputs: [total]}\n")
+    result = invoke("run", path)
+    assert result.exit_code == ExitCode.UNAVAILABLE, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert errors == ["error: backend 'spark' needs hybridflow_test_no_pyspark and backend 'ray' needs "
+                      "hybridflow_test_no_ray, which are not installed (pip install 'hybridflow[spark,ray]')"], \
+        result.output
+    assert not (project.home("demo") / "datasets").exists()  # nothing ran
 
 
 def test_dry_run_prints_plan_and_runs_nothing(project):

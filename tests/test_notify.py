@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -105,7 +104,7 @@ def notify_block(**keys) -> str:
 def hybridflow(project, *args) -> subprocess.CompletedProcess:
     env = {**os.environ, "HOOK_TOKEN": TOKEN}
     return subprocess.run([sys.executable, "-m", "hybridflow.cli", *map(str, args)], cwd=project.root, env=env,
-                          capture_output=True, text=True, timeout=180)
+                          capture_output=True, text=True, timeout=300)
 
 
 def stored_bytes(project) -> bytes:
@@ -206,12 +205,11 @@ def test_failing_command_warns_with_its_stderr_redacted(project):
 def test_command_past_its_timeout_is_killed(project):
     project.stages(STAGES)
     path = project.pipeline(SUCCEEDING.format(notify=notify_block(
-        on=["success"], command=[sys.executable, "-c", "import time; time.sleep(60)"], timeout="1s")))
-    clock = time.monotonic()
+        on=["success"], command=[sys.executable, "-c", "import time; time.sleep(3600)"], timeout="1s")))
+    # A run that waited for the command instead of killing it would hit hybridflow()'s own timeout.
     done = hybridflow(project, "run", path)
     assert done.returncode == 0, done.stderr
     assert "ran past its 1s timeout and was killed" in done.stderr
-    assert time.monotonic() - clock < 45
 
 
 def test_run_that_cannot_start_notifies_unless_another_run_holds_the_lock(project, hook):

@@ -13,6 +13,7 @@ from hybridflow.tables import read_arrow
 from .conftest import last_run_record
 
 STAGES = '''
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -26,7 +27,7 @@ def make(ctx, n: int = 3):
 
 def double(numbers, factor, ctx):
     assert isinstance(numbers, pd.DataFrame)
-    assert isinstance(numbers["id"].dtype, pd.ArrowDtype)
+    assert numbers["id"].dtype == np.dtype("int64")  # numpy where it holds the values exactly
     out = numbers.assign(value=numbers["value"] * factor)
     (ctx.output_path("artifact") / "note.txt").write_text(f"factor={factor}")
     return {"doubled": out}

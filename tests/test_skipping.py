@@ -107,13 +107,90 @@ def test_plan_names_what_changed(project):
     assert rows == {"make": ("skip", rows["make"][1]), "scale": ("run", "params.factor changed 2 -> 3"),
                     "report": ("run", "input scaled will be rebuilt by stage scale")}
     project.write("mypkg/helpers.py", "def weight(factor):\n    return factor * 2.0\n")
-    rows = plan_rows(hybridflow(project, "plan", "pipeline.yaml").stdout)
-    # helpers is imported by the steps module: every stage of that module depends on it
-    assert rows["make"] == ("run", "mypkg/helpers.py changed")
-    (project.root / "mypkg" / "steps.py").write_text(STAGES + "\n# a comment is a change too\n")
     rows = plan_rows(hybridflow(project, "plan", "pipeline.yaml", "--force", "report").stdout)
-    assert rows["make"] == ("run", "mypkg/helpers.py changed; mypkg/steps.py changed")
-    assert rows["report"] == ("run", "forced")
+    # only scale calls helpers.weight: make, in the same module, does not reach it
+    assert rows == {"make": ("skip", rows["make"][1]), "scale": ("run", "function weight in mypkg/helpers.py changed"),
+                    "report": ("run", "forced")}
+
+
+def test_a_comment_edit_reruns_nothing_and_a_code_edit_only_the_stages_that_reach_it(project):
+    setup(project)
+    assert hybridflow(project, "run", "pipeline.yaml").returncode == 0
+    steps = project.root / "mypkg" / "steps.py"
+    steps.write_text('"""Stage functions, now documented."""\n' + STAGES.replace(
+        "def report(scaled, ctx):\n", 'def report(scaled, ctx):\n    """Sums the values."""\n    # log first\n')
+        + "\n# a trailing comment\n")
+    assert "0 of 3 stages to run" in hybridflow(project, "plan", "pipeline.yaml").stdout
+    steps.write_text(steps.read_text().replace('"report saw %d rows"', '"report got %d rows"'))
+    rows = plan_rows(hybridflow(project, "plan", "pipeline.yaml").stdout)
+    assert rows == {"make": ("skip", rows["make"][1]), "scale": ("skip", rows["scale"][1]),
+                    "report": ("run", "function report in mypkg/steps.py changed")}
+    steps.write_text(steps.read_text().replace("import pandas as pd\n", "import pandas as pd\nLIMIT = 3\n"))
+    rows = plan_rows(hybridflow(project, "plan", "pipeline.yaml", "--only", "scale").stdout)
+    assert rows == {"scale": ("run", "module-level code in mypkg/steps.py changed")}  # it runs on import
+
+
+def test_a_fingerprint_of_an_older_version_reruns_the_stage_and_says_why(project):
+    setup(project)
+    assert hybridflow(project, "run", "pipeline.yaml").returncode == 0
+    manifest_file = Catalog(project.home("demo")).current("numbers").directory / "_manifest.json"
+    manifest_file.chmod(0o644)  # published read-only
+    manifest = json.loads(manifest_file.read_text())
+    manifest["fingerprint"]["code"] = {"mypkg/steps.py": "0" * 64, "mypkg/helpers.py": "1" * 64}  # per file
+    manifest["fingerprint"]["digest"] = manifest["fingerprint"]["base"] = "2" * 64
+    manifest_file.write_text(json.dumps(manifest))
+    plan = hybridflow(project, "plan", "pipeline.yaml")
+    assert plan.returncode == 0, plan.stderr
+    assert plan_rows(plan.stdout)["make"] == ("run", "its code was fingerprinted by an older version of hybridflow")
+
+
+def test_the_engine_wide_gpu_default_is_part_of_the_fingerprint(project):
+    setup(project, PIPELINE + "backends: {python: {gpu: false}}\n")
+    assert hybridflow(project, "run", "pipeline.yaml").returncode == 0
+    text = (project.root / "pipeline.yaml").read_text()
+    project.pipeline(text.replace("gpu: false", "gpu: auto"))
+    rows = plan_rows(hybridflow(project, "plan", "pipeline.yaml").stdout)
+    assert rows["make"] == ("run", "settings.gpu changed false -> auto")
+    assert hybridflow(project, "run", "pipeline.yaml").returncode == 0  # no GPU here: auto runs on the CPU
+    assert "0 of 3 stages to run" in hybridflow(project, "plan", "pipeline.yaml").stdout  # and it stays done
+
+
+def test_the_requested_gpu_mode_comes_from_the_stage_else_its_engine(project):
+    from hybridflow.config import load_pipeline
+    from hybridflow.planner import Planner
+
+    project.stages(STAGES)
+    path = project.pipeline('''
+    name: gpus
+    params: {n: 1}
+    backends: {dask: {gpu: auto}, spark: {gpu: true}}
+    stages:
+      default: {run: mypkg.steps:make, backend: dask, outputs: [a]}
+      own: {run: mypkg.steps:make, backend: dask, gpu: false, outputs: [b]}
+      spark: {run: mypkg.steps:make, backend: spark, outputs: [c]}
+      python: {run: mypkg.steps:make, outputs: [d]}
+    ''')
+    pipeline = load_pipeline(path)
+    planner = Planner(pipeline, Catalog(pipeline.workdir / pipeline.name))
+    modes = {stage: planner.fingerprint(stage).settings["gpu"] for stage in pipeline.stages}
+    assert modes == {"default": "auto", "own": False, "spark": True, "python": False}
+
+
+def test_a_stage_whose_last_attempt_failed_says_in_which_run(project, tmp_path):
+    fail = tmp_path / "fail"
+    fail.touch()
+    setup(project, PIPELINE + "  flaky: {run: mypkg.steps:flaky, inputs: [scaled], outputs: [checked]}\n")
+    env = {"HF_FAIL_FILE": str(fail)}
+    assert hybridflow(project, "run", "pipeline.yaml", env=env).returncode == 1
+    assert hybridflow(project, "run", "pipeline.yaml", env=env).returncode == 1
+    latest, _ = last_run_record(project.root / ".hybridflow")
+    assert statuses(project)["flaky"][0] == "failed"
+    rows = plan_rows(hybridflow(project, "plan", "pipeline.yaml", env=env).stdout)
+    assert rows["flaky"] == ("run", f"failed in run {latest['run_id']}")
+    assert hybridflow(project, "run", "pipeline.yaml", "--only", "make", env=env).returncode == 0  # not tried
+    fail.unlink()
+    assert hybridflow(project, "run", "pipeline.yaml", env=env).returncode == 0
+    assert statuses(project)["flaky"] == ("done", f"failed in run {latest['run_id']}")
 
 
 def test_an_unchanged_rebuild_upstream_lets_downstream_skip(project):
@@ -161,13 +238,14 @@ def test_resume_continues_from_the_failed_stage_with_the_same_arguments(project,
     env = {"HF_FAIL_FILE": str(fail)}
     failed = hybridflow(project, "run", "pipeline.yaml", "-p", "n=6", env=env)
     assert failed.returncode == 1 and "resume with: hybridflow run pipeline.yaml --resume" in failed.stderr
+    failed_run, _ = last_run_record(project.root / ".hybridflow")
     fail.unlink()
     resumed = hybridflow(project, "run", "pipeline.yaml", "--resume", env=env)
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming run" in resumed.stderr
     result = statuses(project)
     assert [result[s][0] for s in ("make", "scale", "report")] == ["skipped"] * 3  # n=6 again: unchanged
-    assert result["flaky"] == ("done", "never run")
+    assert result["flaky"] == ("done", f"failed in run {failed_run['run_id']}")
     checked = read_arrow(Catalog(project.home("demo")).current("checked").source())
     assert checked.num_rows == 6
     again = hybridflow(project, "run", "pipeline.yaml", "--resume", env=env)
@@ -235,7 +313,7 @@ def test_incremental_stage_processes_only_new_and_changed_partitions(project):
     import shutil
     shutil.rmtree(project.root / "raw" / "day=d1")  # removed: its output goes, and the stage is not called
     assert hybridflow(project, "run", "pipeline.yaml").returncode == 0
-    assert statuses(project)["agg"] == ("done", "1 partitions of raw removed")
+    assert statuses(project)["agg"] == ("done", "1 partition of raw removed")
     assert "calling" not in agg_log(project)
     assert per_day(project)["day"].tolist() == ["d2", "d3", "d4"]
 
@@ -254,10 +332,10 @@ def test_a_code_change_reprocesses_every_partition(project):
     write_day(project.root, "d1", [1])
     write_day(project.root, "d2", [2])
     hybridflow(project, "run", "pipeline.yaml")
-    project.stages(AGG + "\n# changed\n")
+    project.stages(AGG.replace("    days = sorted", "    raw = raw.copy()\n    days = sorted"))
     write_day(project.root, "d3", [3])
     assert hybridflow(project, "run", "pipeline.yaml").returncode == 0
-    assert statuses(project)["agg"] == ("done", "mypkg/steps.py changed")
+    assert statuses(project)["agg"] == ("done", "function agg in mypkg/steps.py changed")
     assert "called for d1,d2,d3" in agg_log(project)
 
 
@@ -309,7 +387,7 @@ def test_partition_directories_spelt_differently_still_match(project):
     shutil.rmtree(project.root / "raw" / "month=01")
     done = hybridflow(project, "run", "pipeline.yaml")
     assert done.returncode == 0, done.stderr
-    assert statuses(project)["agg"] == ("done", "1 partitions of raw removed")
+    assert statuses(project)["agg"] == ("done", "1 partition of raw removed")
     table = read_arrow(Catalog(project.home("inc")).current("per_month").source()).to_pandas()
     assert table["month"].tolist() == [2] and table["value"].tolist() == [5]
 

@@ -1,4 +1,5 @@
-"""Dask: stages get dask.dataframe.DataFrames with Arrow-backed dtypes, on a local or attached cluster.
+"""Dask: stages get dask.dataframe.DataFrames, on a local or attached cluster, of the same dtypes as the
+python backend's pandas frames (see pandas_frames), decided from the Parquet footers.
 
 The local cluster binds to 127.0.0.1 with the dashboard off. Data stays on the workers:
 the runner never collects a frame into this process.
@@ -17,9 +18,17 @@ from typing import Any, Sequence
 
 import pyarrow as pa
 
+from .. import pandas_frames
+from ..contract import standard_schema
 from ..errors import DataError, UnavailableError
-from ..tables import TableSource, read_arrow, read_partitioned_file
+from ..footers import read_footers
+from ..tables import TableSource, parquet_files, partition_values, read_arrow, read_partitioned_file, standard_types
 from .base import Backend, check_reachable, code_archive, index_as_columns, split_host_port
+
+
+# The scheduler always serves HTTP (health, metrics), on 8787 unless told otherwise, even with no
+# dashboard address: keep it off the dashboard's port, on a free loopback port, with no dashboard.
+NO_DASHBOARD = {"dashboard_address": "127.0.0.1:0", "scheduler_kwargs": {"dashboard": False}}
 
 
 def gpu_cluster_options(settings, devices) -> dict[str, Any]:
@@ -27,7 +36,7 @@ def gpu_cluster_options(settings, devices) -> dict[str, Any]:
     CUDA_VISIBLE_DEVICES), each with the RMM pool the settings ask for."""
     return {"n_workers": len(devices), "threads_per_worker": settings.threads_per_worker or 1,
             "memory_limit": settings.memory_limit or "auto", "rmm_pool_size": settings.rmm_pool_size,
-            "host": "127.0.0.1", "dashboard_address": None, "silence_logs": logging.ERROR}
+            "host": "127.0.0.1", "silence_logs": logging.ERROR, **NO_DASHBOARD}
 
 
 class DaskBackend(Backend):
@@ -67,8 +76,8 @@ class DaskBackend(Backend):
                 self.cluster = LocalCluster(
                     n_workers=self.settings.n_workers or 2,
                     threads_per_worker=self.settings.threads_per_worker or 1, processes=processes,
-                    memory_limit=self.settings.memory_limit or "auto", dashboard_address=None,
-                    silence_logs=logging.ERROR, **network)
+                    memory_limit=self.settings.memory_limit or "auto", silence_logs=logging.ERROR,
+                    **NO_DASHBOARD, **network)
                 self.client = Client(self.cluster)
             if self.gpu is not None and self.settings.address:
                 _require_gpu_workers(self.client, self.settings.address)
@@ -112,15 +121,23 @@ class DaskBackend(Backend):
 
     def _read_cpu(self, source: TableSource):
         import dask.dataframe as dd
-        import pandas as pd
 
         if source.format != "parquet":  # external text input: read and typed once, then distributed
-            return dd.from_pandas(read_arrow(source).to_pandas(types_mapper=pd.ArrowDtype), npartitions=2)
+            return dd.from_pandas(pandas_frames.to_pandas(read_arrow(source)), npartitions=2)
+        footers = read_footers(source.name, parquet_files(source))
         if source.partition_by:  # one task per file, partition columns restored from its path
-            meta = source.schema.empty_table().to_pandas(types_mapper=pd.ArrowDtype)
-            return dd.from_map(_read_partitioned_pandas, list(source.files), source=source, meta=meta)
-        return dd.read_parquet([str(f) for f in source.files], dtype_backend="pyarrow",
-                               calculate_divisions=False, index=False)
+            base = source.base or source.files[0]
+            nullable = set(footers.nullable) | {
+                column for column in source.partition_by
+                if any(partition_values(f, base, source.partition_by).get(column) is None for f in source.files)}
+            kinds = pandas_frames.schema_kinds(source.schema, nullable)
+            return dd.from_map(_read_partitioned_pandas, list(parquet_files(source)), source=source, kinds=kinds,
+                               meta=pandas_frames.to_pandas(source.schema.empty_table(), kinds),
+                               label="read-parquet")
+        schema = source.schema or footers.schema
+        kinds = pandas_frames.schema_kinds(schema, footers.nullable)
+        return dd.from_map(_read_piece, list(footers.pieces), schema=schema, kinds=kinds,
+                           meta=pandas_frames.to_pandas(schema.empty_table(), kinds), label="read-parquet")
 
     def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...]) -> pa.Schema:
         frame = index_as_columns(frame)
@@ -129,7 +146,7 @@ class DaskBackend(Backend):
                              write_metadata_file=False)
             return frame._meta.to_arrow(preserve_index=False).schema
         try:
-            schema = pa.Schema.from_pandas(frame._meta, preserve_index=False).remove_metadata()
+            schema = standard_schema(pa.Schema.from_pandas(frame._meta, preserve_index=False).remove_metadata())
         except (pa.ArrowException, TypeError, ValueError) as exc:
             raise DataError(f"cannot derive an Arrow schema from the frame: {exc}") from exc
         frame.to_parquet(str(directory), write_index=False, engine="pyarrow", schema=schema,
@@ -180,10 +197,22 @@ def _require_gpu_workers(client, address: str) -> None:
                                hint="start them with dask cuda worker, or set gpu: false on its stages")
 
 
-def _read_partitioned_pandas(file: Path, source: TableSource):
-    import pandas as pd
+def _read_piece(piece: tuple[Path, tuple[int, ...]], schema: pa.Schema, kinds: list[str], columns=None):
+    """Some row groups of one file as a pandas frame of the dtypes every partition shares. Dask
+    passes `columns` when the stage uses only some (column projection)."""
+    import pyarrow.parquet as pq
 
-    return read_partitioned_file(file, source).select(source.schema.names).to_pandas(types_mapper=pd.ArrowDtype)
+    file, row_groups = piece
+    if columns is not None:
+        chosen = [schema.get_field_index(c) for c in columns]
+        schema, kinds = pa.schema([schema.field(i) for i in chosen]), [kinds[i] for i in chosen]
+    table = pq.ParquetFile(file).read_row_groups(list(row_groups), columns=schema.names)
+    return pandas_frames.to_pandas(standard_types(table).select(schema.names).cast(schema), kinds)
+
+
+def _read_partitioned_pandas(file: Path, source: TableSource, kinds: list[str]):
+    table = standard_types(read_partitioned_file(file, source)).select(source.schema.names).cast(source.schema)
+    return pandas_frames.to_pandas(table, kinds)
 
 
 def create(settings, log_dir: Path) -> DaskBackend:

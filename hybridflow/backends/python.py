@@ -1,7 +1,5 @@
-"""The in-process backend: stages get pandas DataFrames with Arrow-backed dtypes.
-
-Arrow-backed dtypes (pd.ArrowDtype) keep nullable integers, decimals, lists and
-structs exactly as written; numpy-backed pandas would turn them into floats and objects.
+"""The in-process backend: stages get pandas DataFrames of the dtypes pandas users expect, Arrow
+-backed only where no pandas dtype holds the values exactly (see pandas_frames).
 
 A stage on the GPU gets cuDF DataFrames instead, read and written with cuDF's Parquet; its code
 calls .to_pandas() where it wants pandas, and may return cuDF, pandas or Arrow frames.
@@ -17,7 +15,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from .. import gpu
+from .. import gpu, pandas_frames
 from ..errors import DataError
 from ..tables import TableSource, read_arrow, write_arrow
 from .base import Backend, index_as_columns
@@ -50,7 +48,7 @@ class PythonBackend(Backend):
     def read(self, source: TableSource):
         if self.stage_on_gpu:
             return read_cudf(source)
-        return read_arrow(source).to_pandas(types_mapper=pd.ArrowDtype)
+        return pandas_frames.to_pandas(read_arrow(source))
 
     def is_frame(self, value: Any) -> bool:
         return isinstance(value, (pd.DataFrame, pa.Table)) or is_cudf_frame(value)
@@ -58,7 +56,8 @@ class PythonBackend(Backend):
     def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...]) -> pa.Schema:
         if is_cudf_frame(frame):
             return write_cudf(frame, directory, partition_by)
-        return write_arrow(to_arrow(frame), directory, partition_by)
+        table = frame if isinstance(frame, pa.Table) else pandas_frames.to_arrow(frame)
+        return write_arrow(table, directory, partition_by)
 
 
 def is_cudf_frame(value: Any) -> bool:
@@ -86,21 +85,6 @@ def write_cudf(frame, directory: Path, partition_by: tuple[str, ...]) -> pa.Sche
     else:
         frame.to_parquet(str(directory / "part-00000.parquet"), index=False)
     return frame.head(0).to_arrow(preserve_index=False).schema
-
-
-def to_arrow(frame: pd.DataFrame | pa.Table) -> pa.Table:
-    """A pandas frame as an Arrow table, its index handled by the rule every engine shares."""
-    if isinstance(frame, pa.Table):
-        return frame
-    frame = index_as_columns(frame)
-    duplicated = frame.columns[frame.columns.duplicated()].tolist()
-    if duplicated:
-        raise DataError(f"the frame has duplicate column names: {', '.join(map(str, duplicated))}")
-    try:
-        return pa.Table.from_pandas(frame, preserve_index=False)
-    except (pa.ArrowException, TypeError, ValueError) as exc:
-        raise DataError(f"cannot convert the frame to Arrow: {exc}",
-                        hint="give every column one consistent type") from exc
 
 
 def create(settings: Any, log_dir: Path) -> PythonBackend:

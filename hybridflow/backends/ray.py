@@ -18,7 +18,8 @@ from typing import Any, Sequence
 import pyarrow as pa
 
 from ..errors import ConfigError, UnavailableError, first_line
-from ..tables import TableSource, add_partitions_from_paths, read_arrow
+from ..footers import read_footers
+from ..tables import TableSource, add_partitions_from_paths, parquet_files, read_arrow, standard_types
 from .base import Backend, check_reachable, split_host_port
 
 ROWS_PER_FILE = 1_000_000  # Ray's default tiny files read slowly everywhere
@@ -96,9 +97,12 @@ class RayBackend(Backend):
     def read(self, source: TableSource):
         if source.format != "parquet":
             return self.ray.data.from_arrow(read_arrow(source))
-        files = [str(f) for f in source.files]
+        files = [str(f) for f in parquet_files(source)]
         if not source.partition_by:
-            return self.ray.data.read_parquet(files, file_extensions=None, partitioning=None)
+            dataset = self.ray.data.read_parquet(files, file_extensions=None, partitioning=None)
+            if read_footers(source.name, parquet_files(source)).variants:  # Ray holds no string_view, ...
+                dataset = dataset.map_batches(standard_types, batch_format="pyarrow")
+            return dataset
         # Partition values come from each file's path, typed as recorded: Ray's own hive parsing
         # would hand them over as strings.
         dataset = self.ray.data.read_parquet(files, file_extensions=None, partitioning=None, include_paths=True)

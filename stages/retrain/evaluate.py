@@ -27,6 +27,25 @@ def _metrics(y: np.ndarray, p: np.ndarray) -> dict:
             "positives": int(y.sum())}
 
 
+def decimals_apart(a: float, b: float, least: int = 4) -> int:
+    """How many decimals show `a` and `b` apart: at least `least`, more while they still read the same."""
+    for decimals in range(least, 18):
+        if f"{a:.{decimals}f}" != f"{b:.{decimals}f}":
+            return decimals
+    return least  # equal
+
+
+def decision_reason(challenger: float, champion: float | None) -> str:
+    """Why the challenger was promoted or not, with enough digits to see the difference."""
+    if champion is None:
+        return "no champion yet"
+    decimals = decimals_apart(challenger, champion)
+    difference = f"{challenger - champion:+.{decimals}f}" if challenger != champion else "equal"
+    verdict = "promoted" if challenger > champion else "not higher, the champion is kept"
+    return (f"challenger ROC AUC {challenger:.{decimals}f} vs champion {champion:.{decimals}f} "
+            f"({difference}): {verdict}")
+
+
 def evaluate(customer_features: pd.DataFrame, model: Path, ctx) -> None:
     """Promote the challenger only if its test ROC AUC beats the champion's on the same test weeks."""
     test = customer_features[customer_features["split"] == "test"]
@@ -35,9 +54,9 @@ def evaluate(customer_features: pd.DataFrame, model: Path, ctx) -> None:
     previous = ctx.previous_output("champion")
     champion = _metrics(y, _predict(previous, test)) if previous else None
     promote = champion is None or challenger["roc_auc"] > champion["roc_auc"]
+    reason = decision_reason(challenger["roc_auc"], champion["roc_auc"] if champion else None)
     decision = {"run_id": ctx.run_id, "promoted": promote, "challenger": challenger, "champion": champion,
-                "reason": "no champion yet" if champion is None else
-                f"challenger ROC AUC {challenger['roc_auc']:.4f} vs champion {champion['roc_auc']:.4f}"}
+                "reason": reason}
     ctx.log.info("decision: %s", decision["reason"])
     winner = model if promote else previous
     out = ctx.output_path("champion")

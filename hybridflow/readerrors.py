@@ -1,0 +1,73 @@
+"""A stage failure that is really an input that cannot be decoded, told as a data error.
+
+Engines read lazily: a corrupt page in an input surfaces while the stage's code (or the write of
+its output) runs, wrapped in the engine's own exception (a Py4JJavaError holding a Java stack, a
+Dask or Ray task error, an OSError from pyarrow). Such a failure is the data's fault, not the code's:
+it gets exit 65 and names the dataset, and the file where the engine's message says which.
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from .errors import DataError, first_line
+
+# What Parquet readers say when the bytes of a file cannot be decoded (pyarrow/Arrow C++, Spark's
+# parquet-mr and its codecs). Deliberately narrow: a user's own error must stay a user error.
+_DECODING = re.compile(
+    r"corrupt snappy|corrupt (parquet|page|compressed|footer)|ParquetDecodingException|"
+    r"can not read value at \d+ in block|Couldn't deserialize thrift|Unexpected end of stream|"
+    r"Parquet magic bytes not found|is not a Parquet file|Invalid page header|"
+    r"decompress(ion)? (failed|error)|FAILED_READ_FILE|Error reading parquet|"
+    r"Malformed levels|Column chunk .* is corrupt|Page was smaller than|Unexpected end of file",
+    re.IGNORECASE)
+
+
+def input_read_failure(exc: BaseException, inputs: Mapping[str, Sequence[Path]]) -> DataError | None:
+    """A DataError naming the input (and file) `exc` failed to decode, or None when `exc` is not
+    such a failure. `inputs`: each input dataset's files or directory."""
+    text = _full_text(exc)
+    match = _DECODING.search(text)
+    if not match:
+        return None
+    dataset, file = _which_input(text, inputs)
+    where = f" ({file})" if file else ""
+    reason = _reason_line(text, match)
+    name = f"input '{dataset}'" if dataset else f"one of the inputs ({', '.join(inputs)})"
+    return DataError(f"{name} cannot be read{where}: {reason}",
+                     hint="replace the corrupt file with a good copy, or remove it from the input")
+
+
+def _full_text(exc: BaseException) -> str:
+    parts = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        parts.append("".join(traceback.format_exception_only(type(current), current)))
+        current = current.__cause__ or current.__context__ or getattr(current, "cause", None)
+    return "\n".join(parts)
+
+
+def _which_input(text: str, inputs: Mapping[str, Sequence[Path]]) -> tuple[str | None, str | None]:
+    for dataset, paths in inputs.items():
+        for path in paths:
+            found = re.search(re.escape(str(path)) + r"[^\s'\",)\]]*", text)
+            if found:
+                return dataset, found.group(0)
+    if len(inputs) == 1:
+        return next(iter(inputs)), None
+    return None, None
+
+
+def _reason_line(text: str, match: re.Match) -> str:
+    """The line of the engine's message that says what is wrong, without its exception prefix."""
+    start = text.rfind("\n", 0, match.start()) + 1
+    end = text.find("\n", match.end())
+    line = text[start:end if end != -1 else len(text)].strip()
+    for _ in range(3):  # "Caused by: org.apache...Exception: pyarrow...Error: what"
+        line = re.sub(r"^([\w.$]+(Exception|Error)|Caused by): ", "", line)
+    return first_line(line)[:300]
