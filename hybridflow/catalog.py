@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from . import faults
 from .contract import check_schema, schema_to_dict
 from .errors import DataError
+from .hashing import file_digests
 from .tables import TableSource, partition_values
 
 MANIFEST = "_manifest.json"
@@ -221,9 +222,14 @@ def _list_files(staging: Path, name: str) -> list[Path]:
 
 
 def _describe(root: Path, file: Path) -> dict[str, Any]:
-    with open(file, "rb") as handle:
-        digest = hashlib.file_digest(handle, "sha256").hexdigest()
-    return {"path": file.relative_to(root).as_posix(), "size": file.stat().st_size, "sha256": digest}
+    whole, data = file_digests(file)
+    return {"path": file.relative_to(root).as_posix(), "size": file.stat().st_size, "sha256": whole, "data": data}
+
+
+def data_digest(entry: dict[str, Any]) -> str:
+    """What decides skipping for a manifest's file: its data digest (manifests written before there
+    was one hold only the sha256 of the bytes)."""
+    return entry.get("data", entry["sha256"])
 
 
 def _table_facts(name: str, staging: Path, files: list[Path], declared: dict[str, pa.DataType] | None,

@@ -1,7 +1,7 @@
 """GPU execution with RAPIDS: what this machine has, and which stages run on the GPU.
 
 A stage's mode is its own `gpu:` when the stage sets it, else `backends.<engine>.gpu`, else false
-(the python backend has no engine-wide default):
+(`stage_mode`, the one place this rule lives):
 
 - false: the CPU.
 - auto:  the GPU when everything the engine needs is here (a visible NVIDIA GPU, and the RAPIDS
@@ -159,11 +159,15 @@ def _version_key(path: str) -> list:
 # -- planning -----------------------------------------------------------------------------------
 
 def stage_mode(pipeline, stage: str) -> bool | str:
-    """The stage's own `gpu:` when it sets it, else its engine's `backends.<engine>.gpu`."""
+    """The stage's own `gpu:` when it sets it, else its engine's `backends.<engine>.gpu`: what the
+    stage asks for, which the fingerprint keeps and `plan` decides on."""
     spec = pipeline.stages[stage]
     if "gpu" in spec.model_fields_set:
         return spec.gpu
-    return getattr(getattr(pipeline.spec.backends, spec.backend, None), "gpu", False)
+    settings = getattr(pipeline.spec.backends, spec.backend, None)
+    if isinstance(settings, dict):  # backends.python is a free mapping; its gpu is checked on load
+        return settings.get("gpu", False)
+    return getattr(settings, "gpu", False)
 
 
 def attached(pipeline, backend: str) -> bool:

@@ -21,6 +21,48 @@ def file_sha256(path: Path) -> str:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
+CHUNK = 4 * 2**20
+
+
+def file_digests(path: Path) -> tuple[str, str]:
+    """(sha256 of the file's bytes, digest of its data), in one read. For Parquet the data digest
+    covers the pages, the row count and the schema but not the footer's other metadata: writers put
+    their name, version and encoding lists there in an order that changes from run to run (Spark's
+    do), so the same rows written twice keep one data digest and do not rerun what reads them."""
+    whole = hashlib.sha256()
+    data_end, summary = _parquet_data_end(path)
+    data = hashlib.sha256(summary.encode()) if summary is not None else None
+    done = 0
+    with open(path, "rb") as handle:
+        while chunk := handle.read(CHUNK):
+            whole.update(chunk)
+            if data is not None and done < data_end:
+                data.update(chunk[:data_end - done])
+            done += len(chunk)
+    return whole.hexdigest(), (data.hexdigest() if data is not None else whole.hexdigest())
+
+
+def _parquet_data_end(path: Path) -> tuple[int, str | None]:
+    """Where a Parquet file's footer starts, and its row count and schema in words; (0, None) for a
+    file that is not Parquet."""
+    if path.suffix != ".parquet":
+        return 0, None
+    import pyarrow.parquet as pq
+
+    from .contract import standard_schema
+
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as handle:
+            handle.seek(max(size - 8, 0))
+            tail = handle.read(8)
+        metadata = pq.read_metadata(path)
+    except Exception:  # not readable as Parquet: its bytes are its content
+        return 0, None
+    schema = standard_schema(metadata.schema.to_arrow_schema().remove_metadata())
+    return size - 8 - int.from_bytes(tail[:4], "little"), f"{metadata.num_rows}\n{schema}\n"
+
+
 def digest_of(items) -> str:
     """One sha256 over (name, hash) pairs, independent of the order they come in."""
     digest = hashlib.sha256()

@@ -16,7 +16,8 @@ from pathlib import Path, PurePosixPath
 
 import pyarrow as pa
 
-from .errors import counted, DataError
+from .catalog import data_digest
+from .errors import DataError, counted
 from .hashing import HashCache, digest_of
 from .tables import HIVE_NULL, partition_values
 
@@ -67,7 +68,7 @@ def version_datums(manifest: dict, partition_by: tuple[str, ...], types: Types |
         relative = PurePosixPath(entry["path"])
         key = partition_key(relative, partition_by, types)
         if key is not None and relative.suffix == ".parquet":
-            groups.setdefault(key, []).append(("", entry["sha256"]))
+            groups.setdefault(key, []).append(("", data_digest(entry)))
     return {key: digest_of(files) for key, files in groups.items()}
 
 

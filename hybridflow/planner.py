@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+
 from . import fingerprint as fp
 from . import gpu
-from .catalog import Catalog, Version
+from .catalog import Catalog, Version, data_digest
+from .codereach import CodeIndex
 from .hashing import HashCache, digest_of
 from .contract import declared_schema
 from .incremental import DatumChanges, compare, external_datums, schema_types, version_datums
@@ -18,8 +20,6 @@ from .pipeline import Pipeline
 from .state import RunStore
 
 RUN, SKIP, INCREMENTAL = "run", "skip", "incremental"
-ATTEMPTED = ("done", "failed", "killed")  # stage statuses of a run that tried it
-RECENT_RUNS = 50  # how far back a stage's last attempt is looked for
 
 
 @dataclass
@@ -44,10 +44,9 @@ class Planner:
         self.catalog = catalog
         self.force = force
         self.hashes = HashCache(catalog.home / "hashes.json")
-        self.code = fp.CodeIndex(pipeline.root)
+        self.code = CodeIndex(pipeline.root)
         self.secrets = fp.SecretHasher(pipeline.workdir / ".fingerprint-key", pipeline.secrets)
         self._runs = runs
-        self._failures: dict[str, str] | None = None  # stage -> why its latest attempt published nothing
 
     def forced(self, stage: str) -> bool:
         return self.force is True or (isinstance(self.force, set) and stage in self.force)
@@ -100,7 +99,7 @@ class Planner:
         settings = {
             "run": spec.run,
             "backend": spec.backend,
-            "gpu": _requested_gpu(self.pipeline, stage),  # not what this machine allows: no flapping
+            "gpu": gpu.stage_mode(self.pipeline, stage),  # not what this machine allows: no flapping
             "incremental": spec.incremental,
             "datasets": {ds: self.pipeline.dataset(ds).model_dump(mode="json", by_alias=True, exclude={"description"})
                          for ds in [*spec.inputs, *spec.outputs]},
@@ -115,11 +114,12 @@ class Planner:
         return result
 
     def _unpublished(self, stage: str) -> str:
-        """Why a stage has no output yet: its latest attempt failed, or it never ran."""
-        if self._failures is None:  # read once: a run decides each stage before its own attempt is recorded
-            self._failures = _failures(self._runs or RunStore(self.pipeline.workdir / "runs.db"),
-                                       self.pipeline.name)
-        return self._failures.get(stage, "never run")
+        """Why a stage has no output yet: its latest attempt failed (a run decides each stage before
+        its own attempt is recorded), or it never ran."""
+        if self._runs is None:
+            self._runs = RunStore(self.pipeline.workdir / "runs.db")
+        last = self._runs.last_attempt(self.pipeline.name, stage)
+        return f"{last['status']} in run {last['run_id']}" if last and last["status"] != "done" else "never run"
 
     def input_digest(self, dataset: str) -> str:
         """The content of an input as one digest: unchanged bytes give the same digest, whoever wrote them."""
@@ -135,7 +135,7 @@ class Planner:
         if version is None:
             return "missing"
         # file names are left out: engines name their part files at random
-        return digest_of((PurePosixPath(f["path"]).parent.as_posix(), f["sha256"]) for f in version.manifest["files"])
+        return digest_of((PurePosixPath(f["path"]).parent.as_posix(), data_digest(f)) for f in version.manifest["files"])
 
     def datums(self, dataset: str) -> dict[str, str]:
         spec = self.pipeline.dataset(dataset)
@@ -146,28 +146,6 @@ class Planner:
             return external_datums(path, partition_by, self.hashes, types) if path.is_dir() else {}
         version = self.catalog.current(dataset)
         return version_datums(version.manifest, partition_by, schema_types(version.schema)) if version else {}
-
-
-def _failures(runs: RunStore, pipeline: str) -> dict[str, str]:
-    """Stage -> "failed in run <id>" (or killed) for the stages whose latest attempt, among the
-    pipeline's recent runs, did not finish."""
-    latest: dict[str, tuple[str, str]] = {}
-    for run in runs.runs(pipeline, limit=RECENT_RUNS):  # newest first
-        for record in runs.stages(run["run_id"]):
-            if record["status"] in ATTEMPTED:
-                latest.setdefault(record["stage"], (record["status"], run["run_id"]))
-    return {stage: f"{status} in run {run_id}" for stage, (status, run_id) in latest.items() if status != "done"}
-
-
-def _requested_gpu(pipeline: Pipeline, stage: str) -> bool | str:
-    """The GPU mode a stage asks for: gpu.stage_mode, which does not read the python backend's
-    default yet (`backends.python` is a free mapping, not a settings model)."""
-    spec = pipeline.stages[stage]
-    section = getattr(pipeline.spec.backends, spec.backend, None)
-    if "gpu" not in spec.model_fields_set and isinstance(section, dict) and "gpu" in section:
-        mode = section["gpu"]
-        return "auto" if isinstance(mode, str) and mode.lower() == "auto" else mode
-    return gpu.stage_mode(pipeline, stage)
 
 
 def _same_base(records: list[dict], current: fp.Fingerprint) -> bool:

@@ -98,7 +98,19 @@ class BackendSettings(_Section):
     spark: Annotated[SparkSettings, _none_as_empty(SparkSettings)] = Field(default_factory=SparkSettings)
     dask: Annotated[DaskSettings, _none_as_empty(DaskSettings)] = Field(default_factory=DaskSettings)
     ray: Annotated[RaySettings, _none_as_empty(RaySettings)] = Field(default_factory=RaySettings)
-    python: Params = Field(default_factory=dict, description="reserved; the python backend has no settings")
+    python: Params = Field(default_factory=dict, description="gpu: the default GPU mode of python stages; "
+                                                             "rmm_pool_size: an RMM pool for GPU stages")
+
+    @field_validator("python")
+    @classmethod
+    def _python_gpu(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """A free mapping, but its `gpu` is a GPU mode like the other engines' (read by gpu.stage_mode)."""
+        if "gpu" not in value:
+            return value
+        try:
+            return {**value, "gpu": _gpu_mode(value["gpu"])}
+        except ValueError as exc:
+            raise ValueError(f"gpu {exc}") from None
 
 
 class DatasetSpec(_Section):

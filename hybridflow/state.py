@@ -24,6 +24,7 @@ CREATE TABLE IF NOT EXISTS stages (
 );
 CREATE INDEX IF NOT EXISTS runs_by_pipeline ON runs (pipeline, started_at);
 """
+ATTEMPTED = ("done", "failed", "killed")  # the statuses of a stage that a run tried and finished with
 
 RUN_FIELDS = ("run_id", "pipeline", "pipeline_file", "trigger", "started_at", "ended_at", "status", "error",
               "run_dir", "arguments")
@@ -96,6 +97,17 @@ class RunStore:
         """The newest run of `pipeline`, or of every pipeline in this store when it is None."""
         found = self.runs(pipeline, limit=1)
         return found[0] if found else None
+
+    def last_attempt(self, pipeline: str, stage: str) -> dict[str, Any] | None:
+        """The newest run of `pipeline` that tried `stage` and finished it: {"run_id", "status"}, the
+        status one of ATTEMPTED. A run that skipped the stage or never reached it does not count."""
+        statuses = ", ".join("?" * len(ATTEMPTED))
+        with closing(self._connect()) as db:
+            row = db.execute("SELECT stages.run_id, stages.status FROM stages JOIN runs USING (run_id) "
+                             f"WHERE runs.pipeline = ? AND stages.stage = ? AND stages.status IN ({statuses}) "
+                             "ORDER BY runs.started_at DESC, runs.rowid DESC LIMIT 1",
+                             [pipeline, stage, *ATTEMPTED]).fetchone()
+        return dict(row) if row else None
 
     def stages(self, run_id: str) -> list[dict[str, Any]]:
         with closing(self._connect()) as db:

@@ -53,11 +53,11 @@ def ray_square(numbers):
 '''
 
 
-def wait_for(check, what: str, timeout: float = 90) -> None:
+def wait_for(check, what: str, timeout: float = 180) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} did not come up")
+            raise TimeoutError(f"{what} did not come up within {timeout} s")
         time.sleep(0.5)
 
 
@@ -160,12 +160,15 @@ def test_ray_head(project, tmp_path):
     temp_dir = tempfile.mkdtemp(prefix="hf-ray-")  # short: Ray's socket paths must fit in 107 bytes
     token = "hybridflow-test-token-0123456789"
     env = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
+    log = tmp_path / "head.log"
     head = launch([str(BIN / "ray"), "start", "--head", "--block", "--port", str(RAY_PORT),
                    "--node-ip-address", "127.0.0.1", "--include-dashboard=false", "--num-cpus", "2",
-                   "--temp-dir", temp_dir], env, tmp_path / "head.log")
+                   "--temp-dir", temp_dir], {**env, "PYTHONUNBUFFERED": "1"}, log)
     try:
-        wait_for(lambda: port_open(RAY_PORT), "the ray head")
-        time.sleep(3)  # the raylet registers after the GCS opens its port
+        # `ray start` prints this once its raylet is up (the GCS port opens earlier); unbuffered, as it happens
+        wait_for(lambda: head.poll() is not None or "Ray runtime started." in log.read_text(errors="replace"),
+                 "the ray head")
+        assert head.poll() is None, f"ray start --head exited with {head.returncode}: {log.read_text()}"
         # the driver needs the cluster's token, like any client of a token-protected Ray cluster
         assert run_attached(project, "ray", f'{{address: "127.0.0.1:{RAY_PORT}"}}', env) == SQUARES
         assert head.poll() is None

@@ -1,4 +1,5 @@
-"""The code part of a stage's fingerprint: what the stage function reaches, by its parsed code."""
+"""The code part of a stage's fingerprint: what the stage function reaches, by its parsed code
+(hybridflow.codereach), and how fingerprint.explain words a change in it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from hybridflow import fingerprint as fp
+from hybridflow.codereach import CodeIndex
 
 STEPS = '''
 """Stage functions."""
@@ -62,7 +64,7 @@ def write(root: Path, relative: str, text: str) -> None:
 
 
 def code(root: Path, target: str) -> dict[str, str]:
-    return fp.CodeIndex(root).reach(target).digests  # a new index: nothing cached from before an edit
+    return CodeIndex(root).reach(target).digests  # a new index: nothing cached from before an edit
 
 
 def edit(root: Path, relative: str, old: str, new: str) -> None:
@@ -239,7 +241,7 @@ def test_a_file_that_does_not_parse_is_hashed_whole(root):
     write(root, "pkg/broken.py", "def go(x):\n    return x +\n")
     before = code(root, "pkg.broken:go")
     assert sorted(before) == ["pkg/__init__.py:module-level code", "pkg/broken.py:file"]
-    assert fp.CodeIndex(root).reach("pkg.broken:go").reads_params  # cannot tell: assume it does
+    assert CodeIndex(root).reach("pkg.broken:go").reads_params  # cannot tell: assume it does
     write(root, "pkg/broken.py", "def go(x):\n    return x -\n")
     assert reasons(before, code(root, "pkg.broken:go")) == ["pkg/broken.py changed"]
     write(root, "pkg/broken.py", "def go(x):\n    return x\n")
@@ -247,7 +249,7 @@ def test_a_file_that_does_not_parse_is_hashed_whole(root):
 
 
 def test_reads_params_only_in_the_code_the_stage_reaches(root):
-    index = fp.CodeIndex(root)
+    index = CodeIndex(root)
     assert index.reach("pkg.steps:report").reads_params
     assert not index.reach("pkg.steps:scale").reads_params  # report reads ctx.params, scale does not reach it
 

@@ -17,7 +17,9 @@ from hybridflow.state import RunStore
 from .crontabs import TINY_STAGES, crontab_bytes, tiny_pipeline
 
 pytestmark = pytest.mark.cron
-WAIT = 150  # cron reads a changed crontab at its next minute and runs the job then: at most ~2 minutes
+# cron reads a changed crontab at its next minute and runs the job then (at most ~2 minutes), and the
+# run itself needs time on a loaded machine
+WAIT = 240
 
 
 @pytest.fixture

@@ -130,14 +130,16 @@ def test_cron_daemon_is_found_in_proc_and_a_zombie_is_not(tmp_path):
     before = doctor.cron_daemon()
     fake = tmp_path / "cron"  # a process named cron: what /proc shows for the real daemon
     shutil.copy("/bin/sleep", fake)
-    process = subprocess.Popen([str(fake), "60"])
+    process = subprocess.Popen([str(fake), "3600"])  # killed below
     try:
         assert doctor.cron_daemon() in {process.pid, before} - {None}
         process.kill()
         stat = Path(f"/proc/{process.pid}/stat")
-        deadline = time.monotonic() + 10
-        while stat.read_text().rpartition(")")[2].split()[0] != "Z" and time.monotonic() < deadline:
+        deadline = time.monotonic() + 60
+        while (state := stat.read_text().rpartition(")")[2].split()[0]) != "Z" and time.monotonic() < deadline:
             time.sleep(0.05)
+        assert state == "Z", f"the killed fake cron (pid {process.pid}) is in state {state!r} 60 s after SIGKILL, " \
+                             "not a zombie"
         assert doctor.cron_daemon() == before  # killed but not yet reaped: it runs nothing
     finally:
         process.kill()
@@ -177,7 +179,7 @@ def test_doctor_under_env_i_reports_what_cron_would_miss(project, saved_crontab)
     path = project.pipeline(tiny_pipeline("0 3 * * 1", "UTC").replace("make:\n", "make:\n        backend: spark\n"))
     python = os.path.abspath(sys.executable)
     done = subprocess.run(["env", "-i", "COLUMNS=300", python, "-m", "hybridflow.cli", "doctor", str(path)],
-                          capture_output=True, text=True, cwd=project.root, timeout=120)
+                          capture_output=True, text=True, cwd=project.root, timeout=240)
     assert done.returncode == ExitCode.UNAVAILABLE, done.stdout + done.stderr
     assert "Traceback" not in done.stderr and "internal error" not in done.stderr
     rows = {line.split("│")[2].strip(): line for line in done.stdout.splitlines() if line.count("│") >= 4}

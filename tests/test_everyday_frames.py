@@ -20,6 +20,7 @@ from .everyday import OPERATIONS, everyday_table
 
 TABLE = everyday_table()
 IN_MAP_BATCHES = ("modulo", "str_accessors")  # run by Ray inside map_batches, on each pandas batch
+SPARK_NAIVE_TIME = ("comparisons", "merge_asof_on_ts", "dt_on_utc_timestamps")  # compare with UTC-aware times
 
 
 def _python(frames):
@@ -89,6 +90,8 @@ def cases():
 def test_everyday_operation(frames, way, op):
     for library in op.needs:
         pytest.importorskip(library)
+    if way == "spark" and op.name in SPARK_NAIVE_TIME:
+        pytest.skip("Spark's toPandas() gives session-time naive timestamps: Spark's own rule, not a frame we make")
     frame = frames.get(way)
     lacking = [c for c in op.columns if c not in frame.columns]
     if lacking:

@@ -64,6 +64,16 @@ def python_slow(numbers, slow):
     return numbers
 
 
+def gated(numbers, gate):
+    """Holds its run open until the test creates the file `gate`."""
+    deadline = time.monotonic() + 600
+    while not os.path.exists(gate):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the gate file {gate} did not appear within 600 s")
+        time.sleep(0.1)
+    return numbers
+
+
 def flaky(numbers, counter):
     tries = int(open(counter).read()) if os.path.exists(counter) else 0
     open(counter, "w").write(str(tries + 1))
@@ -106,12 +116,19 @@ def run(project, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=240)
 
 
-def wait_for(condition, what: str, process: subprocess.Popen, seconds: float = 120) -> None:
+def wait_for(condition, what: str, process: subprocess.Popen, seconds: float = 180) -> None:
     deadline = time.monotonic() + seconds
     while not condition():
         assert process.poll() is None, f"the run ended before {what}: {process.stdout.read()}"
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out after {seconds} s waiting for {what}"
         time.sleep(0.1)
+
+
+def blocked_on_a_lock(pid: int) -> bool:
+    """`pid` is waiting for a lock another process holds (a blocked waiter in /proc/locks: "N: -> FLOCK ...")."""
+    with open("/proc/locks") as locks:
+        return any(fields[1:3] == ["->", "FLOCK"] and fields[5] == str(pid)
+                   for fields in (line.split() for line in locks) if len(fields) > 5)
 
 
 def stage_log_says(project, text: str, runs_before: int = 0):
@@ -133,8 +150,8 @@ def test_sigkill_during_a_spark_write_keeps_the_last_good_output(project):
     wait_for(lambda: any(staging.glob("*/result/_spark_output/_temporary")), "the spark write", process)
     time.sleep(1)
     process.kill()
-    process.wait(10)
-    assert_nothing_left(marker, 20)  # the JVM and its Python workers die with their driver
+    process.wait(60)
+    assert_nothing_left(marker, 60)  # the JVM and its Python workers die with their driver
     assert catalog.current("result").id == good
     assert assert_complete(catalog, "result", 200) == 0
     after = run(project)  # proceeds: the kernel lock died with the killed run
@@ -149,42 +166,50 @@ def test_sigterm_during_a_ray_stage_stops_cleanly(project):
     assert run(project).returncode == 0
     catalog = Catalog(project.home("faults"))
     good = catalog.current("result").id
-    process, marker = start(project, "--force", "work", "-p", "slow=1")
+    # 10 s a row: a run that waited for its work instead of stopping it would not exit in time
+    process, marker = start(project, "--force", "work", "-p", "slow=10")
     wait_for(stage_log_says(project, "calling mypkg.steps:ray_slow", runs_before=1), "the ray stage", process)
     time.sleep(3)
-    clock = time.monotonic()
     process.send_signal(signal.SIGTERM)
-    assert process.wait(60) == 143
-    assert time.monotonic() - clock < 30
+    try:
+        rc = process.wait(180)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the run did not exit within 180 s of SIGTERM: it waited for its ray work instead of stopping it")
+    assert rc == 143, process.stdout.read()
     record, stages = last_run_record(project.root / ".hybridflow")
     assert record["status"] == "interrupted" and stages["work"]["status"] == "failed"
     assert catalog.current("result").id == good
-    assert_nothing_left(marker, 20)
+    assert_nothing_left(marker, 60)
 
 
 @pytest.mark.parametrize("backend, function", [("spark", "spark_slow"), ("dask", "dask_slow"),
                                                ("ray", "ray_slow"), ("python", "python_slow")])
 def test_a_stage_past_its_timeout_is_cancelled_and_fails(project, backend, function):
-    pipeline(project, backend, function, work="timeout: 4s")
-    clock = time.monotonic()
-    process, marker = start(project, "-p", "slow=2" if backend == "python" else "slow=0.5", "-p", "rows=400")
-    if backend == "python":  # 2 s: in time. Then the same stage asked to sleep 200 s.
-        assert process.wait(120) == 0, process.stdout.read()
-        process, marker = start(project, "-p", "slow=200")
-        clock = time.monotonic()
-    output, _ = process.communicate(timeout=180)
+    pipeline(project, backend, function, work="timeout: 20s")
+    # The engines' work takes 5 s a row (400 rows: far past the 300 s this test waits for it).
+    process, marker = start(project, "-p", "slow=1" if backend == "python" else "slow=5", "-p", "rows=400")
+    if backend == "python":  # 1 s: in time. Then the same stage asked to sleep an hour.
+        try:
+            rc = process.wait(180)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the python run that sleeps 1 s did not finish within 180 s")
+        assert rc == 0, process.stdout.read()
+        process, marker = start(project, "-p", "slow=3600")
+    try:
+        output, _ = process.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the run did not end within 300 s: its stage's 20s timeout did not stop the work")
     assert process.returncode == 124, output
-    assert time.monotonic() - clock < 60  # not the 100 s the work would take
-    assert "work failed: stage 'work' timed out after 4s; its engine work was cancelled" in output
+    assert "work failed: stage 'work' timed out after 20s; its engine work was cancelled" in output
     record, stages = last_run_record(project.root / ".hybridflow")
     assert record["status"] == "failed" and stages["work"]["status"] == "failed"
-    assert "timed out after 4s" in stages["work"]["error"]
+    assert "timed out after 20s" in stages["work"]["error"]
     catalog = Catalog(project.home("faults"))
     if backend == "python":
         assert assert_complete(catalog, "result", 400) == 0  # the run that finished in time
     else:
         assert catalog.current("result") is None
-    assert_nothing_left(marker, 20)
+    assert_nothing_left(marker, 60)
 
 
 def test_a_stage_that_fails_twice_then_succeeds(project, tmp_path):
@@ -217,17 +242,28 @@ def test_a_stage_that_fails_twice_then_succeeds(project, tmp_path):
 
 
 def test_two_concurrent_runs_never_overlap(project):
-    pipeline(project, "python", "python_slow")
-    first, marker = start(project, "-p", "slow=6")
-    wait_for(stage_log_says(project, "calling mypkg.steps:python_slow"), "the first run's stage", first)
-    holder, _ = last_run_record(project.root / ".hybridflow")
-    refused = run(project, "-p", "slow=6")
-    assert refused.returncode == 75
-    assert f"another run of this pipeline is in progress (run {holder['run_id']} started " in refused.stderr
-    waiting, _ = start(project, "--wait", "--force", "-p", "slow=0")
-    assert first.wait(60) == 0
-    assert waiting.wait(60) == 0, waiting.stdout.read()
+    gate = project.root / "gate"  # the first run's stage holds its run open until this file exists
+    pipeline(project, "python", "gated", work=f'params: {{gate: "{gate}"}}')
+    first, marker = start(project)
+    try:
+        wait_for(stage_log_says(project, "calling mypkg.steps:gated"), "the first run's stage", first)
+        holder, _ = last_run_record(project.root / ".hybridflow")
+        refused = run(project)
+        assert refused.returncode == 75, refused.stdout + refused.stderr
+        assert f"another run of this pipeline is in progress (run {holder['run_id']} started " in refused.stderr
+        waiting, _ = start(project, "--wait", "--force")
+        wait_for(lambda: blocked_on_a_lock(waiting.pid), "the --wait run to block on the first run's lock",
+                 waiting, 180)
+        assert first.poll() is None, "the first run ended before its gate was opened"
+    finally:
+        gate.touch()  # never leave the first run waiting, even when an assertion above failed
+    for name, process in (("first", first), ("--wait", waiting)):
+        try:
+            rc = process.wait(180)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the {name} run did not end within 180 s of the gate opening")
+        assert rc == 0, f"the {name} run: {process.stdout.read()}"
     runs = RunStore(project.root / ".hybridflow" / "runs.db").runs("faults")
     assert [r["status"] for r in runs] == ["success", "success"]  # the refused one never started
     assert runs[0]["started_at"] >= runs[1]["ended_at"]  # the waiting run began after the first ended
-    assert_nothing_left(marker, 20)
+    assert_nothing_left(marker, 60)

@@ -190,6 +190,25 @@ def test_stage_value_wins_over_the_engine_default(project):
     assert modes == {"make": "auto", "features": "auto", "cpu_only": False, "etl": "auto"}
 
 
+def test_the_python_engine_default_is_a_python_stage_mode_everywhere(project, no_driver):
+    from hybridflow.catalog import Catalog
+    from hybridflow.planner import Planner
+
+    text = PIPELINE.replace("    gpu: MAKE_MODE\n", "").replace("backends:\n", "backends:\n  python: {gpu: AUTO}\n")
+    loaded = pipeline(project, text=text)
+    assert loaded.spec.backends.python == {"gpu": "auto"}
+    assert gpu.stage_mode(loaded, "make") == "auto"
+    assert Planner(loaded, Catalog(loaded.workdir / loaded.name)).fingerprint("make").settings["gpu"] == "auto"
+    result = Runner(loaded, _selection(["make"])).run()  # no GPU here: auto falls back to the CPU, saying why
+    assert result.status == "success" and result.stages["make"].gpu is False
+    assert result.stages["make"].gpu_reason == "auto: no NVIDIA driver (nvidia-smi is not on PATH)"
+    own = pipeline(project, text=text.replace("outputs: [numbers]\n", "outputs: [numbers]\n    gpu: false\n", 1))
+    assert gpu.stage_mode(own, "make") is False  # the stage's own value wins
+    project.pipeline(text.replace("{gpu: AUTO}", "{gpu: maybe}"))
+    with pytest.raises(ConfigError, match="backends.python: gpu must be true, false or auto, not 'maybe'"):
+        load_pipeline(project.root / "pipeline.yaml")
+
+
 def test_auto_uses_the_gpu_only_where_everything_is_there(project, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv(gpu.JAR_ENV, raising=False)
@@ -352,7 +371,8 @@ def test_dask_local_cuda_cluster_has_one_worker_per_gpu_with_its_rmm_pool():
     devices = (GPU_MACHINE.devices[0], gpu.Device(1, "GPU-1", "NVIDIA A10", 23028, "550.54.15"))
     options = gpu_cluster_options(DaskSettings(rmm_pool_size="8GB", n_workers=5), devices)
     assert options["n_workers"] == 2 and options["rmm_pool_size"] == "8GB"
-    assert options["host"] == "127.0.0.1" and options["dashboard_address"] is None
+    assert options["host"] == "127.0.0.1" and options["scheduler_kwargs"] == {"dashboard": False}
+    assert options["dashboard_address"] == "127.0.0.1:0"  # its HTTP server on a free loopback port, not 8787
 
 
 def test_ray_gpus_for_init_and_per_trial():

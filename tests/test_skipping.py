@@ -193,6 +193,25 @@ def test_a_stage_whose_last_attempt_failed_says_in_which_run(project, tmp_path):
     assert statuses(project)["flaky"] == ("done", f"failed in run {latest['run_id']}")
 
 
+def test_last_attempt_is_the_newest_run_of_the_pipeline_that_tried_the_stage(tmp_path):
+    store = RunStore(tmp_path / "runs.db")
+
+    def record(run_id: str, day: int, pipeline: str = "demo", **stages: str) -> None:
+        store.save_run(run_id=run_id, pipeline=pipeline, trigger="manual", started_at=f"2026-01-0{day}T03:00:00",
+                       status="failed")
+        for position, (stage, status) in enumerate(stages.items()):
+            store.save_stage(run_id=run_id, stage=stage, backend="python", status=status, position=position)
+
+    record("r1", 1, make="done", flaky="failed")
+    record("r2", 2, make="skipped", flaky="killed")
+    record("r3", 3, make="skipped", flaky="not run")  # neither was tried
+    record("r4", 4, pipeline="other", make="failed", flaky="done")
+    assert store.last_attempt("demo", "flaky") == {"run_id": "r2", "status": "killed"}
+    assert store.last_attempt("demo", "make") == {"run_id": "r1", "status": "done"}
+    assert store.last_attempt("other", "flaky") == {"run_id": "r4", "status": "done"}
+    assert store.last_attempt("demo", "report") is None
+
+
 def test_an_unchanged_rebuild_upstream_lets_downstream_skip(project):
     setup(project)
     hybridflow(project, "run", "pipeline.yaml")
@@ -415,7 +434,7 @@ def test_gc_keeps_the_newest_versions_and_the_current_lineage(project):
     assert len(numbers) == 3 and scaled_from in numbers  # 2 newest + the one scaled was made from
     assert numbers[-1] == catalog.current("numbers").id
     dry = hybridflow(project, "gc", "pipeline.yaml", "--keep", "1", "--dry-run")
-    assert dry.returncode == 0 and "would remove 1 versions" in dry.stdout
+    assert dry.returncode == 0 and "would remove 1 version (" in dry.stdout
     assert len(catalog.versions("numbers")) == 3
     assert hybridflow(project, "gc", "pipeline.yaml", "--keep", "1").returncode == 0
     assert catalog.versions("numbers") == sorted([scaled_from, catalog.current("numbers").id])

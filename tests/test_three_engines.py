@@ -27,6 +27,10 @@ from .engines import assert_nothing_left
 
 REPO = Path(__file__).resolve().parent.parent
 
+# A whole run starts Spark, Dask and Ray: on a loaded 2-core machine it may take minutes, and the
+# waits below (up to 480 s for a run) must end before pytest's global timeout does.
+pytestmark = pytest.mark.timeout(900)
+
 
 @pytest.fixture
 def example(tmp_path) -> Path:
@@ -41,6 +45,17 @@ def start_run(example: Path, *args: str) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen([sys.executable, "-m", "hybridflow.cli", "run", "configs/three_engines.yaml", *args],
                                cwd=example, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return process, marker
+
+
+def finish(run: subprocess.Popen, seconds: float, what: str) -> str:
+    """The run's output once it has ended; a failure naming `what` if it has not within `seconds`."""
+    try:
+        output, _ = run.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        run.kill()
+        output, _ = run.communicate()
+        pytest.fail(f"{what} did not end within {seconds} s; its output:\n{output}")
+    return output
 
 
 def dataset(example: Path, name: str) -> pd.DataFrame:
@@ -67,11 +82,11 @@ def expected_customer_weeks(csv: Path) -> pd.DataFrame:
 
 def test_three_engine_pipeline_gives_the_pandas_answer_and_leaves_no_process(example):
     run, marker = start_run(example)
-    output, _ = run.communicate(timeout=240)
+    output = finish(run, 480, "the three-engine run")
     assert run.returncode == 0, output
     for engine in ("spark", "dask", "ray"):
         assert f"engine {engine} started in" in output
-    assert_nothing_left(marker, 15)
+    assert_nothing_left(marker, 60)
 
     actual = dataset(example, "customer_weeks").sort_values(["customer_id", "week"]).reset_index(drop=True)
     expected = expected_customer_weeks(example / "data/sample/events.csv")
@@ -93,23 +108,24 @@ def test_three_engine_pipeline_gives_the_pandas_answer_and_leaves_no_process(exa
 
 def test_failed_run_reports_the_users_error_and_leaves_no_process(example):
     run, marker = start_run(example, "--param", "window=0")
-    output, _ = run.communicate(timeout=240)
+    output = finish(run, 480, "the run whose features stage fails")
     assert run.returncode == 1, output
     assert "features failed: ValueError:" in output and "stages/three_engines.py:" in output
     assert "resume with: hybridflow run configs/three_engines.yaml --resume" in output
-    assert_nothing_left(marker, 15)
+    assert_nothing_left(marker, 60)
 
 
 def test_interrupted_run_stops_every_engine(example):
     run, marker = start_run(example)
     logs = example / ".hybridflow/three-engines/runs"
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + 420  # most of a whole run (see the 480 s above) comes before it
     while not list(logs.glob("*/logs/score.log")):
-        assert time.monotonic() < deadline and run.poll() is None, "the ray stage never started"
+        assert run.poll() is None, f"the run ended before its ray stage started: {run.communicate()[0]}"
+        assert time.monotonic() < deadline, "the ray stage did not start within 420 s"
         time.sleep(0.2)
     run.send_signal(signal.SIGINT)
-    output, _ = run.communicate(timeout=60)
+    output = finish(run, 180, "the run after SIGINT (it should stop its engines and exit)")
     assert run.returncode == 130, output
     record, _ = last_run_record(example / ".hybridflow")
     assert record["status"] == "interrupted"
-    assert_nothing_left(marker, 15)
+    assert_nothing_left(marker, 60)

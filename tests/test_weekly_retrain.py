@@ -22,6 +22,10 @@ from .conftest import last_run_record
 
 REPO = Path(__file__).resolve().parent.parent
 
+# Each run of the retrain starts Spark, Dask and Ray (cli() allows one 900 s): pytest's global timeout
+# must not end a test, or the module fixture's first run, before the waits below do.
+pytestmark = pytest.mark.timeout(1200)
+
 
 def cli(project: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "hybridflow.cli", "run", "configs/weekly_retrain.yaml", *args],
@@ -127,14 +131,26 @@ def test_champion_is_kept_unless_the_challenger_is_better(retrained):
     assert second["challenger"]["roc_auc"] == second["champion"]["roc_auc"]
     assert (files(retrained, "champion") / "model.json").read_bytes() == model
 
+    # Tune, train and evaluate again: the tuning is seeded (`seed`), so the same trials, the same model,
+    # and a challenger that ties with the champion.
+    trials = dataset(retrained, "trials")
+    again = cli(retrained, "--param", "num_samples=4", "--from", "tune", "--force")
+    assert again.returncode == 0, again.stdout + again.stderr
+    pd.testing.assert_frame_equal(dataset(retrained, "trials"), trials)
+    assert (files(retrained, "model") / "model.json").read_bytes() == model
+    third = json.loads((files(retrained, "champion") / "decision.json").read_text())
+    assert third["promoted"] is False, third
+    assert third["reason"].endswith("(equal): not higher, the champion is kept"), third["reason"]
+    assert (files(retrained, "champion") / "model.json").read_bytes() == model
+
 
 def test_an_unchanged_second_run_skips_every_stage_and_starts_no_engine(retrained):
     plan = subprocess.run([sys.executable, "-m", "hybridflow.cli", "plan", "configs/weekly_retrain.yaml",
-                           "--param", "num_samples=4"], cwd=retrained, capture_output=True, text=True, timeout=120)
+                           "--param", "num_samples=4"], cwd=retrained, capture_output=True, text=True, timeout=240)
     assert "0 of 5 stages to run, 5 up to date" in plan.stdout, plan.stdout + plan.stderr
     # the fixture's run used --param num_samples=4: only the stages that can see num_samples change
     changed = subprocess.run([sys.executable, "-m", "hybridflow.cli", "plan", "configs/weekly_retrain.yaml",
-                              "--param", "num_samples=5"], cwd=retrained, capture_output=True, text=True, timeout=120)
+                              "--param", "num_samples=5"], cwd=retrained, capture_output=True, text=True, timeout=240)
     assert "params.num_samples changed 4 -> 5" in changed.stdout, changed.stdout
     assert "3 of 5 stages to run, 2 up to date" in changed.stdout, changed.stdout  # tune, then what it feeds
     done = cli(retrained, "--param", "num_samples=4")

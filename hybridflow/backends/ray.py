@@ -80,6 +80,9 @@ class RayBackend(Backend):
         context = ray.data.DataContext.get_current()
         context.enable_progress_bars = False
         context.print_on_execution_start = False
+        # pandas batches of numpy dtypes, as pandas users expect (ArrowDtype integers have no `%`);
+        # stages that need every type exact take batch_format="pyarrow"
+        context.enable_arrow_backed_pandas_conversion = False
         for name in ("ray", "ray.data", "ray.tune", "ray.train"):
             logging.getLogger(name).setLevel(logging.ERROR)  # engine chatter belongs in Ray's own log files
         self.ray = ray
