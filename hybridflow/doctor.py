@@ -206,9 +206,7 @@ def check_gpu(target: Target) -> Iterable[Finding]:
 
     modes = set()
     if target.pipeline is not None:
-        settings = target.pipeline.spec.backends
-        modes = {getattr(getattr(settings, s.backend, None), "gpu", False) for s in target.pipeline.stages.values()}
-        modes |= {s.gpu for s in target.pipeline.stages.values() if "gpu" in s.model_fields_set}
+        modes = {gpu.stage_mode(target.pipeline, stage) for stage in target.pipeline.stages}
     missing = "error" if True in modes else "warning" if "auto" in modes or target.pipeline is None else None
     configured = target.pipeline.spec.backends.spark.rapids_jar if target.pipeline is not None else None
     for name, detail in gpu.report(configured_jar=configured):

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .contract import check_schema, standard_schema
-from .errors import DataError
+from .errors import DataError, first_line
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 ROWS_PER_FILE = 4_000_000
@@ -46,7 +46,8 @@ def read_arrow(source: TableSource) -> pa.Table:
             # no partitioning inferred from the path: a folder like env=prod above the data is not a column
             table = pq.read_table(files if len(files) > 1 else files[0], partitioning=None)
     except (OSError, pa.ArrowException) as exc:
-        raise DataError(f"cannot read dataset '{source.name}': {exc}") from exc
+        raise DataError(f"input '{source.name}' cannot be read: {first_line(exc)}",
+                        hint="replace the damaged file with a good copy, or remove it from the input") from exc
     table = standard_types(table)
     if source.schema is not None:
         check_schema(source.name, dict(zip(source.schema.names, source.schema.types)), table.schema)

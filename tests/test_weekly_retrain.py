@@ -19,8 +19,10 @@ from hybridflow.catalog import Catalog
 from hybridflow.tables import read_arrow
 
 from .conftest import last_run_record
+from .listeners import run_sampled
 
 REPO = Path(__file__).resolve().parent.parent
+LISTENERS: dict = {}  # project -> the ListenerSampler of its first run
 
 # Each run of the retrain starts Spark, Dask and Ray (cli() allows one 900 s): pytest's global timeout
 # must not end a test, or the module fixture's first run, before the waits below do.
@@ -39,9 +41,18 @@ def retrained(tmp_path_factory):
         shutil.copytree(REPO / part, project / part)
     subprocess.run([sys.executable, "scripts/generate_retrain_data.py", "--customers", "1200", "--weeks", "12"],
                    cwd=project, check=True, capture_output=True)
-    done = cli(project, "--param", "num_samples=4")
+    done, listeners = run_sampled([sys.executable, "-m", "hybridflow.cli", "run", "configs/weekly_retrain.yaml",
+                                   "--param", "num_samples=4"], timeout=900, cwd=project)
     assert done.returncode == 0, done.stdout + done.stderr
+    LISTENERS[project] = listeners  # what every stage's processes listened on, for the test below
     return project
+
+
+def test_every_listener_of_the_example_is_on_loopback(retrained):
+    # Spark, Dask (with XGBoost), Ray Tune: all embedded, so nothing may listen beyond this machine
+    listeners = LISTENERS[retrained]
+    assert listeners.seen, "the sampler saw no listener at all: it did not sample the run"
+    assert listeners.problems() == []
 
 
 def dataset(project: Path, name: str) -> pd.DataFrame:

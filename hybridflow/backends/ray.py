@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from ..errors import ConfigError, UnavailableError, first_line
 from ..footers import read_footers
-from ..tables import TableSource, add_partitions_from_paths, parquet_files, read_arrow, standard_types
+from ..tables import TableSource, add_partitions_from_paths, parquet_files, read_arrow
 from .base import Backend, check_reachable, split_host_port
 
 ROWS_PER_FILE = 1_000_000  # Ray's default tiny files read slowly everywhere
@@ -102,10 +102,10 @@ class RayBackend(Backend):
             return self.ray.data.from_arrow(read_arrow(source))
         files = [str(f) for f in parquet_files(source)]
         if not source.partition_by:
-            dataset = self.ray.data.read_parquet(files, file_extensions=None, partitioning=None)
-            if read_footers(source.name, parquet_files(source)).variants:  # Ray holds no string_view, ...
-                dataset = dataset.map_batches(standard_types, batch_format="pyarrow")
-            return dataset
+            footers = read_footers(source.name, parquet_files(source))
+            # Ray holds no string_view and friends: an explicit schema has the scan cast them
+            standard = {"schema": footers.schema} if footers.variants else {}
+            return self.ray.data.read_parquet(files, file_extensions=None, partitioning=None, **standard)
         # Partition values come from each file's path, typed as recorded: Ray's own hive parsing
         # would hand them over as strings.
         dataset = self.ray.data.read_parquet(files, file_extensions=None, partitioning=None, include_paths=True)

@@ -27,7 +27,9 @@ from .base import Backend, case_collisions, check_reachable, code_archive, split
 
 def default_conf(master: str) -> dict[str, str]:
     cores = os.cpu_count() or 2
+    local = {"spark.driver.memory": local_driver_memory()} if master.startswith("local") else {}
     return {
+        **local,
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.host": "127.0.0.1",
@@ -42,6 +44,17 @@ def default_conf(master: str) -> dict[str, str]:
         "spark.sql.caseSensitive": "false",
         "spark.app.name": "hybridflow",
     }
+
+
+def local_driver_memory() -> str:
+    """The heap of an embedded Spark, whose driver is also its only executor: a quarter of this
+    machine's memory, 1 to 16 GiB. Spark's own 1 GiB default runs out on ordinary wide tables
+    (the Parquet writer buffers every column: 10,000 columns need several GiB)."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return "1g"
+    return f"{min(16, max(1, total // 4 // 2**30))}g"
 
 
 RAPIDS_PLUGIN = "com.nvidia.spark.SQLPlugin"
