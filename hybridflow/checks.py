@@ -157,7 +157,30 @@ def _check_datasets(p: Pipeline) -> list[Problem]:
         if not producer and name not in consumed:
             problems.append(p.source.problem(at, f"dataset '{name}' is declared but no stage reads or writes it",
                                              severity="warning", at_key=True))
+        problems += _footer_problems(p, name, ds)
     return problems
+
+
+def _footer_problems(p: Pipeline, name: str, ds) -> list[Problem]:
+    """Warnings from an existing external Parquet input's footers (no data is read): a file that a
+    run would refuse, or a type a Spark stage reading it cannot hold."""
+    from .backends.spark import unrepresentable
+    from .errors import DataError
+    from .footers import read_footers
+    from .tables import TableSource, parquet_files
+
+    if not ds.path or ds.format != "parquet" or ds.kind != "table" or not p.external_path(name).exists():
+        return []
+    at = ("datasets", name, "path")
+    try:
+        footers = read_footers(name, parquet_files(TableSource(name, (p.external_path(name),))))
+    except DataError as exc:
+        return [p.source.problem(at, exc.message, severity="warning")]
+    readers = {s.backend for s in p.stages.values() if name in s.inputs}
+    if "spark" not in readers or ds.schema_:
+        return []
+    return [p.source.problem(at, f"external dataset '{name}' (read by a spark stage), {problem}",
+                             severity="warning") for problem in unrepresentable(footers.schema)]
 
 
 def _partition_problems(p: Pipeline, name: str, ds) -> list[Problem]:

@@ -22,7 +22,8 @@ from typing import Any, Sequence
 import pyarrow as pa
 
 from ..errors import DataError, UnavailableError, first_line
-from ..tables import TableSource
+from ..footers import read_footers
+from ..tables import TableSource, parquet_files
 from .base import Backend, case_collisions, check_reachable, code_archive, split_host_port
 
 def default_conf(master: str) -> dict[str, str]:
@@ -154,6 +155,8 @@ class SparkBackend(Backend):
     def read(self, source: TableSource):
         if source.schema is not None:
             _check_representable(source.name, source.schema)
+        elif source.format == "parquet":  # an external input without a declared schema: its footers say
+            _check_representable(source.name, read_footers(source.name, parquet_files(source)).schema)
         from pyspark.sql.pandas.types import from_arrow_schema
 
         reader = self.session.read
@@ -224,15 +227,20 @@ class SparkBackend(Backend):
 
 def _check_representable(dataset: str, schema: pa.Schema) -> None:
     """Refuse, naming the column, what Spark would misread instead of letting it corrupt data."""
-    for field in schema:
-        arrow_type = field.type
-        if pa.types.is_unsigned_integer(arrow_type) or pa.types.is_float16(arrow_type):
-            raise DataError(f"dataset '{dataset}', column '{field.name}': Spark has no {arrow_type} type",
-                            hint="cast it to a signed or wider type in the stage that produces it")
+    problems = unrepresentable(schema)
+    if problems:
+        raise DataError(f"dataset '{dataset}', {problems[0]}",
+                        hint="cast or rename it in the stage (or the tool) that produces it")
+
+
+def unrepresentable(schema: pa.Schema) -> list[str]:
+    """What of a schema Spark cannot hold, a phrase per problem (validate warns with these too)."""
+    problems = [f"column '{f.name}': Spark has no {f.type} type" for f in schema
+                if pa.types.is_unsigned_integer(f.type) or pa.types.is_float16(f.type)]
     clashes = case_collisions(schema.names)
     if clashes:
-        raise DataError(f"dataset '{dataset}': columns {', '.join(clashes)} differ only by case, which Spark "
-                        "cannot read", hint="rename one of them in the stage that produces it")
+        problems.append(f"columns {', '.join(clashes)} differ only by case, which Spark cannot read")
+    return problems
 
 
 def create(settings, log_dir: Path) -> SparkBackend:
