@@ -24,6 +24,7 @@ from hybridflow.tables import read_arrow
 from .conftest import last_run_record
 
 from .engines import assert_nothing_left
+from .listeners import ListenerSampler
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -82,11 +83,15 @@ def expected_customer_weeks(csv: Path) -> pd.DataFrame:
 
 def test_three_engine_pipeline_gives_the_pandas_answer_and_leaves_no_process(example):
     run, marker = start_run(example)
-    output = finish(run, 480, "the three-engine run")
+    with ListenerSampler(run.pid) as listeners:  # every stage's processes: loopback only, no dashboards
+        output = finish(run, 480, "the three-engine run")
     assert run.returncode == 0, output
     for engine in ("spark", "dask", "ray"):
         assert f"engine {engine} started in" in output
     assert_nothing_left(marker, 60)
+    names = " ".join(name for found in listeners.seen.values() for name in found)
+    assert "java" in names and "ray" in names, listeners.seen  # the engines' own processes were sampled
+    assert listeners.problems() == []
 
     actual = dataset(example, "customer_weeks").sort_values(["customer_id", "week"]).reset_index(drop=True)
     expected = expected_customer_weeks(example / "data/sample/events.csv")
