@@ -37,6 +37,7 @@ from .tables import TableSource, partition_values
 
 MANIFEST = "_manifest.json"
 POINTER = "CURRENT"
+JOURNAL = "COMMITTING"  # a stage's outputs being made current together
 MANIFEST_FORMAT = 1
 _COMPONENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
@@ -81,7 +82,11 @@ class Catalog:
         return self.home / "staging"
 
     def current(self, name: str) -> Version | None:
-        """The published version of a dataset, or None if it was never published."""
+        """The published version of a dataset, or None if it was never published. A stage commit
+        that a crash interrupted counts as done: its versions were complete before it began."""
+        pending = self._journal().get(name)
+        if pending is not None:
+            return self.version(name, pending)
         pointer = self.dataset_dir(name) / POINTER
         try:
             version_id = json.loads(pointer.read_text())["version"]
@@ -152,8 +157,38 @@ class Catalog:
 
     def commit(self, version: Version) -> None:
         """Make a prepared version the dataset's current one: the single atomic step."""
-        _write_durably(self.dataset_dir(version.dataset) / POINTER, json.dumps({"version": version.id}) + "\n")
-        faults.checkpoint("publish:committed")
+        self.commit_together([version])
+
+    def commit_together(self, versions: list[Version]) -> None:
+        """Make prepared versions current together (a stage's outputs). The journal, written
+        durably first, names them all; readers take it as already done, and recover() completes
+        it after a crash, so no reader ever sees one output new and another old."""
+        if len(versions) > 1:
+            _write_durably(self.home / JOURNAL, json.dumps({v.dataset: v.id for v in versions}))
+            faults.checkpoint("publish:journal")
+        for version in versions:
+            _write_durably(self.dataset_dir(version.dataset) / POINTER, json.dumps({"version": version.id}) + "\n")
+            faults.checkpoint("publish:committed")
+        if len(versions) > 1:
+            (self.home / JOURNAL).unlink()
+            _fsync_dir(self.home)
+
+    def recover(self) -> list[str]:
+        """Finish a stage commit that a crash interrupted (only ever under the run lock); returns the
+        datasets it pointed at their new versions."""
+        pending = self._journal()
+        if pending:
+            self.commit_together([self.version(name, version_id) for name, version_id in pending.items()])
+        return sorted(pending)
+
+    def _journal(self) -> dict[str, str]:
+        try:
+            return json.loads((self.home / JOURNAL).read_text())
+        except FileNotFoundError:
+            return {}
+        except ValueError as exc:  # written by atomic replace: only damage from outside gets here
+            raise DataError(f"the commit journal {self.home / JOURNAL} is unreadable: {exc}",
+                            hint="check the outputs' CURRENT files, then delete the journal") from exc
 
     def datasets(self) -> list[str]:
         root = self.home / "datasets"
@@ -182,14 +217,18 @@ class Catalog:
         return keep
 
     def collect_garbage(self, keep: int, dry_run: bool = False) -> list[tuple[str, str]]:
-        """Remove all but the newest `keep` versions of each dataset, never a protected one (only ever
-        under the run lock). A version is first renamed out of versions/ and then deleted, so a crash
+        """Remove all but the newest `keep` committed versions of each dataset, and every version that
+        was prepared but never made current; never a protected one (only ever under the run lock). A version is first renamed out of versions/ and then deleted, so a crash
         half-way leaves trash, never a half-deleted version."""
         protected = self.protected()
         removed = []
         for dataset in self.datasets():
             versions = self.versions(dataset)
-            old = versions[:-keep] if keep > 0 else versions
+            current = self.current(dataset)
+            # prepared after the current one and never committed (a later output of the stage failed)
+            never_current = [v for v in versions if current is None or v > current.id]
+            committed = [v for v in versions if v not in never_current]
+            old = never_current + (committed[:-keep] if keep > 0 else committed)
             for version_id in old:
                 if (dataset, version_id) in protected:
                     continue

@@ -7,6 +7,7 @@ Every other line goes back byte for byte, so a user's own jobs and variables are
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from dataclasses import asdict, dataclass
 
@@ -58,6 +59,18 @@ def _crontab(args: list[str], data: bytes | None = None) -> subprocess.Completed
 
 def _first_line(stderr: bytes) -> str:
     return (stderr.decode(errors="replace").strip().splitlines() or ["no message"])[0]
+
+
+_ASSIGNMENT = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=")  # cron's `NAME=value`; a job line starts with a time
+
+
+def assigned_names(text: str, entry: Entry | None = None) -> set[str]:
+    """The variables the crontab's own `NAME=value` lines give `entry`'s job (those above its line),
+    or a job appended at the end (every one) when `entry` is None or not in `text`. Names only."""
+    lines = text.split("\n")
+    ends = [end for _, end, found in _blocks(lines) if entry is not None and found.file == entry.file]
+    above = lines[:ends[0]] if ends else lines
+    return {match.group(1) for line in above if (match := _ASSIGNMENT.match(line))}
 
 
 def entries(text: str) -> list[Entry]:

@@ -198,6 +198,52 @@ def check_schedule(target: Target) -> Iterable[Finding]:
         yield Finding("schedule", "ok", f"installed: '{entry.cron}' ({entry.timezone}), log {entry.log}")
 
 
+def check_cron_environment(target: Target) -> Iterable[Finding]:
+    """The ${env:NAME} variables a scheduled pipeline reads that cron will not give its run (which
+    then fails to load the pipeline). Names only: their values may be secrets."""
+    if not target.scheduled:
+        return
+    wanted = env_references(target.pipeline)
+    if not wanted:
+        return
+    from . import schedule
+
+    try:
+        given, entry = schedule.cron_variables(target.pipeline, dict(target.environ))
+    except UnavailableError:
+        return  # check_schedule reports the unreadable crontab
+    line = "the installed crontab line" if entry else "a crontab line installed from this shell"
+    missing = sorted(wanted - given)
+    if missing:
+        yield Finding("cron environment", "error",
+                      f"the pipeline reads {', '.join(missing)} (${{env:...}}), which cron will not set: not on "
+                      f"{line}, not in the crontab or /etc/environment; a scheduled run would stop at loading the file",
+                      f"crontab -e and add {' and '.join(f'{n}=...' for n in missing)}, one per line, above the "
+                      "hybridflow lines (schedule install leaves them in place)")
+    else:
+        yield Finding("cron environment", "ok",
+                      f"cron sets {', '.join(sorted(wanted))}, which the pipeline reads (${{env:...}})")
+
+
+def env_references(pipeline: Pipeline) -> set[str]:
+    """The names of the ${env:NAME} references in the pipeline file's values."""
+    from .config import _ENV_REF
+    from .yamlsource import load_yaml
+
+    data, _, _ = load_yaml(pipeline.file.read_text(encoding="utf-8"), str(pipeline.file))
+    names: set[str] = set()
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack += value.values()
+        elif isinstance(value, list):
+            stack += value
+        elif isinstance(value, str):
+            names.update(_ENV_REF.findall(value))
+    return names
+
+
 def check_gpu(target: Target) -> Iterable[Finding]:
     """The GPUs, their memory, the driver, and which RAPIDS pieces are there. Missing pieces are errors
     for a pipeline with `gpu: true`, warnings with `gpu: auto` (or no pipeline), and not reported
@@ -219,7 +265,8 @@ def check_gpu(target: Target) -> Iterable[Finding]:
         yield Finding("gpu", "ok", "no stage asks for a GPU")
 
 
-CHECKS: list[Check] = [check_packages, check_java, check_workdir, check_disk, check_cron, check_schedule, check_gpu]
+CHECKS: list[Check] = [check_packages, check_java, check_workdir, check_disk, check_cron, check_schedule,
+                       check_cron_environment, check_gpu]
 
 
 def run_checks(pipeline: Pipeline | None, environ: Mapping[str, str] | None = None,

@@ -6,6 +6,7 @@ with a message that says what went wrong, where, and how to fix it.
 
 from __future__ import annotations
 
+import re
 from enum import IntEnum
 
 
@@ -30,9 +31,49 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
+QUOTE_CHARS = 60  # of a row or value an engine quotes: enough to find it, too little to leak it
+LINE_CHARS = 300  # of any one error line: errors go to cron mail, notifications and run records
+
+# Where engines and parsers quote the data itself, which may hold anything (an e-mail address, a card
+# number, a megabyte-long line). A whole row runs to the end of the line; a value sits in its quotes.
+_QUOTED_ROW = re.compile(
+    r"(?P<prefix>Expected \d+ columns, got \d+: "  # pyarrow CSV: the whole row follows
+    r"|Malformed records are detected in record parsing: )"  # Spark, FAILFAST
+    r"(?P<data>.+)$", re.MULTILINE)
+_QUOTED_VALUE = re.compile(
+    r"(?P<prefix>(?:invalid value|[Tt]he value|invalid literal for [\w()]+ with base \d+:"  # pyarrow, Spark, int()
+    r"|could not convert string to float:|Unable to parse string|Could not convert|Failed to parse string:)"
+    r" ?(?P<quote>['\"]))"  # float(), pandas, pyarrow from pandas
+    r"(?P<data>.*?)(?P=quote)(?=\s|$|[,.;:)\]])", re.MULTILINE)
+
+
 def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (engines attach whole Java or remote tracebacks)."""
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    """The first line of an exception's message (engines attach whole Java or remote tracebacks),
+    with quoted data cut short (see `one_line_of`)."""
+    return one_line_of(str(exc)) or type(exc).__name__
+
+
+def one_line_of(text: str) -> str:
+    """The first line of an error text fit to be mailed and recorded: a row or value the engine
+    quotes is cut to its first QUOTE_CHARS characters, the line to LINE_CHARS. The rule for every
+    engine, reader and user error, so that no message carries a whole input row."""
+    return _clip(cut_quoted_data((text.strip().splitlines() or [""])[0]), LINE_CHARS)
+
+
+def cut_quoted_data(text: str) -> str:
+    """`text` with each row or value an engine quotes cut to its first QUOTE_CHARS characters."""
+    text = _QUOTED_ROW.sub(lambda m: m["prefix"] + _cut(m["data"]), text)
+    return _QUOTED_VALUE.sub(lambda m: m["prefix"] + _cut(m["data"]) + m["quote"], text)
+
+
+def _cut(data: str) -> str:
+    """A quote cut short, once: text a caller added after a cut row (its place in the user's file)
+    is not the row's, so a message cut again keeps it."""
+    return data if data[QUOTE_CHARS:QUOTE_CHARS + 1] == "…" else _clip(data, QUOTE_CHARS)
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 class HybridflowError(Exception):
@@ -41,6 +82,7 @@ class HybridflowError(Exception):
     exit_code: ExitCode = ExitCode.INTERNAL
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
+        message = cut_quoted_data(message)  # also where a caller put an engine's whole text in
         super().__init__(message)
         self.message = message
         self.hint = hint

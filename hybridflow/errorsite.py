@@ -8,15 +8,16 @@ import traceback
 from pathlib import Path
 
 from .backends.base import ENGINE_PACKAGES, ENGINE_WRAPPERS, is_engine_error, unwrap_error
+from .errors import one_line_of
 
 
 def describe_user_error(exc: BaseException, root: Path) -> str:
-    """'ValueError: bad row 3 (stages/etl.py:12 in parse)': type, first line of the message, place."""
+    """'ValueError: bad row 3 (stages/etl.py:12 in parse)': type, first line of the message (quoted
+    data cut short, as in every error line), place."""
     own = unwrap_error(exc)
     where = _user_frame(own, root) or _user_frame(exc, root)
     kind, text = _remote_exception(own, str(exc)) or (type(own).__name__, str(own))
-    first_line = (text.strip().splitlines() or [""])[0]
-    message = f"{kind}: {first_line}".rstrip(": ")
+    message = f"{kind}: {one_line_of(text)}".rstrip(": ")
     return f"{message} ({where})" if where else message
 
 

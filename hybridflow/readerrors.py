@@ -70,4 +70,4 @@ def _reason_line(text: str, match: re.Match) -> str:
     line = text[start:end if end != -1 else len(text)].strip()
     for _ in range(3):  # "Caused by: org.apache...Exception: pyarrow...Error: what"
         line = re.sub(r"^([\w.$]+(Exception|Error)|Caused by): ", "", line)
-    return first_line(line)[:300]
+    return first_line(line)

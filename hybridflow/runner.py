@@ -221,8 +221,10 @@ class Runner:
                   "run_dir": str(run_dir), "arguments": json.dumps(self.arguments)}
         self.store.save_run(**record, status="running")
         try:
-            # Under the lock no other run is writing: whatever is in staging is a dead run's leftovers.
+            # Under the lock no other run is writing: whatever is in staging is a dead run's leftovers,
+            # and a stage commit a crash interrupted is finished before anything reads the outputs.
             self.catalog.discard_staging()
+            self.catalog.recover()
             try:
                 self._preflight()
             except HybridflowError as exc:  # paths and addresses may hold a value from ${env:...}
@@ -478,13 +480,12 @@ class Runner:
                 for dataset in spec.outputs]
 
     def _commit_outputs(self, result: StageResult, prepared: list[Version]) -> None:
-        """Point every output at its new version. A stop request before this leaves everything as it
-        was; one that arrives during it waits until all the outputs are committed."""
+        """Point every output at its new version, all together. A stop request before this leaves
+        everything as it was; one that arrives during it waits until all the outputs are committed."""
         self._signals.check()
         with self._signals.deferred():
-            for version in prepared:
-                self.catalog.commit(version)
-                result.outputs[version.dataset] = version.id
+            self.catalog.commit_together(prepared)
+        result.outputs.update({version.dataset: version.id for version in prepared})
         tables = [v.rows for v in prepared if v.rows is not None]
         result.rows_out = sum(tables) if tables else None
         result.bytes_out = sum(v.bytes for v in prepared)

@@ -25,6 +25,8 @@ from .errors import ConfigError, UsageError
 from .pipeline import Pipeline
 
 CARRIED_ENV = ("PATH", "JAVA_HOME", "LANG", "TZ", "HOME")
+CRON_GIVES = ("HOME", "LOGNAME", "SHELL", "PATH")  # what cron itself sets for every job
+SYSTEM_ENVIRONMENT = Path("/etc/environment")  # read for cron jobs too, through pam_env
 _CRON_ESCAPE = "\\%"  # cron turns a bare % into a newline
 # one field as Debian's cron reads it: numbers, *, ranges, steps, lists, three-letter names
 _VIXIE_FIELD = re.compile(r"(\*|\d+|[a-z]{3})(-(\d+|[a-z]{3}))?(/\d+)?"
@@ -182,6 +184,44 @@ def run_environment(python: str, environ: dict[str, str] | None = None) -> dict[
     variables["PATH"] = os.pathsep.join([bindir, *rest])
     variables.setdefault("LANG", "C.UTF-8")  # cron's POSIX locale makes Java 17 read and write ASCII
     return variables
+
+
+def cron_variables(pipeline: Pipeline, environ: dict[str, str] | None = None) -> tuple[set[str], Entry | None]:
+    """The names of the variables a cron run of `pipeline` will have, and its installed entry: those
+    of cron itself, /etc/environment, the crontab's `NAME=value` lines above the job line, and the
+    job line's own (as installed; else as `install` would write it from `environ`). Never values."""
+    text = crontab.read()
+    entry = next((e for e in crontab.entries(text) if e.file == str(pipeline.file) and e.line), None)
+    if entry is not None:
+        on_line = line_variables(entry.line)
+    else:  # a marker whose job line was deleted by hand installs nothing either
+        on_line = set(run_environment(os.path.abspath(sys.executable), environ))
+    return set(CRON_GIVES) | _system_names() | crontab.assigned_names(text, entry) | on_line, entry
+
+
+def line_variables(line: str) -> set[str]:
+    """The names a job line sets with `env NAME=value ... command` (as `job_command` writes it)."""
+    try:
+        words = shlex.split(line.replace(_CRON_ESCAPE, "%"))
+    except ValueError:
+        return set()
+    starts = [i + 1 for i, word in enumerate(words) if os.path.basename(word) == "env" and i and words[i - 1] == "&&"]
+    names = set()
+    for word in words[starts[0]:] if starts else []:
+        name, equals, _ = word.partition("=")
+        if not (equals and name.isidentifier()):
+            break
+        names.add(name)
+    return names
+
+
+def _system_names() -> set[str]:
+    try:
+        lines = SYSTEM_ENVIRONMENT.read_text(errors="replace").splitlines()
+    except OSError:
+        return set()
+    names = (line.strip().removeprefix("export ").partition("=") for line in lines)
+    return {name.strip() for name, equals, _ in names if equals and name.strip().isidentifier()}
 
 
 def _schedule_of(pipeline: Pipeline):

@@ -103,3 +103,35 @@ def test_corrupt_pointer_is_a_data_error(tmp_path):
     (catalog.dataset_dir("things") / "CURRENT").write_text("{not json")
     with pytest.raises(DataError, match="corrupt"):
         catalog.current("things")
+
+
+def prepare(catalog: Catalog, name: str, table: pa.Table, run_id: str):
+    staging = catalog.new_staging(run_id, name)
+    write_arrow(table, staging)
+    return catalog.prepare(name, staging, kind="table", stage="make", run_id=run_id, inputs={})
+
+
+def test_a_stage_commit_cut_short_reads_as_done_and_is_finished_by_recover(tmp_path):
+    catalog = Catalog(tmp_path / "home")
+    catalog.commit_together([prepare(catalog, "a", TABLE, "run1"), prepare(catalog, "b", TABLE, "run1")])
+    new = [prepare(catalog, "a", TABLE.slice(0, 1), "run2"), prepare(catalog, "b", TABLE.slice(0, 2), "run2")]
+    # a crash right after the first pointer: the journal names both, the second pointer is still old
+    (catalog.home / "COMMITTING").write_text('{"a": "%s", "b": "%s"}' % (new[0].id, new[1].id))
+    catalog.commit(new[0])
+    assert (catalog.dataset_dir("b") / "CURRENT").read_text().find(new[1].id) == -1
+    assert catalog.current("a").id == new[0].id and catalog.current("b").id == new[1].id  # readers: both new
+    assert catalog.recover() == ["a", "b"]
+    assert not (catalog.home / "COMMITTING").exists()
+    assert new[1].id in (catalog.dataset_dir("b") / "CURRENT").read_text()
+    assert catalog.recover() == []
+
+
+def test_gc_removes_versions_that_were_prepared_but_never_made_current(tmp_path):
+    catalog = Catalog(tmp_path / "home")
+    publish(catalog, TABLE, "run1")
+    kept = publish(catalog, TABLE.slice(0, 1), "run2")
+    orphan = prepare(catalog, "things", TABLE.slice(0, 2), "run3")  # the stage's other output then failed
+    assert catalog.collect_garbage(keep=5, dry_run=True) == [("things", orphan.id)]
+    catalog.collect_garbage(keep=5)
+    assert catalog.versions("things")[-1] == kept.id and not orphan.directory.exists()
+    assert catalog.current("things").id == kept.id

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -187,3 +188,97 @@ def test_doctor_under_env_i_reports_what_cron_would_miss(project, saved_crontab)
     assert "the pipeline's schedule is not in the crontab" in rows["schedule"]
     assert f"hybridflow schedule install {path}" in rows["schedule"]
     assert re.search(r"^[1-9]\d* errors?, \d+ warnings?$", done.stdout, re.MULTILINE)
+
+
+@pytest.fixture
+def fake_crontab(tmp_path, monkeypatch) -> Path:
+    """A `crontab` command first on PATH that keeps the table in a file: the real crontab is never touched."""
+    table = tmp_path / "crontab.txt"
+    command = tmp_path / "bin" / "crontab"
+    command.parent.mkdir()
+    command.write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        case "$1" in
+          -l) [ -f "{table}" ] && exec cat "{table}"; echo "no crontab for $(id -un)" >&2; exit 1 ;;
+          -) exec cat > "{table}" ;;
+          *) echo "fake crontab: $*" >&2; exit 2 ;;
+        esac
+        """))
+    command.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{command.parent}:/usr/bin:/bin")
+    return table
+
+
+SECRET_PIPELINE = tiny_pipeline("0 3 * * 1", "UTC") + '''
+    params:
+      token: "${env:HF_DOCTOR_TOKEN}"
+      endpoint: "https://${env:HF_DOCTOR_HOST}/v1"
+      cache: "${env:HOME}/cache"
+'''
+SECRETS = {"HF_DOCTOR_TOKEN": "tok-0123456789", "HF_DOCTOR_HOST": "db.internal.example"}
+
+
+def test_doctor_names_the_env_variables_cron_will_not_give_a_scheduled_run(project, fake_crontab, monkeypatch):
+    from hybridflow import schedule
+
+    monkeypatch.setattr(schedule, "SYSTEM_ENVIRONMENT", project.root / "no-etc-environment", raising=False)
+    project.stages(TINY_STAGES)
+    shell = {"PATH": "/usr/bin:/bin", "HOME": str(project.root), **SECRETS}
+    pipeline = load_pipeline(project.pipeline(SECRET_PIPELINE), environ=shell)
+
+    def row():
+        [found] = [f for f in doctor.run_checks(pipeline, shell) if f.check == "cron environment"]
+        assert not any(value in found.detail + found.fix for value in SECRETS.values())  # names, never values
+        return found
+
+    found = row()  # not installed yet: the line `schedule install` would write carries neither
+    assert found.status == "error"
+    assert "HF_DOCTOR_HOST, HF_DOCTOR_TOKEN" in found.detail and "HOME" not in found.detail  # cron sets HOME
+    assert "a crontab line installed from this shell" in found.detail
+    assert found.fix.startswith("crontab -e and add HF_DOCTOR_HOST=... and HF_DOCTOR_TOKEN=..., one per line")
+
+    schedule.install(pipeline, environ=shell)
+    assert not any(value in fake_crontab.read_text() for value in SECRETS.values())  # install carries no secret
+    found = row()
+    assert found.status == "error" and "not on the installed crontab line" in found.detail
+
+    # the crontab's own NAME=value lines reach the job below them, not the jobs above
+    fake_crontab.write_text(f"HF_DOCTOR_TOKEN=x\n{fake_crontab.read_text()}HF_DOCTOR_HOST=y\n")
+    found = row()
+    assert found.status == "error" and "reads HF_DOCTOR_HOST (" in found.detail
+    assert found.fix.startswith("crontab -e and add HF_DOCTOR_HOST=..., one per line")
+
+    fake_crontab.write_text(f"HF_DOCTOR_HOST = y\n{fake_crontab.read_text()}")
+    schedule.install(pipeline, environ=shell)  # a reinstall keeps the user's lines above it
+    assert (row().status, row().detail) == (
+        "ok", "cron sets HF_DOCTOR_HOST, HF_DOCTOR_TOKEN, HOME, which the pipeline reads (${env:...})")
+
+
+def test_etc_environment_counts_and_unscheduled_pipelines_are_not_checked(project, fake_crontab, monkeypatch):
+    from hybridflow import schedule
+
+    system = project.write("etc-environment", 'LANG="C.UTF-8"\nexport HF_DOCTOR_TOKEN=a\nHF_DOCTOR_HOST=b\n')
+    monkeypatch.setattr(schedule, "SYSTEM_ENVIRONMENT", system)
+    project.stages(TINY_STAGES)
+    shell = {"PATH": "/usr/bin:/bin", "HOME": str(project.root), **SECRETS}
+    pipeline = load_pipeline(project.pipeline(SECRET_PIPELINE), environ=shell)
+    [found] = doctor.check_cron_environment(Target(pipeline, shell))
+    assert found.status == "ok"
+    unscheduled = SECRET_PIPELINE.replace('''
+    schedule:
+      cron: "0 3 * * 1"
+      timezone: UTC''', "")
+    assert "schedule" not in unscheduled
+    pipeline = load_pipeline(project.pipeline(unscheduled, "unscheduled.yaml"), environ=shell)
+    assert list(doctor.check_cron_environment(Target(pipeline, shell))) == []  # cron never runs it
+    plain = load_pipeline(project.pipeline(tiny_pipeline("0 3 * * 1", "UTC"), "plain.yaml"))
+    assert list(doctor.check_cron_environment(Target(plain, shell))) == []  # nothing read from the environment
+
+
+def test_the_installed_lines_variables_are_read_by_name():
+    from hybridflow import schedule
+
+    line = ("0 3 * * 1 cd '/p 50\\% x' && mkdir -p /p/w && /usr/bin/env 'JAVA_HOME=/opt/my jdk' PATH=/v/bin:/bin "
+            "LANG=C.UTF-8 /v/bin/python -m hybridflow.cli run --trigger cron X=1 /p/x.yaml >> /p/w/cron.log 2>&1")
+    assert schedule.line_variables(line) == {"JAVA_HOME", "PATH", "LANG"}
+    assert schedule.line_variables("0 3 * * 1 echo 'unbalanced") == set()
