@@ -214,6 +214,7 @@ def run(
     """Validate a pipeline, then run its stages in dependency order."""
     from .config import load_pipeline
     from .runner import Runner, Selection
+    from .state import recorded_arguments, resumed_arguments
 
     pipeline = load_pipeline(pipeline_file, params or [])
     if trigger not in ("manual", "cron"):
@@ -232,7 +233,7 @@ def run(
             done = f"the last run, {last['run_id']}, succeeded" if last else "this pipeline has no run yet"
             out.print(f"nothing to resume: {done}")
             return
-        arguments = json.loads(last["arguments"] or "{}") or arguments
+        arguments = resumed_arguments(json.loads(last["arguments"] or "{}") or arguments, os.environ)
         pipeline = load_pipeline(pipeline_file, arguments.get("params", []))
         forced = _force_set(pipeline, force or arguments.get("force"))
         if forced and not force:  # the last run's --force: still owed to the stages it did not finish
@@ -241,8 +242,9 @@ def run(
         err.print(f"resuming run {last['run_id']} ({last['status']})", markup=False)
     else:
         forced = _force_set(pipeline, force)
+    recorded = recorded_arguments(arguments, pipeline.secrets, pipeline.secret_sources(os.environ))
     runner = Runner(pipeline, Selection(arguments.get("only", ()), arguments.get("from", ()), arguments.get("to", ())),
-                    keep_going=keep_going, wait_for_lock=wait, trigger=trigger, force=forced, arguments=arguments)
+                    keep_going=keep_going, wait_for_lock=wait, trigger=trigger, force=forced, arguments=recorded)
     if dry_run:
         _print_plan(runner)
         return

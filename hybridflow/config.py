@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import types
 import typing
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from .checks import check_pipeline
@@ -17,7 +17,7 @@ from .diagnostics import Problem, did_you_mean, errors_in
 from .errors import counted, ConfigError
 from .pipeline import Pipeline
 from .spec import PipelineSpec
-from .yamlsource import SourceMap, load_yaml
+from .yamlsource import MAX_FILE_BYTES, SourceMap, load_yaml, scalar_or_text, too_big
 
 _ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
 CLI = "<command line>"
@@ -36,13 +36,13 @@ def load_pipeline(file: str | Path, params: list[str] = (), environ: dict[str, s
 def check_file(file: str | Path, params: list[str] = (),
                environ: dict[str, str] | None = None) -> tuple[Pipeline | None, list[Problem]]:
     """Every problem in one pass; the Pipeline too when there is no error."""
-    import os
-
     environ = dict(os.environ) if environ is None else environ
     path = Path(file)
     shown = str(file)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = _read(path)
+    except _TooBig as exc:
+        return None, [Problem(shown, 1, 1, too_big(exc.size))]
     except FileNotFoundError:
         return None, [Problem(shown, 1, 1, "no such file")]
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
@@ -64,6 +64,21 @@ def check_file(file: str | Path, params: list[str] = (),
     problems += _apply_cli_params(pipeline, params)  # before the checks: a --param can satisfy a parameter
     problems += check_pipeline(pipeline)
     return pipeline, _redacted(problems, secrets)
+
+
+class _TooBig(Exception):
+    def __init__(self, size: int | None) -> None:
+        super().__init__(size)
+        self.size = size
+
+
+def _read(path: Path) -> str:
+    """The file's text, never reading more than the limit (a pipeline path could be /dev/zero)."""
+    with path.open("rb") as stream:
+        data = stream.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise _TooBig(os.fstat(stream.fileno()).st_size or None)
+    return data.decode("utf-8")
 
 
 def _redacted(problems: list[Problem], secrets: set[str]) -> list[Problem]:
@@ -187,12 +202,8 @@ def _apply_cli_params(pipeline: Pipeline, params: list[str]) -> list[Problem]:
         if not sep or not key:
             problems.append(Problem(CLI, 1, 1, f"--param '{item}' must look like key=value or stage.key=value"))
             continue
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            value = raw
-        if isinstance(value, (dict, list)):
-            value = raw  # a scalar was asked for; keep the text rather than guess a structure
+        # A scalar was asked for: a structure stays text rather than being guessed at.
+        value = scalar_or_text(raw) if raw.strip() else ""
         stage, dot, name = key.partition(".")
         if not dot:
             pipeline.overrides[key] = value

@@ -8,8 +8,10 @@ changed.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
+import secrets
 import time
 from pathlib import Path
 
@@ -72,21 +74,40 @@ def digest_of(items) -> str:
 
 
 class HashCache:
-    """sha256 of files by path, trusted while the file's size, mtime and inode are unchanged."""
+    """sha256 of files by path, trusted while the file's size, mtime and inode are unchanged.
+
+    A path may hold a value from ${env:...} (raw/${env:TENANT}/events.parquet), so the file keeps no
+    path: entries are keyed by an HMAC of the path under a random key of this cache, and the file is
+    the owner's only (0600). A cache written by an older version (keyed by plain paths) is dropped
+    and rewritten: its files are hashed once more."""
+
+    VERSION = 2
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        try:
-            self._entries: dict[str, list] = json.loads(path.read_text())
-        except (FileNotFoundError, ValueError):
-            self._entries = {}
+        self._key, self._entries = self._load()
         self._dirty = False
+        if self._key is None:  # no cache yet, or one written by an older version: replace it, paths and all
+            self._key = secrets.token_bytes(32)
+            self._dirty = self.path.exists()
+
+    def _load(self) -> tuple[bytes | None, dict[str, list]]:
+        try:
+            data = json.loads(self.path.read_text())
+            if data.get("version") == self.VERSION:
+                return bytes.fromhex(data["key"]), dict(data["entries"])
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            pass
+        return None, {}
+
+    def _key_of(self, file: Path) -> str:
+        return hmac.new(self._key, os.fsencode(file.resolve()), "sha256").hexdigest()
 
     def sha256(self, file: Path) -> str:
         stat = file.stat()
         # ctime changes on any write or metadata change and cannot be set back (unlike mtime, which
         # cp -p, touch -r or rsync -t restore)
-        key = str(file.resolve())
+        key = self._key_of(file)
         stamp = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino, stat.st_dev]
         entry = self._entries.get(key)
         if entry and entry[:-1] == stamp:
@@ -104,7 +125,10 @@ class HashCache:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(self._entries))
+            text = json.dumps({"version": self.VERSION, "key": self._key.hex(), "entries": self._entries})
+            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
+                os.fchmod(handle.fileno(), 0o600)  # a leftover tmp file keeps its old mode otherwise
+                handle.write(text)
             os.replace(tmp, self.path)
             self._dirty = False
         except OSError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -51,6 +52,19 @@ class Pipeline:
         """Pipeline params < stage params < --param key=value < --param stage.key=value."""
         return {**self.spec.params, **self.stages[stage].params, **self.overrides,
                 **self.stage_overrides.get(stage, {})}
+
+    def secret_sources(self, environ) -> dict[str, str]:
+        """Each secret -> the name of an environment variable that holds it in `environ`, one the
+        pipeline file refers to as ${env:NAME} first (two variables may hold the same value)."""
+        try:
+            named = set(re.findall(r"\$\{env:(\w+)\}", self.file.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError):
+            named = set()
+        sources: dict[str, str] = {}
+        for name, value in sorted(environ.items(), key=lambda item: (item[0] not in named, item[0])):
+            if value in self.secrets:
+                sources.setdefault(value, name)
+        return sources
 
     def redact(self, text: str) -> str:
         return self.redact_with(self.secrets)(text)

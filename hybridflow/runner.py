@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import backends, gpu, signature
-from .backends.base import process_output_to
+from .backends.base import EngineOutput
 from .catalog import Catalog, Version
 from .context import StageContext
 from .errorsite import describe_user_error
@@ -37,7 +37,7 @@ from .lock import RunLock
 from .pipeline import Pipeline
 from .planner import INCREMENTAL, SKIP, Decision, Planner
 from .stagecode import import_function, module_file
-from .stagelog import stage_log
+from .stagelog import private_dir, stage_log
 from .state import RunStore
 from .tables import TableSource, ensure_schema_file, parquet_files, read_arrow, write_arrow
 
@@ -140,6 +140,7 @@ class Runner:
         self._given = dict(engines or {})  # started by the caller: used, never stopped here
         self._engines: dict[str, Any] = {}
         self._engine_seconds: dict[str, float] = {}
+        self._engine_output: EngineOutput | None = None  # the run's engines.log, redacted
         self._signals = _SignalState()
         self._run_id: str | None = None
         self._gpu: gpu.GpuPlan | None = None  # each stage's device, decided in _preflight
@@ -220,6 +221,7 @@ class Runner:
                   "trigger": self.trigger, "started_at": started.isoformat(timespec="milliseconds"),
                   "run_dir": str(run_dir), "arguments": json.dumps(self.arguments)}
         self.store.save_run(**record, status="running")
+        self._engine_output = EngineOutput(run_dir / "logs" / "engines.log", self.pipeline.secrets)
         try:
             # Under the lock no other run is writing: whatever is in staging is a dead run's leftovers,
             # and a stage commit a crash interrupted is finished before anything reads the outputs.
@@ -231,7 +233,7 @@ class Runner:
                 exc.message, exc.hint = self.pipeline.redact(exc.message), exc.hint and self.pipeline.redact(exc.hint)
                 self.store.save_run(**record, status="failed", error=exc.one_line(), ended_at=_now())
                 raise
-            (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+            private_dir(run_dir / "logs")  # 0700: logs may quote data
             self.listener.run_started(run_id, list(results.values()))
             with _signals_as_exceptions(self._signals):
                 status, error = self._run_stages(run_id, run_dir, results)
@@ -342,6 +344,7 @@ class Runner:
         result.gpu, result.gpu_reason = self._gpu.start_stage(result.name, backend, self._engines.values(), log)
         result.rows_in, result.bytes_in = self._input_size(spec.inputs)
         self._signals.check()
+        self._signals.running = backend
         try:
             with _time_limit(spec.timeout, backend, result.name):
                 if decision.action == INCREMENTAL and not decision.changes.changed:
@@ -355,6 +358,8 @@ class Runner:
             # cancel): a fresh engine for whatever comes next is the one sure way to be rid of it.
             self._drop_engine(spec.backend)
             raise
+        finally:
+            self._signals.running = None
         self._commit_outputs(result, prepared)
 
     def _wait(self, seconds: float) -> None:
@@ -577,7 +582,7 @@ class Runner:
             clock = time.monotonic()
             self._engines[name] = engine  # stopped at the end even if it only half started
             try:
-                with process_output_to(run_dir / "logs" / "engines.log"):
+                with self._engine_output.redirected():
                     engine.start(self._stage_code())
                 self._signals.reclaim()
             except BaseException as exc:
@@ -611,6 +616,8 @@ class Runner:
             with contextlib.suppress(Exception):
                 engine.stop()
         self._engines.clear()
+        if self._engine_output is not None:  # after the engines: their last words are copied too
+            self._engine_output.close()
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -681,6 +688,10 @@ def _time_limit(seconds: float | None, backend, stage: str):
             backend.cancel()
         if in_main and not finished.is_set():
             signal.pthread_kill(main.ident, signal.SIGALRM)
+        deadline = time.monotonic() + 60
+        while not finished.wait(1) and time.monotonic() < deadline:  # work started after the first cancel
+            with contextlib.suppress(Exception):
+                backend.cancel()
 
     previous = signal.signal(signal.SIGALRM, on_alarm) if in_main else None
     timer = threading.Timer(seconds, expire)
@@ -726,6 +737,26 @@ class _SignalState:
         self.signum: int | None = None
         self.installed = False
         self._deferred = False
+        self.running = None  # the engine of the stage being called, which a stop request cancels
+
+    def on_wakeup(self, signum: int) -> None:
+        """Called from the watcher thread the moment SIGINT or SIGTERM arrives, even while the main
+        thread is blocked in an engine's native wait (ray.get, a Spark action) where Python's own
+        handler cannot run: cancelling the engine's work unblocks it, and the handler then runs."""
+        engine = self.running
+        if engine is None or self._deferred:
+            return
+
+        def cancel_until_the_stage_ends() -> None:
+            # again each second: work the stage starts after the first cancel (an actor still being
+            # created, a task submitted late) must not keep it waiting
+            deadline = time.monotonic() + 60
+            while self.running is engine and time.monotonic() < deadline:
+                with contextlib.suppress(Exception):
+                    engine.cancel()
+                time.sleep(1)
+
+        threading.Thread(target=cancel_until_the_stage_ends, name="hybridflow-cancel", daemon=True).start()
 
     def on_signal(self, signum, frame) -> None:
         self.signum = signum
@@ -761,9 +792,44 @@ def _signals_as_exceptions(state: _SignalState):
         yield
         return
     state.installed = True
+    watcher = _SignalWatcher(state)
     try:
         yield
     finally:
+        watcher.close()
         state.installed = False
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+class _SignalWatcher:
+    """Python runs signal handlers only when the main thread gets back to the interpreter; the C-level
+    handler also writes each signal's number to a wake-up socket at once, which this thread reads."""
+
+    def __init__(self, state: _SignalState) -> None:
+        import socket
+
+        self.state = state
+        self.reader, self.writer = socket.socketpair()
+        self.writer.setblocking(False)
+        self.previous_fd = signal.set_wakeup_fd(self.writer.fileno(), warn_on_full_buffer=False)
+        self.thread = threading.Thread(target=self._watch, name="hybridflow-signals", daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        while True:
+            try:
+                data = self.reader.recv(64)
+            except OSError:
+                return
+            if not data:
+                return
+            for signum in data:
+                if signum in (signal.SIGINT, signal.SIGTERM):
+                    self.state.on_wakeup(signum)
+
+    def close(self) -> None:
+        signal.set_wakeup_fd(self.previous_fd)
+        self.writer.close()  # the reader sees the end and the thread returns
+        self.thread.join(timeout=5)
+        self.reader.close()

@@ -1,9 +1,12 @@
-"""Each stage's own log file: its logger and whatever it prints go there, with secrets redacted."""
+"""Each stage's own log file: its logger and whatever it prints go there, with secrets redacted.
+A run's directory and its logs are the owner's only (0700 directories, 0600 files): a log can hold
+what a stage printed about its data even when no secret is in it."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from pathlib import Path
 
 from .pipeline import Pipeline
@@ -16,6 +19,7 @@ def stage_log(pipeline: Pipeline, stage: str, path: Path):
     logger = logging.getLogger(f"hybridflow.stage.{pipeline.name}.{stage}")
     logger.setLevel(logging.INFO)
     logger.propagate = False
+    private_file(path)
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setFormatter(_RedactingFormatter(pipeline))
     logger.addHandler(handler)
@@ -24,6 +28,24 @@ def stage_log(pipeline: Pipeline, stage: str, path: Path):
     finally:
         logger.removeHandler(handler)
         handler.close()
+
+
+def private_dir(path: Path) -> Path:
+    """`path` and every missing directory above it, made with mode 0700 (an existing one is left as
+    it is). Returns `path`."""
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # made meanwhile by another process
+            directory.mkdir(mode=0o700)
+            os.chmod(directory, 0o700)  # mkdir's mode is narrowed by the umask; 0700 is meant
+    return path
+
+
+def private_file(path: Path) -> Path:
+    """`path`, created empty if missing, readable and writable by its owner only."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+    os.chmod(path, 0o600)
+    return path
 
 
 class _RedactingFormatter(logging.Formatter):

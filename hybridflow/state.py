@@ -6,10 +6,14 @@ them all. WAL mode and a busy timeout let runs of different pipelines record at 
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from contextlib import closing
 from pathlib import Path
 from typing import Any
+
+from .errors import UsageError
+from .pipeline import REDACTED
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -113,3 +117,61 @@ class RunStore:
         with closing(self._connect()) as db:
             rows = db.execute("SELECT * FROM stages WHERE run_id = ? ORDER BY position", [run_id]).fetchall()
         return [dict(r) for r in rows]
+
+
+# A run's arguments (how it was asked for: --only/--from/--to/--param/--force) are kept so --resume
+# can ask again. A --param typed with a secret's value in it (-p token=$API_TOKEN, where the pipeline
+# reads ${env:API_TOKEN}) is kept with ${env:API_TOKEN} in the value's place and its position listed
+# under "env_params": runs.db never holds the secret, and --resume reads it from the environment again.
+# A secret no variable holds any more is kept as *** under "lost_params", and --resume refuses.
+ENV_PARAMS, LOST_PARAMS = "env_params", "lost_params"
+_REFERENCE = re.compile(r"\$\{env:(\w+)\}")
+
+
+def recorded_arguments(arguments: dict[str, Any], secrets, sources: dict[str, str]) -> dict[str, Any]:
+    """`arguments` as runs.db keeps them. `secrets`: the pipeline's; `sources`: each secret -> the
+    environment variable holding it (Pipeline.secret_sources)."""
+    ordered = sorted((s for s in secrets if s), key=len, reverse=True)  # a secret containing another goes first
+    if not ordered or not arguments.get("params"):
+        return dict(arguments)
+    pattern = re.compile("|".join(re.escape(s) for s in ordered))
+    params, marked = [], {ENV_PARAMS: [], LOST_PARAMS: []}
+    for index, param in enumerate(arguments["params"]):
+        lost = False
+
+        def reference(match: re.Match) -> str:
+            nonlocal lost
+            name = sources.get(match.group())
+            lost = lost or name is None
+            return REDACTED if name is None else "${env:" + name + "}"
+
+        kept = pattern.sub(reference, param)  # one pass: a reference written is never searched again
+        if kept != param:
+            marked[LOST_PARAMS if lost else ENV_PARAMS].append(index)
+        params.append(kept)
+    return {**arguments, "params": params, **{k: v for k, v in marked.items() if v}}
+
+
+def resumed_arguments(recorded: dict[str, Any], environ) -> dict[str, Any]:
+    """The arguments runs.db keeps, with each secret read from the environment again."""
+    params = list(recorded.get("params") or [])
+    lost = recorded.get(LOST_PARAMS)
+    if lost:
+        raise UsageError(f"--resume cannot repeat --param {_key(params[lost[0]])}: it held a secret that is "
+                         "not kept", hint="run again without --resume, giving the --param values again")
+    for index in recorded.get(ENV_PARAMS) or []:
+        params[index] = _REFERENCE.sub(lambda match: _read(match.group(1), params[index], environ), params[index])
+    resumed = {k: v for k, v in recorded.items() if k not in (ENV_PARAMS, LOST_PARAMS)}
+    resumed["params"] = params
+    return resumed
+
+
+def _key(param: str) -> str:
+    return param.partition("=")[0]
+
+
+def _read(name: str, param: str, environ) -> str:
+    if name not in environ:
+        raise UsageError(f"--resume: the last run's --param {_key(param)} held the value of ${name}, which "
+                         "is not set now", hint=f"export {name}=... and resume again")
+    return environ[name]

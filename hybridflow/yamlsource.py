@@ -4,6 +4,8 @@ PyYAML alone loses line numbers, silently keeps the last of two duplicate keys
 and, with the wrong loader, executes tags. We compose the node tree with the safe
 loader, reject any tag outside the YAML core schema, report duplicate keys at
 both places, and record a line:col for every path so later checks can say where.
+Hostile files are refused while composing, before anything recursive or expanded is built:
+nesting is bounded, and so is the number of nodes that aliases would add once expanded.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 import yaml
 from yaml.constructor import SafeConstructor
+from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from .diagnostics import Problem
@@ -22,6 +25,12 @@ Path = tuple  # a tuple of mapping keys (str) and sequence indexes (int)
 _CORE = "tag:yaml.org,2002:"
 _ALLOWED_TAGS = {_CORE + t for t in ("str", "int", "float", "bool", "null", "timestamp", "map", "seq")}
 _MERGE_TAG = _CORE + "merge"
+
+# A pipeline file is a few KB, with a handful of levels and anchors: these bounds are far above
+# any real one, and low enough that a hostile file is refused in milliseconds.
+MAX_FILE_BYTES = 1024 * 1024
+MAX_DEPTH = 100  # mappings and lists inside each other, aliases expanded
+MAX_ALIASED_NODES = 10_000  # nodes that all aliases together add once expanded (a "billion laughs")
 
 
 @dataclass(frozen=True)
@@ -60,6 +69,63 @@ class SourceMap:
 
 def _mark(node: Node) -> Mark:
     return Mark(node.start_mark.line + 1, node.start_mark.column + 1)
+
+
+class _Refused(yaml.MarkedYAMLError):
+    """A bound hit while composing: reported with its own words, not as a syntax error."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """The safe loader's composer, measuring as it goes so that nothing is ever expanded to be judged.
+
+    Each collection's expanded size and height are computed from its children's, an alias counting
+    as the node it refers to; composing is recursive, so depth is refused before it can overflow.
+    """
+
+    def __init__(self, stream) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._aliased = 0
+        self._measures: dict[int, tuple[int, int]] = {}  # id(collection) -> (nodes, height) once expanded
+
+    def compose_node(self, parent, index):
+        if not self.check_event(AliasEvent):
+            return super().compose_node(parent, index)
+        mark = self.peek_event().start_mark
+        node = super().compose_node(parent, index)
+        nodes, height = self._measure(node)
+        self._aliased += nodes
+        if self._aliased > MAX_ALIASED_NODES:
+            raise _Refused(None, None, f"aliases would expand to more than {MAX_ALIASED_NODES:,} nodes with this "
+                                       "one (an alias bomb?): a pipeline repeats far less through aliases", mark)
+        if self._depth + height > MAX_DEPTH:
+            raise _Refused(None, None, f"this alias nests the file more than {MAX_DEPTH} levels deep once "
+                                       "expanded (flatten the structure)", mark)
+        return node
+
+    def compose_sequence_node(self, anchor):
+        return self._nested(super().compose_sequence_node, anchor)
+
+    def compose_mapping_node(self, anchor):
+        return self._nested(super().compose_mapping_node, anchor)
+
+    def _nested(self, compose, anchor) -> Node:
+        if self._depth >= MAX_DEPTH:
+            raise _Refused(None, None, f"mappings and lists are nested more than {MAX_DEPTH} levels deep "
+                                       "(flatten the structure)", self.peek_event().start_mark)
+        self._depth += 1
+        try:
+            node = compose(anchor)
+        finally:
+            self._depth -= 1
+        children = node.value if isinstance(node, SequenceNode) else [n for pair in node.value for n in pair]
+        measures = [self._measure(child) for child in children]
+        self._measures[id(node)] = (1 + sum(n for n, _ in measures), 1 + max((h for _, h in measures), default=0))
+        return node
+
+    def _measure(self, node: Node) -> tuple[int, int]:
+        # A collection not measured yet is still open: an alias back into it is a cycle, reported later.
+        return self._measures.get(id(node), (1, 0))
 
 
 class _Builder:
@@ -137,8 +203,13 @@ class _Builder:
 def load_yaml(text: str, file: str) -> tuple[Any, SourceMap, list[Problem]]:
     """Parse one YAML document; returns (data, source map, problems). Never executes tags."""
     builder = _Builder(file)
+    if len(text) > MAX_FILE_BYTES:  # characters: at least as many bytes
+        return None, builder.source, [Problem(file, 1, 1, too_big())]
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = yaml.compose(text, Loader=_BoundedLoader)
+    except _Refused as exc:
+        mark = exc.problem_mark
+        return None, builder.source, [Problem(file, mark.line + 1, mark.column + 1, exc.problem)]
     except yaml.MarkedYAMLError as exc:
         return None, builder.source, [_syntax_problem(exc, file)]
     except yaml.YAMLError as exc:
@@ -148,6 +219,26 @@ def load_yaml(text: str, file: str) -> tuple[Any, SourceMap, list[Problem]]:
                                                            "'name' and 'stages'")]
     data = builder.build(root, ())
     return data, builder.source, builder.problems
+
+
+def too_big(size: int | None = None) -> str:
+    """The message for a file over MAX_FILE_BYTES (its size when known)."""
+    actual = f"{size / 1024 / 1024:.1f} MiB" if size else "larger"
+    return (f"a pipeline file may be at most {MAX_FILE_BYTES // 1024 // 1024} MiB and this one is {actual} "
+            "(a pipeline is a few KB): is this the right file?")
+
+
+def scalar_or_text(text: str) -> Any:
+    """A command-line value read as a YAML scalar; a list, a mapping, a tag or bad YAML stays text."""
+    try:
+        node = yaml.compose(text, Loader=_BoundedLoader)
+        if node is None:
+            return None
+        if not isinstance(node, ScalarNode) or node.tag not in _ALLOWED_TAGS:
+            return text
+        return SafeConstructor().construct_object(node)
+    except yaml.YAMLError:
+        return text
 
 
 _OPENERS = {"flow sequence": ("[", "]"), "flow mapping": ("{", "}")}

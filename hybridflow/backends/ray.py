@@ -10,8 +10,10 @@ param (default 1) on the GPU, 0 on the CPU, so the same code runs either way.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -116,6 +118,27 @@ class RayBackend(Backend):
                             coerce_timestamps="us", allow_truncated_timestamps=False)
         schema = frame.schema()
         return schema.base_schema if schema is not None else pa.schema([])
+
+    def cancel(self) -> None:
+        """Stop the stage's Ray work so that a main thread blocked in ray.get returns (it raises
+        TaskCancelledError or ActorDiedError): force-cancel every task this driver submitted, and
+        kill this job's actors, whose calls cannot be force-cancelled. Called from another thread."""
+        ray = self.ray
+        if ray is None:
+            return
+        worker = ray._private.worker.global_worker
+        for object_hex in list(worker.core_worker.get_all_reference_counts()):
+            text = object_hex.decode() if isinstance(object_hex, bytes) else object_hex
+            with contextlib.suppress(Exception):  # a ray.put object, an actor call, a finished task
+                ray.cancel(ray.ObjectRef(bytes.fromhex(text)), force=True, recursive=True)
+        if self.settings.address:
+            return  # an attached cluster's actors run on other hosts: their process ids mean nothing here
+        job = ray.get_runtime_context().get_job_id()
+        with contextlib.suppress(Exception):
+            for actor in ray._private.state.actors().values():
+                if actor.get("State") != "DEAD" and actor.get("JobID") == job and actor.get("Pid"):
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(actor["Pid"], signal.SIGKILL)
 
     def stop(self) -> None:
         if self.ray is not None:

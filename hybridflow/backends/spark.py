@@ -12,6 +12,7 @@ every output, where Gpu* operators ran on the GPU and any other operator fell ba
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -123,11 +124,18 @@ class SparkBackend(Backend):
         for key, value in conf.items():
             builder = builder.config(key, value)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # the JVM must not pick the host's address
+        before = _children()
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # pyspark's notice about pandas 3 on import
                 self.session = builder.getOrCreate()
-        except Exception as exc:
+        except BaseException as exc:
+            # a stop request (or a failure) half-way through: the JVM may be launched already, its
+            # process known to no one yet; it must not outlive us
+            self.stop()
+            _end_processes(_children() - before)
+            if not isinstance(exc, Exception):
+                raise
             raise UnavailableError(f"spark failed to start (master {self.master}): {first_line(exc)}",
                                    hint=f"see {self.log_dir / 'engines.log'}") from exc
         self.session.sparkContext.setLogLevel("ERROR")
@@ -208,21 +216,54 @@ class SparkBackend(Backend):
             self.session.sparkContext.cancelAllJobs()  # one stage at a time: all jobs are the stage's
 
     def stop(self) -> None:
-        if self.session is not None:
-            from pyspark import SparkContext
+        """Stop the session, and end the JVM: also one that a stop request caught half-started."""
+        import sys
 
+        if "pyspark" not in sys.modules:
+            return  # never started
+        from pyspark import SparkContext
+
+        if self.session is not None:
             self.session.stop()
             self.session = None
-            # spark.stop() leaves the py4j gateway JVM running until Python exits: end it now.
-            gateway = SparkContext._gateway
-            if gateway is not None:
-                process = getattr(gateway, "proc", None)
+        elif SparkContext._active_spark_context is not None:
+            with contextlib.suppress(Exception):
+                SparkContext._active_spark_context.stop()
+        # spark.stop() leaves the py4j gateway JVM running until Python exits: end it now.
+        gateway = SparkContext._gateway
+        if gateway is not None:
+            process = getattr(gateway, "proc", None)
+            with contextlib.suppress(Exception):
                 gateway.shutdown()
-                if process is not None:
-                    process.kill()
-                    process.wait()
-                SparkContext._gateway = None
-                SparkContext._jvm = None
+            if process is not None:
+                process.kill()
+                process.wait()
+            SparkContext._gateway = None
+            SparkContext._jvm = None
+
+
+def _children() -> set[int]:
+    """Process ids of this process's live children (Linux /proc; empty elsewhere)."""
+    me, found = str(os.getpid()), set()
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1] == me and fields[0] != "Z":
+            found.add(int(entry.name))
+    return found
+
+
+def _end_processes(pids: set[int]) -> None:
+    import signal
+
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError, PermissionError):
+            pass
 
 
 def _check_representable(dataset: str, schema: pa.Schema) -> None:
