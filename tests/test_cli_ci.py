@@ -42,6 +42,7 @@ def fake_checkout(tmp_path: Path) -> tuple[Path, dict[str, str]]:
         exit 0
         """))
     python.chmod(0o755)
+    (python.parent / "activate").write_text(f'PATH="{python.parent}:$PATH"\nexport PATH\n')  # as venv's does
     tools = tmp_path / "bin"
     tools.mkdir()
     for tool in ("id", "dirname", "sh", "cat"):

@@ -16,6 +16,7 @@ import contextlib
 import os
 import re
 import shutil
+import sys
 import warnings
 from pathlib import Path
 from typing import Any, Sequence
@@ -124,6 +125,10 @@ class SparkBackend(Backend):
         for key, value in conf.items():
             builder = builder.config(key, value)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # the JVM must not pick the host's address
+        if self.master.startswith("local"):
+            # Python workers run this interpreter (its venv, its pandas), not whatever python3 is on
+            # PATH; a cluster's workers run their own (PYSPARK_PYTHON names it)
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         before = _children()
         try:
             with warnings.catch_warnings():
@@ -217,8 +222,6 @@ class SparkBackend(Backend):
 
     def stop(self) -> None:
         """Stop the session, and end the JVM: also one that a stop request caught half-started."""
-        import sys
-
         if "pyspark" not in sys.modules:
             return  # never started
         from pyspark import SparkContext
