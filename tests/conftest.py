@@ -75,3 +75,23 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.line(f"{reason}:", yellow=True)
         for nodeid in tests:
             terminalreporter.line(f"  {nodeid}")
+
+
+@pytest.fixture
+def fake_crontab(tmp_path, monkeypatch) -> Path:
+    """A `crontab` command first on PATH that keeps the table in a file: the real crontab is never touched."""
+    table = tmp_path / "crontab.txt"
+    command = tmp_path / "bin" / "crontab"
+    command.parent.mkdir()
+    command.write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        case "$1" in
+          -l) [ -f "{table}" ] && exec cat "{table}"; echo "no crontab for $(id -un)" >&2; exit 1 ;;
+          -) exec cat > "{table}" ;;
+          *) echo "fake crontab: $*" >&2; exit 2 ;;
+        esac
+        """))
+    command.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{command.parent}:/usr/bin:/bin")
+    return table
+

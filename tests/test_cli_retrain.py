@@ -4,7 +4,6 @@ its tuning and training are seeded from the file, and its promotion reason shows
 from __future__ import annotations
 
 import inspect
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -16,25 +15,6 @@ from hybridflow.config import load_pipeline
 REPO = Path(__file__).resolve().parent.parent
 RETRAIN = REPO / "configs" / "weekly_retrain.yaml"
 cli = CliRunner()
-
-
-@pytest.fixture
-def fake_crontab(tmp_path, monkeypatch) -> Path:
-    """A `crontab` command first on PATH that keeps the table in a file: the real crontab is never touched."""
-    table = tmp_path / "crontab.txt"
-    command = tmp_path / "bin" / "crontab"
-    command.parent.mkdir()
-    command.write_text(textwrap.dedent(f"""\
-        #!/bin/sh
-        case "$1" in
-          -l) [ -f "{table}" ] && exec cat "{table}"; echo "no crontab for $(id -un)" >&2; exit 1 ;;
-          -) exec cat > "{table}" ;;
-          *) echo "fake crontab: $*" >&2; exit 2 ;;
-        esac
-        """))
-    command.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{command.parent}:{Path('/usr/bin')}:{Path('/bin')}")
-    return table
 
 
 def test_the_weekly_retrain_installs_its_weekly_schedule(fake_crontab):

@@ -8,7 +8,6 @@ import re
 import shutil
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -188,25 +187,6 @@ def test_doctor_under_env_i_reports_what_cron_would_miss(project, saved_crontab)
     assert "the pipeline's schedule is not in the crontab" in rows["schedule"]
     assert f"hybridflow schedule install {path}" in rows["schedule"]
     assert re.search(r"^[1-9]\d* errors?, \d+ warnings?$", done.stdout, re.MULTILINE)
-
-
-@pytest.fixture
-def fake_crontab(tmp_path, monkeypatch) -> Path:
-    """A `crontab` command first on PATH that keeps the table in a file: the real crontab is never touched."""
-    table = tmp_path / "crontab.txt"
-    command = tmp_path / "bin" / "crontab"
-    command.parent.mkdir()
-    command.write_text(textwrap.dedent(f"""\
-        #!/bin/sh
-        case "$1" in
-          -l) [ -f "{table}" ] && exec cat "{table}"; echo "no crontab for $(id -un)" >&2; exit 1 ;;
-          -) exec cat > "{table}" ;;
-          *) echo "fake crontab: $*" >&2; exit 2 ;;
-        esac
-        """))
-    command.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{command.parent}:/usr/bin:/bin")
-    return table
 
 
 SECRET_PIPELINE = tiny_pipeline("0 3 * * 1", "UTC") + '''

@@ -6,13 +6,13 @@ is recorded, and leaves no engine process."""
 from __future__ import annotations
 
 import signal
-import subprocess
 
 import pytest
 
 from .conftest import last_run_record
 from .engines import assert_nothing_left
 from .test_faults import start, wait_for
+from .test_three_engines import finish
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -70,16 +70,6 @@ def stage_waiting(project):
     return found
 
 
-def finish(process: subprocess.Popen, seconds: float, what: str) -> tuple[int, str]:
-    try:
-        output, _ = process.communicate(timeout=seconds)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        output, _ = process.communicate()
-        pytest.fail(f"the run did not end within {seconds} s of {what}; its output:\n{output}")
-    return process.returncode, output
-
-
 @pytest.mark.parametrize("function", ["waits_on_task", "waits_on_actor"])
 @pytest.mark.parametrize("stop, code", [("timeout", 124), (signal.SIGTERM, 143), (signal.SIGINT, 130)],
                          ids=["timeout", "sigterm", "sigint"])
@@ -90,8 +80,8 @@ def test_a_ray_stage_blocked_in_ray_get_is_stopped(project, function, stop, code
     if stop != "timeout":
         process.send_signal(stop)
     # a run that waited for its hour-long task would blow through this; Ray's own GCS timeout is 60 s
-    rc, output = finish(process, 50, f"{stop} (the task sleeps for an hour)")
-    assert rc == code, output
+    output = finish(process, 50, f"the run after {stop} (its task sleeps for an hour)")
+    assert process.returncode == code, output
     assert_nothing_left(marker, 60)
     run, stages = last_run_record(project.root / ".hybridflow")
     assert run["status"] == ("failed" if stop == "timeout" else "interrupted")
@@ -107,6 +97,6 @@ def test_sigterm_while_spark_starts_leaves_no_jvm(project, delay):
     process, marker = start(project)
     time.sleep(delay)  # somewhere in start-up: importing pyspark, launching or connecting to the JVM
     process.send_signal(signal.SIGTERM)
-    rc, output = finish(process, 120, "SIGTERM")
-    assert rc in (0, 143), output  # 0 only if the whole run beat the signal
+    output = finish(process, 120, "the run after SIGTERM")
+    assert process.returncode in (0, 143), output  # 0 only if the whole run beat the signal
     assert_nothing_left(marker, 60)
