@@ -59,3 +59,31 @@ def test_missing_extra_is_reported_by_validate_and_run_with_the_install_command(
     with pytest.raises(UnavailableError) as info:
         backends.require("ray")
     assert info.value.hint == "pip install 'hybridflow[ray]'"
+
+
+def test_rays_session_directory_is_private_and_removed_at_stop(tmp_path):
+    """What Ray's workers log (a task's prints, secrets too) stays in an owner-only directory of this
+    run, not the shared /tmp/ray, and is gone once the engine stops."""
+    import os
+    import stat
+    from pathlib import Path
+
+    engine = backends.create("ray", TEST_SETTINGS["ray"], tmp_path)
+    with backends.base.process_output_to(tmp_path / "engines.log"):
+        engine.start()
+    try:
+        ray = engine.ray
+        session = Path(ray._private.worker._global_node.get_session_dir_path())
+        private = Path(engine._session_dir)
+        assert private in session.parents and not str(session).startswith("/tmp/ray/")
+        assert stat.S_IMODE(os.stat(private).st_mode) == 0o700
+
+        @ray.remote
+        def chatty():
+            print("marker-7f3a printed by a task")
+            return 1
+
+        assert ray.get(chatty.remote()) == 1
+    finally:
+        engine.stop()
+    assert not private.exists()

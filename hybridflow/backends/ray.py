@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
+import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -51,6 +53,7 @@ class RayBackend(Backend):
         self.log_dir = log_dir
         self.ray = None
         self._gpus_per_trial: float = 0
+        self._session_dir: str | None = None  # the private directory around Ray's temp directory
 
     def start(self, code: Sequence[Path] = ()) -> None:
         # Without this Ray swaps 127.0.0.1 for the machine's "reachable" address.
@@ -69,6 +72,12 @@ class RayBackend(Backend):
                            _node_ip_address="127.0.0.1")
             if self.settings.num_gpus is not None:
                 options["num_gpus"] = self.settings.num_gpus
+            if "_temp_dir" not in self.settings.init:
+                # Ray's session directory holds what tasks print (secrets too): inside an owner-only
+                # directory (mkdtemp makes it 0700; Ray opens up its own to 0777) instead of the
+                # shared /tmp/ray, and removed when the engine stops
+                self._session_dir = tempfile.mkdtemp(prefix="hybridflow-ray-")
+                options["_temp_dir"] = os.path.join(self._session_dir, "ray")
             if self.gpu is not None:
                 options.update(gpu_init_options(self.settings, self.gpu.devices))
         if code:  # workers import the stage modules to run functions defined there
@@ -144,6 +153,9 @@ class RayBackend(Backend):
         if self.ray is not None:
             self.ray.shutdown()
             self.ray = None
+        if self._session_dir is not None:
+            shutil.rmtree(self._session_dir, ignore_errors=True)
+            self._session_dir = None
 
 
 def _as_module_dir(path: Path, scratch: Path) -> Path:
