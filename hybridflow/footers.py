@@ -117,8 +117,6 @@ def _nullable_columns(metadata: pq.FileMetaData) -> set[str]:
             stats = row_group.column(i).statistics
             if stats is None or not stats.has_null_count or stats.null_count:
                 found.add(schema.column(i).path)
-    if metadata.num_row_groups == 0:
-        return set()
     return found
 
 

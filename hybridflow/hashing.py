@@ -54,15 +54,12 @@ def _parquet_data_end(path: Path) -> tuple[int, str | None]:
     from .contract import standard_schema
 
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as handle:
-            handle.seek(max(size - 8, 0))
-            tail = handle.read(8)
         metadata = pq.read_metadata(path)
     except Exception:  # not readable as Parquet: its bytes are its content
         return 0, None
     schema = standard_schema(metadata.schema.to_arrow_schema().remove_metadata())
-    return size - 8 - int.from_bytes(tail[:4], "little"), f"{metadata.num_rows}\n{schema}\n"
+    # the file ends with the footer, its 4-byte length and PAR1
+    return path.stat().st_size - 8 - metadata.serialized_size, f"{metadata.num_rows}\n{schema}\n"
 
 
 def digest_of(items) -> str:

@@ -27,7 +27,7 @@ from .backends.base import EngineOutput
 from .catalog import Catalog, Version
 from .context import StageContext
 from .errorsite import describe_user_error
-from .footers import read_footers
+from .footers import Footers, read_footers
 from .readerrors import input_read_failure
 from .contract import declared_schema, schema_differences
 from .errors import (ConfigError, DataError, HybridflowError, InterruptedRun, StageError, StageTimeout,
@@ -141,6 +141,7 @@ class Runner:
         self._engines: dict[str, Any] = {}
         self._engine_seconds: dict[str, float] = {}
         self._engine_output: EngineOutput | None = None  # the run's engines.log, redacted
+        self._footers: dict[str, Footers] = {}  # external Parquet inputs' footers, read once per run
         self._signals = _SignalState()
         self._run_id: str | None = None
         self._gpu: gpu.GpuPlan | None = None  # each stage's device, decided in _preflight
@@ -412,7 +413,7 @@ class Runner:
             if ds.kind == "files":
                 return path
             if ds.format == "parquet":  # one clear error for a bad file, whichever engine reads it
-                read_footers(dataset, parquet_files(TableSource(dataset, (path,))))
+                self._external_footers(dataset)
             source = self._external_source(run_id, dataset, path, backend, partitions)
         else:
             version = self.catalog.current(dataset)
@@ -536,17 +537,23 @@ class Runner:
         rows, size = 0, 0
         for dataset in datasets:
             if self.pipeline.is_external(dataset):
-                path = self.pipeline.external_path(dataset)
-                size += sum(f.stat().st_size for f in external_files(path))
+                size += sum(f.stat().st_size for f in external_files(self.pipeline.external_path(dataset)))
                 ds = self.pipeline.dataset(dataset)
                 countable = ds.kind == "table" and ds.format == "parquet"
-                footers = read_footers(dataset, parquet_files(TableSource(dataset, (path,)))) if countable else None
-                rows = None if rows is None or footers is None else rows + footers.rows
+                rows = None if rows is None or not countable else rows + self._external_footers(dataset).rows
             else:
                 version = self.catalog.current(dataset)
                 size += version.bytes
                 rows = None if rows is None or version.rows is None else rows + version.rows
         return rows, size
+
+    def _external_footers(self, dataset: str) -> Footers:
+        """An external Parquet input's footers, checked; read once per run (a stage counts its rows
+        from them before it reads the input, and several stages may read one input)."""
+        if dataset not in self._footers:
+            path = self.pipeline.external_path(dataset)
+            self._footers[dataset] = read_footers(dataset, parquet_files(TableSource(dataset, (path,))))
+        return self._footers[dataset]
 
     def _input_version(self, dataset: str) -> str:
         if self.pipeline.is_external(dataset):  # the content digest the stage's fingerprint used
@@ -559,7 +566,8 @@ class Runner:
         an input the engine could not decode while the stage ran is a data error instead."""
         log.error("the stage raised:\n%s", "".join(traceback.format_exception(exc)))
         if stage is not None:
-            unreadable = input_read_failure(exc, {ds: self._input_paths(ds) for ds in self.pipeline.stages[stage].inputs})
+            inputs = {ds: self._input_paths(ds) for ds in self.pipeline.stages[stage].inputs}
+            unreadable = input_read_failure(exc, inputs)
             if unreadable is not None:
                 return unreadable
         return StageError(self.pipeline.redact(describe_user_error(exc, self.pipeline.root)))
@@ -688,10 +696,7 @@ def _time_limit(seconds: float | None, backend, stage: str):
             backend.cancel()
         if in_main and not finished.is_set():
             signal.pthread_kill(main.ident, signal.SIGALRM)
-        deadline = time.monotonic() + 60
-        while not finished.wait(1) and time.monotonic() < deadline:  # work started after the first cancel
-            with contextlib.suppress(Exception):
-                backend.cancel()
+        _keep_cancelling(backend, finished.is_set, pause=finished.wait)
 
     previous = signal.signal(signal.SIGALRM, on_alarm) if in_main else None
     timer = threading.Timer(seconds, expire)
@@ -714,6 +719,19 @@ def _time_limit(seconds: float | None, backend, stage: str):
             signal.signal(signal.SIGALRM, previous)
     if fired.is_set() and not in_main:
         raise timed_out  # no signal could interrupt the body: it ran to the end, but too long
+
+
+def _keep_cancelling(engine, done, pause=time.sleep, seconds: float = 60) -> None:
+    """After a first cancel: cancel the engine's work again each second until `done()` (the stage
+    has ended) or `seconds` pass, since work the stage starts after a cancel (an actor still being
+    created, a task submitted late) must not keep it waiting. `pause(1)` waits a second."""
+    deadline = time.monotonic() + seconds
+    while not done() and time.monotonic() < deadline:
+        pause(1)
+        if done():
+            return
+        with contextlib.suppress(Exception):
+            engine.cancel()
 
 
 def _seconds(value: float) -> str:
@@ -748,13 +766,9 @@ class _SignalState:
             return
 
         def cancel_until_the_stage_ends() -> None:
-            # again each second: work the stage starts after the first cancel (an actor still being
-            # created, a task submitted late) must not keep it waiting
-            deadline = time.monotonic() + 60
-            while self.running is engine and time.monotonic() < deadline:
-                with contextlib.suppress(Exception):
-                    engine.cancel()
-                time.sleep(1)
+            with contextlib.suppress(Exception):
+                engine.cancel()
+            _keep_cancelling(engine, lambda: self.running is not engine)
 
         threading.Thread(target=cancel_until_the_stage_ends, name="hybridflow-cancel", daemon=True).start()
 

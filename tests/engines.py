@@ -33,6 +33,17 @@ def start_engines(log_dir: Path, names=ENGINES, code=()) -> dict:
     return started
 
 
+def engines_for_module(tmp_path_factory, project):
+    """Every engine, shipping `project`'s stage package to their workers, for one test module: a
+    module-scoped fixture does `yield from engines_for_module(...)`, and they stop when it ends."""
+    started = start_engines(tmp_path_factory.mktemp("engine-logs"), code=[project.root / "mypkg"])
+    try:
+        yield started
+    finally:
+        for engine in started.values():
+            engine.stop()
+
+
 def child_pids(pid: int | None = None) -> set[int]:
     """Every live descendant of `pid` (default: this process), read from /proc. Python's own
     multiprocessing resource tracker is left out: it belongs to this interpreter, not to an engine,

@@ -21,7 +21,7 @@ from hybridflow.runner import Runner
 from hybridflow.tables import TableSource, read_arrow, write_arrow
 
 from .conftest import Project
-from .engines import ENGINES, start_engines
+from .engines import ENGINES, engines_for_module
 from .typetable import every_type_table
 
 EXPECTED = every_type_table()
@@ -37,10 +37,7 @@ def shared_project(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory, shared_project):
-    started = start_engines(tmp_path_factory.mktemp("engine-logs"), code=[shared_project.root / "mypkg"])
-    yield started
-    for engine in started.values():
-        engine.stop()
+    yield from engines_for_module(tmp_path_factory, shared_project)
 
 
 def source_of(directory, table: pa.Table) -> TableSource:

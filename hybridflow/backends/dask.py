@@ -124,14 +124,15 @@ class DaskBackend(Backend):
 
         if source.format != "parquet":  # external text input: read and typed once, then distributed
             return dd.from_pandas(pandas_frames.to_pandas(read_arrow(source)), npartitions=2)
-        footers = read_footers(source.name, parquet_files(source))
+        files = parquet_files(source)
+        footers = read_footers(source.name, files)
         if source.partition_by:  # one task per file, partition columns restored from its path
             base = source.base or source.files[0]
             nullable = set(footers.nullable) | {
                 column for column in source.partition_by
                 if any(partition_values(f, base, source.partition_by).get(column) is None for f in source.files)}
             kinds = pandas_frames.schema_kinds(source.schema, nullable)
-            return dd.from_map(_read_partitioned_pandas, list(parquet_files(source)), source=source, kinds=kinds,
+            return dd.from_map(_read_partitioned_pandas, files, source=source, kinds=kinds,
                                meta=pandas_frames.to_pandas(source.schema.empty_table(), kinds),
                                label="read-parquet")
         schema = source.schema or footers.schema

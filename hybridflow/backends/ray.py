@@ -111,9 +111,10 @@ class RayBackend(Backend):
     def read(self, source: TableSource):
         if source.format != "parquet":
             return self.ray.data.from_arrow(read_arrow(source))
-        files = [str(f) for f in parquet_files(source)]
+        paths = parquet_files(source)
+        files = [str(f) for f in paths]
         if not source.partition_by:
-            footers = read_footers(source.name, parquet_files(source))
+            footers = read_footers(source.name, paths)
             # Ray holds no string_view and friends: an explicit schema has the scan cast them
             standard = {"schema": footers.schema} if footers.variants else {}
             return self.ray.data.read_parquet(files, file_extensions=None, partitioning=None, **standard)
