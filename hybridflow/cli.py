@@ -248,22 +248,37 @@ def run(
     if dry_run:
         _print_plan(runner)
         return
-    from .progress import listener_for, summary_line, summary_table
+    from .progress import listener_for
 
-    runner.listener = listener_for(err)
+    runner.listener = _RunReport(listener_for(err), pipeline, trigger)
     result = _run_notifying_failed_start(runner)
-    out.print(summary_table(result))
-    out.print(summary_line(result))
-    for stage in result.failed:
-        err.print(f"[bold red]{stage.name} failed:[/] {escape(stage.error or '')}", soft_wrap=True)
-        err.print(f"  log: {stage.log_path}", soft_wrap=True, markup=False)
-    if result.resume_command:
-        err.print(f"resume with: {result.resume_command}", soft_wrap=True, markup=False)
-    from .notify import run_summary
-
-    _notify(pipeline, run_summary(pipeline, result, trigger))
     if result.error is not None:
         raise typer.Exit(int(result.error.exit_code))
+
+
+class _RunReport:
+    """Progress while a run goes; its summary and notifications once its record is final (also when a
+    stuck stage forces the run to end, and the process exits right after)."""
+
+    def __init__(self, progress, pipeline, trigger: str) -> None:
+        self.progress, self.pipeline, self.trigger = progress, pipeline, trigger
+
+    def __getattr__(self, name: str):
+        return getattr(self.progress, name)  # run_started, engine_started, stage_changed, close
+
+    def run_finished(self, result) -> None:
+        from .notify import run_summary
+        from .progress import summary_line, summary_table
+
+        self.progress.close()
+        out.print(summary_table(result))
+        out.print(summary_line(result))
+        for stage in result.failed:
+            err.print(f"[bold red]{stage.name} failed:[/] {escape(stage.error or '')}", soft_wrap=True)
+            err.print(f"  log: {stage.log_path}", soft_wrap=True, markup=False)
+        if result.resume_command:
+            err.print(f"resume with: {result.resume_command}", soft_wrap=True, markup=False)
+        _notify(self.pipeline, run_summary(self.pipeline, result, self.trigger))
 
 
 def _run_notifying_failed_start(runner):

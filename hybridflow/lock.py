@@ -16,6 +16,23 @@ from pathlib import Path
 from .errors import LockedError
 
 
+_HELD: set[int] = set()  # descriptors of the locks this process holds
+
+
+def _close_held_in_child() -> None:
+    """A forked child (a python stage's process) must not keep a run's lock alive: the lock belongs
+    to the run, and ends with the runner's process."""
+    for fd in _HELD:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_close_held_in_child)
+
+
 class RunLock:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -35,9 +52,11 @@ class RunLock:
         os.pwrite(fd, json.dumps({"run_id": run_id, "pid": os.getpid(),
                                   "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode(), 0)
         self._fd = fd
+        _HELD.add(fd)
 
     def release(self) -> None:
         if self._fd is not None:
+            _HELD.discard(self._fd)
             os.close(self._fd)  # closing the descriptor releases the flock
             self._fd = None
 

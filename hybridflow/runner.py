@@ -10,8 +10,10 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import secrets
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -22,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import backends, gpu, signature
+from . import backends, childprocess, gpu, processes, signature
 from .backends.base import EngineOutput
 from .catalog import Catalog, Version
 from .context import StageContext
@@ -98,6 +100,18 @@ class Listener:
 
     def stage_changed(self, stage: StageResult) -> None: ...
 
+    def run_finished(self, result: RunResult) -> None:
+        """Called once the run's record is final, also when a stage stuck in native code forced the
+        process to end (it exits right after this returns)."""
+
+
+@dataclass(frozen=True)
+class Written:
+    """A table output written to its staging directory, not yet checked or committed."""
+
+    directory: Path
+    schema: pa.Schema
+
 
 @dataclass(frozen=True)
 class PlannedInput:
@@ -145,6 +159,9 @@ class Runner:
         self._signals = _SignalState()
         self._run_id: str | None = None
         self._gpu: gpu.GpuPlan | None = None  # each stage's device, decided in _preflight
+        self._live: _LiveRun | None = None  # the run in progress, for a forced end
+        self._ending = threading.Lock()  # held by whichever ends the run: the main thread or a forced end
+        self._signals.on_stuck = self._end_stuck_run
 
     @property
     def run_id(self) -> str | None:
@@ -236,9 +253,13 @@ class Runner:
                 raise
             private_dir(run_dir / "logs")  # 0700: logs may quote data
             self.listener.run_started(run_id, list(results.values()))
+            self._live = _LiveRun(run_dir, results, record, started, clock)
             with _signals_as_exceptions(self._signals):
-                status, error = self._run_stages(run_id, run_dir, results)
-                self._signals.check()
+                try:
+                    status, error = self._run_stages(run_id, run_dir, results)
+                    self._signals.check()
+                finally:
+                    self._ending.acquire()  # a forced end under way finishes the run; this thread waits
             if status == "success":
                 self._collect_garbage()
         except (KeyboardInterrupt, _Terminated) as exc:
@@ -256,6 +277,9 @@ class Runner:
         finally:
             self._stop_engines()
             self.catalog.discard_staging(run_id)
+            self._live = None
+            if self._ending.locked():
+                self._ending.release()
         result = RunResult(run_id, self.pipeline.name, status, results, dict(self._engine_seconds),
                            started.isoformat(timespec="seconds"), time.monotonic() - clock, run_dir,
                            error=error)
@@ -263,7 +287,46 @@ class Runner:
             result.resume_command = f"hybridflow run {self._file_arg()} --resume"
         self.store.save_run(**record, status=status, ended_at=_now(),
                             error=self.pipeline.redact(error.one_line()) if error else None)
+        self.listener.run_finished(result)
         return result
+
+    def _end_stuck_run(self, error: HybridflowError) -> None:
+        """The last resort when a stop request or a timeout could not get the main thread back: the
+        stage is busy in native code in this process (a numpy call in a Spark stage's driver code),
+        which no cancel and no Python signal handler can interrupt. Called from a helper thread:
+        ends every process the run started, drops its staging, records the run, reports it, and
+        exits this process with the error's code. Published data is safe: no commit is under way
+        (a commit defers stop requests), and staging is never read."""
+        live = self._live
+        if live is None or not self._ending.acquire(blocking=False):
+            return  # the main thread is already ending the run
+        try:
+            for engine in list(self._engines.values()):
+                with contextlib.suppress(Exception):
+                    engine.abandon()
+            processes.end_all()
+            sys.stdout, sys.stderr = live.streams  # the stuck stage's own prints went to its log
+            for result in live.results.values():
+                if result.status == "running":
+                    self._finish(result, "failed", error=self.pipeline.redact(error.one_line()))
+                elif result.status == "waiting":
+                    self._finish(result, "not run", reason="the run was ended")
+            self.catalog.discard_staging(self._run_id)
+            status = "interrupted" if isinstance(error, InterruptedRun) else "failed"
+            run = RunResult(self._run_id, self.pipeline.name, status, live.results, dict(self._engine_seconds),
+                            live.started.isoformat(timespec="seconds"), time.monotonic() - live.clock,
+                            live.run_dir, resume_command=f"hybridflow run {self._file_arg()} --resume", error=error)
+            self.store.save_run(**live.record, status=status, ended_at=_now(),
+                                error=self.pipeline.redact(error.one_line()))
+            if self._engine_output is not None:
+                self._engine_output.close()
+            self.listener.run_finished(run)
+        finally:
+            for stream in live.streams:
+                with contextlib.suppress(Exception):
+                    stream.flush()  # os._exit skips it: a summary sent to a file or a pipe would be lost
+            processes.end_all()  # again: an engine still running in a thread here replaces what died
+            os._exit(int(error.exit_code))
 
     def _collect_garbage(self) -> None:
         """Old versions go after a successful run; failing to remove them never fails the run."""
@@ -347,11 +410,11 @@ class Runner:
         self._signals.check()
         self._signals.running = backend
         try:
-            with _time_limit(spec.timeout, backend, result.name):
+            with _time_limit(spec.timeout, backend, result.name, self._end_stuck_run):
                 if decision.action == INCREMENTAL and not decision.changes.changed:
                     produced = {}  # partitions were only removed: nothing to compute
                 else:
-                    produced = self._call(run_id, result, backend, log, log_stream, decision)
+                    produced = self._produce(run_id, result, backend, log, log_stream, decision)
                 self._signals.check()
                 prepared = self._prepare_outputs(run_id, result, backend, produced, log, decision)
         except StageTimeout:
@@ -369,6 +432,19 @@ class Runner:
         while (left := deadline - time.monotonic()) > 0:
             self._signals.check()
             time.sleep(min(left, 0.2))
+
+    def _produce(self, run_id: str, result: StageResult, backend, log: logging.Logger, log_stream,
+                 decision: Decision) -> dict[str, Any]:
+        """The stage's outputs: frames from the engine, or, for an engine whose stages run in a child
+        process (python, off the GPU), the outputs that child already wrote (see childprocess)."""
+        if not (backend.isolated_calls and not backend.stage_on_gpu and childprocess.available()):
+            return self._call(run_id, result, backend, log, log_stream, decision)
+
+        def call_and_write() -> dict[str, Written]:
+            frames = self._call(run_id, result, backend, log, log_stream, decision)
+            return {ds: self._write(run_id, result.name, ds, backend, frame, log) for ds, frame in frames.items()}
+
+        return childprocess.call_in_child(call_and_write, streams=[log_stream])
 
     def _call(self, run_id: str, result: StageResult, backend, log: logging.Logger, log_stream,
               decision: Decision) -> dict[str, Any]:
@@ -503,15 +579,13 @@ class Runner:
         written = None
         if ds.kind == "files":
             staging = self.catalog.staging_root() / run_id / dataset
+        elif dataset in frames:
+            output = frames[dataset]
+            if not isinstance(output, Written):
+                output = self._write(run_id, stage, dataset, backend, output, log)
+            staging, written = output.directory, output.schema
         else:
             staging = self.catalog.new_staging(run_id, dataset)
-            if dataset in frames:
-                try:
-                    written = backend.write(frames[dataset], staging, partition_by)
-                except (KeyboardInterrupt, _Terminated, HybridflowError):
-                    raise
-                except Exception as exc:  # engines compute lazily: the stage's own code fails here
-                    raise self._user_error(exc, log, stage) from exc
         if decision.action == INCREMENTAL:
             previous = decision.previous[dataset]
             if written is not None and previous.schema is not None:
@@ -531,6 +605,15 @@ class Runner:
                                     declared=declared_schema(ds.schema_), partition_by=partition_by,
                                     written=written,
                                     fingerprint=decision.fingerprint.record() if decision.fingerprint else None)
+
+    def _write(self, run_id: str, stage: str, dataset: str, backend, frame: Any, log: logging.Logger) -> Written:
+        staging = self.catalog.new_staging(run_id, dataset)
+        try:
+            return Written(staging, backend.write(frame, staging, tuple(self.pipeline.dataset(dataset).partition_by)))
+        except (KeyboardInterrupt, _Terminated, HybridflowError):
+            raise
+        except Exception as exc:  # engines compute lazily: the stage's own code fails here
+            raise self._user_error(exc, log, stage) from exc
 
     def _input_size(self, datasets: list[str]) -> tuple[int | None, int | None]:
         """Rows and bytes a stage reads: from manifests; an external input counts its bytes only."""
@@ -675,10 +758,11 @@ class _TimedOut(BaseException):
 
 
 @contextlib.contextmanager
-def _time_limit(seconds: float | None, backend, stage: str):
+def _time_limit(seconds: float | None, backend, stage: str, end_run=None):
     """Run the body for at most `seconds`. When time is up, a timer thread asks the engine to cancel
     its work (which unblocks a main thread waiting on it) and interrupts the main thread with
-    SIGALRM; any way the body then ends becomes a StageTimeout."""
+    SIGALRM; any way the body then ends becomes a StageTimeout. A body that still has not ended
+    STUCK_AFTER seconds later is busy in native code: `end_run(error)` ends the whole run."""
     if not seconds:
         yield
         return
@@ -696,7 +780,11 @@ def _time_limit(seconds: float | None, backend, stage: str):
             backend.cancel()
         if in_main and not finished.is_set():
             signal.pthread_kill(main.ident, signal.SIGALRM)
-        _keep_cancelling(backend, finished.is_set, pause=finished.wait)
+        stuck = StageTimeout(f"stage '{stage}' timed out after {_seconds(seconds)} and did not stop within "
+                             f"{STUCK_AFTER:g}s more (busy in native code outside its engine), so the run was ended",
+                             hint="raise its timeout, or make it faster")
+        _keep_cancelling(backend, finished.is_set, pause=finished.wait,
+                         stuck=(lambda: end_run(stuck)) if end_run and in_main else None)
 
     previous = signal.signal(signal.SIGALRM, on_alarm) if in_main else None
     timer = threading.Timer(seconds, expire)
@@ -721,17 +809,38 @@ def _time_limit(seconds: float | None, backend, stage: str):
         raise timed_out  # no signal could interrupt the body: it ran to the end, but too long
 
 
-def _keep_cancelling(engine, done, pause=time.sleep, seconds: float = 60) -> None:
+# Seconds a stage may take to end after its engine work was cancelled (a timeout, a stop request)
+# before the run is ended around it: on a loaded machine a cancel and its engine's reply take a few.
+STUCK_AFTER = 6.0
+
+
+def _keep_cancelling(engine, done, pause=time.sleep, seconds: float = 60, stuck=None) -> None:
     """After a first cancel: cancel the engine's work again each second until `done()` (the stage
     has ended) or `seconds` pass, since work the stage starts after a cancel (an actor still being
-    created, a task submitted late) must not keep it waiting. `pause(1)` waits a second."""
-    deadline = time.monotonic() + seconds
-    while not done() and time.monotonic() < deadline:
+    created, a task submitted late) must not keep it waiting. `pause(1)` waits a second. A stage
+    still not done STUCK_AFTER seconds after the first cancel is handed to `stuck()`."""
+    started = time.monotonic()
+    while not done() and time.monotonic() - started < seconds:
         pause(1)
         if done():
             return
+        if stuck is not None and time.monotonic() - started >= STUCK_AFTER:
+            stuck()
+            return
         with contextlib.suppress(Exception):
             engine.cancel()
+
+
+@dataclass
+class _LiveRun:
+    """What a forced end needs of the run in progress."""
+
+    run_dir: Path
+    results: dict[str, StageResult]
+    record: dict[str, Any]
+    started: datetime
+    clock: float
+    streams: tuple = field(default_factory=lambda: (sys.stdout, sys.stderr))  # as the run began
 
 
 def _seconds(value: float) -> str:
@@ -756,6 +865,7 @@ class _SignalState:
         self.installed = False
         self._deferred = False
         self.running = None  # the engine of the stage being called, which a stop request cancels
+        self.on_stuck = None  # called with an InterruptedRun when the stage does not end after a cancel
 
     def on_wakeup(self, signum: int) -> None:
         """Called from the watcher thread the moment SIGINT or SIGTERM arrives, even while the main
@@ -768,7 +878,8 @@ class _SignalState:
         def cancel_until_the_stage_ends() -> None:
             with contextlib.suppress(Exception):
                 engine.cancel()
-            _keep_cancelling(engine, lambda: self.running is not engine)
+            stuck = (lambda: self.on_stuck(InterruptedRun(signum))) if self.on_stuck else None
+            _keep_cancelling(engine, lambda: self.running is not engine, stuck=stuck)
 
         threading.Thread(target=cancel_until_the_stage_ends, name="hybridflow-cancel", daemon=True).start()
 

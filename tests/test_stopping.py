@@ -1,7 +1,8 @@
 """Stops that must work whatever the stage is blocked in: a Ray stage waiting in ray.get on a task or
-an actor call that sleeps for an hour is stopped by its timeout, SIGTERM and SIGINT within seconds;
-SIGTERM while Spark is still starting leaves no JVM behind. Every run exits with its documented code,
-is recorded, and leaves no engine process."""
+an actor call that sleeps for an hour, a Spark or Dask stage waiting on an hour-long job, and a stage
+busy in one endless native call (numpy) are stopped by their timeout, SIGTERM and SIGINT within
+seconds; SIGTERM while Spark is still starting leaves no JVM behind. Every run exits with its
+documented code, is recorded, publishes nothing, and leaves no engine process."""
 
 from __future__ import annotations
 
@@ -46,6 +47,36 @@ def waits_on_actor(ctx):
     return pd.DataFrame({"x": [1]})
 
 
+def _sleepy(part):
+    time.sleep(3600)
+    return part
+
+
+def waits_on_dask(ctx):
+    import dask.dataframe as dd
+
+    frame = dd.from_pandas(pd.DataFrame({"x": range(4)}), npartitions=2)
+    ctx.log.info("waiting")
+    return frame.map_partitions(_sleepy, meta=frame._meta)  # computed while the runner writes it
+
+
+def waits_on_spark(ctx):
+    from pyspark.sql.functions import udf
+
+    sleepy = udf(lambda x: time.sleep(3600) or x, "long")
+    ctx.log.info("waiting")
+    return ctx.spark.range(4).withColumn("x", sleepy("id"))
+
+
+def busy_in_native_code(ctx):
+    import numpy as np
+
+    ctx.log.info("waiting")
+    m = np.ones((7000, 7000))
+    while True:
+        m @ m  # one call of many seconds, which no Python signal handler can interrupt
+
+
 def spark_etl(ctx):
     return ctx.spark.createDataFrame(pd.DataFrame({"x": [1, 2]}))
 '''
@@ -86,6 +117,37 @@ def test_a_ray_stage_blocked_in_ray_get_is_stopped(project, function, stop, code
     run, stages = last_run_record(project.root / ".hybridflow")
     assert run["status"] == ("failed" if stop == "timeout" else "interrupted")
     assert stages["work"]["status"] == "failed"
+    assert not (project.home("stopping") / "datasets" / "out").exists()  # nothing published
+
+
+STOPS = {"timeout": ("timeout", 124), "sigterm": (signal.SIGTERM, 143), "sigint": (signal.SIGINT, 130)}
+
+
+@pytest.mark.parametrize("backend, function, stop", [
+    ("python", "busy_in_native_code", "timeout"),  # python stages run in a child process that is killed
+    ("python", "busy_in_native_code", "sigterm"),
+    ("python", "busy_in_native_code", "sigint"),
+    ("dask", "busy_in_native_code", "timeout"),  # the driver itself is stuck: the run is ended around it
+    ("dask", "busy_in_native_code", "sigint"),
+    ("dask", "waits_on_dask", "timeout"),
+    ("dask", "waits_on_dask", "sigterm"),
+    ("spark", "waits_on_spark", "timeout"),
+    ("spark", "waits_on_spark", "sigint"),
+])
+def test_a_stage_blocked_in_its_engine_or_in_native_code_is_stopped(project, backend, function, stop):
+    stop, code = STOPS[stop]
+    pipeline(project, backend, function, ", timeout: 5" if stop == "timeout" else "")
+    process, marker = start(project)
+    wait_for(stage_waiting(project), f"the {backend} stage to start its endless work", process, seconds=300)
+    if stop != "timeout":
+        process.send_signal(stop)
+    output = finish(process, 45, f"the run after {stop} (its stage never ends by itself)")
+    assert process.returncode == code, output
+    assert_nothing_left(marker, 60)
+    run, stages = last_run_record(project.root / ".hybridflow")
+    assert run["status"] == ("failed" if stop == "timeout" else "interrupted"), run
+    assert stages["work"]["status"] == "failed"
+    assert "backend" in output  # the summary table (its header) was printed all the same
     assert not (project.home("stopping") / "datasets" / "out").exists()  # nothing published
 
 

@@ -45,6 +45,11 @@ class Backend(ABC):
     def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...]) -> pa.Schema:
         """The engine's own Parquet write; returns the Arrow schema of the whole frame."""
 
+    # Stages call their function in a forked child process that a timeout or a stop request can kill
+    # at once, even inside native code (see childprocess); only for engines whose stages need no
+    # engine connection, since a child cannot share the parent's (a JVM gateway, a Ray driver).
+    isolated_calls: bool = False
+
     def is_frame(self, value: Any) -> bool:
         """Whether a stage's return value is a frame this engine can write."""
         return True
@@ -69,6 +74,11 @@ class Backend(ABC):
     def cancel(self) -> None:
         """Cancel the engine work of the running stage (its timeout fired). Called from another
         thread; best effort: the runner stops the engine afterwards anyway."""
+
+    def abandon(self) -> None:
+        """The run is being ended around a stage stuck in this process, and every process the engine
+        started is about to be killed: stop whatever in this process would start replacements. Called
+        from another thread; must not block."""
 
     def stop(self) -> None:
         """Stop what this backend started (never an attached cluster). Safe to call twice."""

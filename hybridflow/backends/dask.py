@@ -162,6 +162,11 @@ class DaskBackend(Backend):
             keys = list(self.client.futures)  # what this client is computing or holding for the stage
             self.client.cancel([Future(key, self.client) for key in keys], force=True)
 
+    def abandon(self) -> None:
+        if self.cluster is not None:  # a LocalCluster's nannies live in this process: no restarts
+            for nanny in list(self.cluster.workers.values()):
+                nanny.close_gracefully(reason="hybridflow ends the run")
+
     def stop(self) -> None:
         if self.gpu is not None:
             import dask

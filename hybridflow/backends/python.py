@@ -24,6 +24,7 @@ from .base import Backend, index_as_columns
 class PythonBackend(Backend):
     name = "python"
     frame_types = "pandas DataFrames or pyarrow Tables (or cuDF DataFrames on the GPU)"
+    isolated_calls = True  # off the GPU: a CUDA context does not survive a fork
 
     def __init__(self, settings: Any = None) -> None:
         self.rmm_pool_size = settings.get("rmm_pool_size") if isinstance(settings, dict) else None

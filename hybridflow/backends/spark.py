@@ -23,6 +23,7 @@ from typing import Any, Sequence
 
 import pyarrow as pa
 
+from .. import processes
 from ..errors import DataError, UnavailableError, first_line
 from ..footers import read_footers
 from ..tables import TableSource, parquet_files
@@ -129,7 +130,7 @@ class SparkBackend(Backend):
             # Python workers run this interpreter (its venv, its pandas), not whatever python3 is on
             # PATH; a cluster's workers run their own (PYSPARK_PYTHON names it)
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        before = _children()
+        before = processes.children()
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # pyspark's notice about pandas 3 on import
@@ -138,7 +139,7 @@ class SparkBackend(Backend):
             # a stop request (or a failure) half-way through: the JVM may be launched already, its
             # process known to no one yet; it must not outlive us
             self.stop()
-            _end_processes(_children() - before)
+            processes.end(processes.children() - before)
             if not isinstance(exc, Exception):
                 raise
             raise UnavailableError(f"spark failed to start (master {self.master}): {first_line(exc)}",
@@ -243,30 +244,6 @@ class SparkBackend(Backend):
                 process.wait()
             SparkContext._gateway = None
             SparkContext._jvm = None
-
-
-def _children() -> set[int]:
-    """Process ids of this process's live children (Linux /proc; empty elsewhere)."""
-    me, found = str(os.getpid()), set()
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[1] == me and fields[0] != "Z":
-            found.add(int(entry.name))
-    return found
-
-
-def _end_processes(pids: set[int]) -> None:
-    import signal
-
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError, PermissionError):
-            pass
 
 
 def _check_representable(dataset: str, schema: pa.Schema) -> None:
