@@ -155,6 +155,16 @@ class Catalog:
         faults.checkpoint("publish:moved")
         return Version(name, version_id, final, manifest)
 
+    def discard(self, version: Version) -> None:
+        """Remove a prepared version that will never be committed (renamed out of versions/ first, so
+        that a crash half-way leaves trash, never a half-deleted version)."""
+        if self.current(version.dataset) is not None and self.current(version.dataset).id == version.id:
+            raise DataError(f"refusing to discard the current version {version.id} of '{version.dataset}'")
+        trash = self.home / "trash" / f"{version.dataset}-{version.id}"
+        trash.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(version.directory, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+
     def commit(self, version: Version) -> None:
         """Make a prepared version the dataset's current one: the single atomic step."""
         self.commit_together([version])

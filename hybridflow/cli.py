@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperGroup
 
-from .errors import ConfigError, ExitCode, HybridflowError, UsageError, counted
+from .errors import ConfigError, ExitCode, HybridflowError, UsageError, counted, is_out_of_space, out_of_space
 
 # what a --force value looks like: stage names (identifiers), comma-separated
 STAGE_LIST = re.compile(r"\s*[A-Za-z_]\w*(\s*,\s*[A-Za-z_]\w*)*\s*,?\s*", re.ASCII)
@@ -91,6 +91,12 @@ def _guarded(command):
             err.print("[bold red]interrupted[/]")
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
         except Exception as exc:  # a bug in hybridflow: say so plainly
+            if is_out_of_space(exc, Path.cwd()):  # a full disk is not a bug: where, and how to fix it
+                storage = out_of_space(getattr(exc, "filename", None) or Path.cwd())
+                if verbose:
+                    err.print_exception()
+                err.print(f"[bold red]error:[/] {escape(storage.one_line())}", soft_wrap=True)
+                raise typer.Exit(int(storage.exit_code)) from None
             if verbose:
                 err.print_exception()
             err.print(f"[bold red]internal error:[/] {type(exc).__name__}: {escape(str(exc))} "

@@ -19,6 +19,7 @@ class ExitCode(IntEnum):
     DATA = 65  # an input is missing or a dataset breaks its schema contract
     UNAVAILABLE = 69  # an engine or an optional extra is not installed or cannot start
     INTERNAL = 70  # a bug in hybridflow itself; rerun with --verbose and report it
+    IO_ERROR = 74  # out of disk space (or quota) where hybridflow or an engine writes
     LOCKED = 75  # another run of the same pipeline holds its lock; try again later
     CONFIG = 78  # the pipeline file is invalid
     TIMEOUT = 124  # a stage ran past its timeout
@@ -144,6 +145,68 @@ class StageError(HybridflowError):
     """A stage's own code raised; the message is the user's exception, located in the user's file."""
 
     exit_code = ExitCode.STAGE_FAILED
+
+
+class StorageError(HybridflowError):
+    """The disk (or the user's quota) is full where the run writes: the user's to fix, not a bug."""
+
+    exit_code = ExitCode.IO_ERROR
+
+
+# How running out of space reads: the errno, SQLite's words for it, and the OS's text (which is all a
+# JVM's or a worker's wrapped exception carries of it).
+_OUT_OF_SPACE = re.compile(r"No space left on device|Disk quota exceeded|database or disk is full", re.I)
+
+
+def is_out_of_space(exc: BaseException, where=None) -> bool:
+    """Whether `exc`, or an exception it was raised from, says the disk or a quota is full; with
+    `where`, also any I/O error while the disk there has (almost) no space left, which is how SQLite
+    reports a journal it could not create ("disk I/O error")."""
+    import errno
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, StorageError):
+            return True
+        if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        try:
+            text = str(current)
+        except Exception:  # a JVM exception asks the JVM for its text, and the JVM may be gone
+            text = ""
+        if _OUT_OF_SPACE.search(text):
+            return True
+        current = current.__cause__ or current.__context__
+    return where is not None and _is_io_error(exc) and _free_bytes(where) < 2**20
+
+
+def _is_io_error(exc: BaseException) -> bool:
+    import sqlite3
+
+    return isinstance(exc, (OSError, sqlite3.OperationalError))
+
+
+def _free_bytes(where) -> float:
+    import shutil
+    from pathlib import Path
+
+    place = Path(where)
+    while not place.exists() and place != place.parent:
+        place = place.parent
+    try:
+        return shutil.disk_usage(place).free
+    except OSError:
+        return float("inf")
+
+
+def out_of_space(where) -> StorageError:
+    """The one error for a full disk: where, and how much is free there now."""
+    free = _free_bytes(where)
+    room = "free space unknown" if free == float("inf") else f"{free / 2**20:.1f} MiB free there now"
+    return StorageError(f"out of disk space writing under {where} ({room})",
+                        hint="free some space (hybridflow gc removes old versions), or move workdir to a bigger disk")
 
 
 class StageTimeout(HybridflowError):

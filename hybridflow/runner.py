@@ -33,7 +33,7 @@ from .footers import Footers, read_footers
 from .readerrors import input_read_failure
 from .contract import declared_schema, schema_differences
 from .errors import (ConfigError, DataError, HybridflowError, InterruptedRun, StageError, StageTimeout,
-                     UnavailableError, counted, first_line)
+                     UnavailableError, counted, first_line, is_out_of_space, out_of_space)
 from .incremental import carry_over, partition_key, schema_types
 from .lock import RunLock
 from .pipeline import Pipeline
@@ -225,11 +225,16 @@ class Runner:
         run_dir = self.home / "runs" / run_id
         results = {s: StageResult(s, self.pipeline.stages[s].backend) for s in self.stages}
         lock = RunLock(self.home / "run.lock")
-        lock.acquire(run_id, wait=self.wait_for_lock)
-        try:  # the lock is held until the run's record is final: the next run trusts what it finds
-            return self._run_locked(run_id, run_dir, results)
-        finally:
-            lock.release()
+        try:
+            lock.acquire(run_id, wait=self.wait_for_lock)
+            try:  # the lock is held until the run's record is final: the next run trusts what it finds
+                return self._run_locked(run_id, run_dir, results)
+            finally:
+                lock.release()
+        except Exception as exc:  # the run's record or log could not be written: the disk is full
+            if isinstance(exc, HybridflowError) or not is_out_of_space(exc, self.pipeline.workdir):
+                raise
+            raise out_of_space(self.pipeline.workdir) from exc
 
     def _run_locked(self, run_id: str, run_dir: Path, results: dict[str, StageResult]) -> RunResult:
         started, clock = datetime.now(timezone.utc), time.monotonic()  # a waiting run starts when it gets the lock
@@ -271,8 +276,9 @@ class Runner:
                 elif result.status == "waiting":
                     self._finish(result, "not run", reason="run interrupted")
         except BaseException as exc:  # a bug, or an engine's own exit: the record must not stay "running"
-            self.store.save_run(**record, status="failed", ended_at=_now(),
-                                error=self.pipeline.redact(f"{type(exc).__name__}: {first_line(exc)}"))
+            with contextlib.suppress(Exception):  # where it cannot be written, the next run marks it
+                self.store.save_run(**record, status="failed", ended_at=_now(),
+                                    error=self.pipeline.redact(f"{type(exc).__name__}: {first_line(exc)}"))
             raise
         finally:
             self._stop_engines()
@@ -399,7 +405,18 @@ class Runner:
 
     def _attempt(self, run_id: str, run_dir: Path, result: StageResult, decision: Decision, log: logging.Logger,
                  log_stream) -> None:
-        """One try of a stage: engine, call, publish, all within its timeout."""
+        """One try of a stage: engine, call, publish, all within its timeout. A failed try leaves no
+        staging behind (on a full disk, that is the space the run needs to record itself)."""
+        try:
+            self._try_stage(run_id, run_dir, result, decision, log, log_stream)
+        except Exception as exc:
+            self.catalog.discard_staging(run_id)
+            if isinstance(exc, HybridflowError) or not is_out_of_space(exc, self.home):
+                raise
+            raise out_of_space(self.home) from exc
+
+    def _try_stage(self, run_id: str, run_dir: Path, result: StageResult, decision: Decision,
+                   log: logging.Logger, log_stream) -> None:
         spec = self.pipeline.stages[result.name]
         started_engines = set(self._engine_seconds)
         backend = self._engine(spec.backend, run_dir)
@@ -558,8 +575,15 @@ class Runner:
         contract leaves every dataset of the stage as it was."""
         spec = self.pipeline.stages[result.name]
         inputs = {ds: self._input_version(ds) for ds in spec.inputs}
-        return [self._prepare(run_id, result.name, dataset, backend, frames, inputs, log, decision)
-                for dataset in spec.outputs]
+        prepared: list[Version] = []
+        try:
+            for dataset in spec.outputs:
+                prepared.append(self._prepare(run_id, result.name, dataset, backend, frames, inputs, log, decision))
+        except BaseException:
+            for version in prepared:  # never to be committed: nothing of the try stays in versions/
+                self.catalog.discard(version)
+            raise
+        return prepared
 
     def _commit_outputs(self, result: StageResult, prepared: list[Version]) -> None:
         """Point every output at its new version, all together. A stop request before this leaves
@@ -648,6 +672,8 @@ class Runner:
         """The user's exception as one line located in the user's own file, not an engine's wrapper;
         an input the engine could not decode while the stage ran is a data error instead."""
         log.error("the stage raised:\n%s", "".join(traceback.format_exception(exc)))
+        if is_out_of_space(exc):
+            return out_of_space(self.home)
         if stage is not None:
             inputs = {ds: self._input_paths(ds) for ds in self.pipeline.stages[stage].inputs}
             unreadable = input_read_failure(exc, inputs)

@@ -20,7 +20,7 @@ def stage_log(pipeline: Pipeline, stage: str, path: Path):
     logger.setLevel(logging.INFO)
     logger.propagate = False
     private_file(path)
-    handler = logging.FileHandler(path, encoding="utf-8")
+    handler = _QuietFileHandler(path, encoding="utf-8")
     handler.setFormatter(_RedactingFormatter(pipeline))
     logger.addHandler(handler)
     try:
@@ -46,6 +46,12 @@ def private_file(path: Path) -> Path:
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
     os.chmod(path, 0o600)
     return path
+
+
+class _QuietFileHandler(logging.FileHandler):
+    def handleError(self, record: logging.LogRecord) -> None:
+        """A line that cannot be written (a full disk) is lost, never a traceback on the terminal: the
+        run reports the full disk itself."""
 
 
 class _RedactingFormatter(logging.Formatter):
