@@ -54,6 +54,7 @@ class RayBackend(Backend):
         self.ray = None
         self._gpus_per_trial: float = 0
         self._session_dir: str | None = None  # the private directory around Ray's temp directory
+        self._unroute = None  # puts back what _route_raylet_messages changed
 
     def start(self, code: Sequence[Path] = ()) -> None:
         # Without this Ray swaps 127.0.0.1 for the machine's "reachable" address.
@@ -96,6 +97,7 @@ class RayBackend(Backend):
         context.enable_arrow_backed_pandas_conversion = False
         for name in ("ray", "ray.data", "ray.tune", "ray.train"):
             logging.getLogger(name).setLevel(logging.ERROR)  # engine chatter belongs in Ray's own log files
+        self._unroute = _route_raylet_messages()
         self.ray = ray
 
     def handles(self) -> dict[str, Any]:
@@ -154,9 +156,40 @@ class RayBackend(Backend):
         if self.ray is not None:
             self.ray.shutdown()
             self.ray = None
+        if self._unroute is not None:
+            self._unroute()
+            self._unroute = None
         if self._session_dir is not None:
             shutil.rmtree(self._session_dir, ignore_errors=True)
             self._session_dir = None
+
+
+def _route_raylet_messages():
+    """Ray's driver prints the raylet's warnings ("N PYTHON worker processes have been started...")
+    to sys.stdout from a thread of its own, so they land on the terminal above the run's summary (or
+    in whichever stage's log is open). They are engine chatter: they go to a copy of this process's
+    stderr taken now, while the runner points it at engines.log for the engine's start. Returns
+    what undoes it; None where this Ray has no such printer."""
+    from ray._private import worker as ray_worker
+
+    original = getattr(ray_worker, "print_to_stdstream", None)
+    print_logs = getattr(ray_worker, "print_worker_logs", None)
+    if original is None or print_logs is None:
+        return None
+    sink = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
+
+    def to_engine_output(data, ignore_prefix: bool) -> None:
+        with contextlib.suppress(Exception):  # a printer thread must never die of a closed sink
+            print_logs(data, sink, ignore_prefix)
+
+    ray_worker.print_to_stdstream = to_engine_output
+
+    def undo() -> None:
+        ray_worker.print_to_stdstream = original
+        with contextlib.suppress(OSError):
+            sink.close()
+
+    return undo
 
 
 def _as_module_dir(path: Path, scratch: Path) -> Path:
