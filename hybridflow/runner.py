@@ -695,7 +695,8 @@ class Runner:
             return self._given[name]
         if name not in self._engines:
             engine = backends.create(name, getattr(self.pipeline.spec.backends, name, None), run_dir / "logs",
-                                     gpu=self._gpu.engine(name) if self._gpu else None)
+                                     gpu=self._gpu.engine(name) if self._gpu else None,
+                                     secrets=self.pipeline.secrets)
             clock = time.monotonic()
             self._engines[name] = engine  # stopped at the end even if it only half started
             try:

@@ -44,10 +44,12 @@ def require(name: str) -> None:
     require_all([name])
 
 
-def create(name: str, settings, log_dir, gpu=None):
-    """A new, not yet started, backend instance; `gpu` (a gpu.EngineGpu) starts it with GPU resources."""
+def create(name: str, settings, log_dir, gpu=None, secrets=()):
+    """A new, not yet started, backend instance; `gpu` (a gpu.EngineGpu) starts it with GPU resources;
+    `secrets`: the pipeline's ${env:...} values, for engines that must be told to redact them."""
     require(name)
     module = importlib.import_module(f"hybridflow.backends.{name}")
     engine = module.create(settings, log_dir)
     engine.gpu = gpu
+    engine.secrets = tuple(secrets)
     return engine

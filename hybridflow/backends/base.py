@@ -45,6 +45,10 @@ class Backend(ABC):
     def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...]) -> pa.Schema:
         """The engine's own Parquet write; returns the Arrow schema of the whole frame."""
 
+    # Values that came from ${env:...}: an engine that records its configuration (Spark's event log)
+    # is told to redact them. Set by backends.create.
+    secrets: tuple[str, ...] = ()
+
     # Stages call their function in a forked child process that a timeout or a stop request can kill
     # at once, even inside native code (see childprocess); only for engines whose stages need no
     # engine connection, since a child cannot share the parent's (a JVM gateway, a Ray driver).

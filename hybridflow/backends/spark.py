@@ -13,10 +13,13 @@ every output, where Gpu* operators ran on the GPU and any other operator fell ba
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
+import shlex
 import shutil
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, Sequence
@@ -62,6 +65,91 @@ def local_driver_memory() -> str:
 
 
 RAPIDS_PLUGIN = "com.nvidia.spark.SQLPlugin"
+
+
+# Spark's own default: conf keys (or values) matching it show as *********(redacted) in the UI,
+# event logs and its own logs.
+SPARK_REDACTION_DEFAULT = r"(?i)secret|password|token|access[.]key"
+
+
+def redaction_conf(conf: dict[str, str], secrets) -> dict[str, str]:
+    """Conf that makes Spark redact the pipeline's secret values wherever it records conf (the event
+    log a user turns on, the UI's environment page, its logs) and in the plans and options it writes
+    out (a secret in a read option, a SQL string). Spark redacts an entry whose key or value matches
+    spark.redaction.regex, so the values themselves are added to it, quoted."""
+    if not secrets:
+        return {}
+    values = "|".join(r"\Q" + value.replace(r"\E", r"\E\\E\Q") + r"\E"
+                      for value in sorted(secrets, key=len, reverse=True))
+    keys = conf.get("spark.redaction.regex", SPARK_REDACTION_DEFAULT)
+    strings = conf.get("spark.redaction.string.regex")
+    return {"spark.redaction.regex": f"{keys}|{values}",
+            "spark.redaction.string.regex": f"{strings}|{values}" if strings else values}
+
+
+@contextlib.contextmanager
+def _submitted_privately(conf: dict[str, str], scratch: Path):
+    """Conf holding a secret reaches the JVM through a properties file readable by the owner only,
+    removed once the JVM has read it at launch, instead of through the command line (world-readable
+    in /proc) where pyspark puts every other conf entry."""
+    if not conf:
+        yield
+        return
+    scratch.mkdir(parents=True, exist_ok=True)
+    fd, path = tempfile.mkstemp(prefix="spark-conf-", suffix=".properties", dir=scratch)  # 0600
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.writelines(f"{_property(key, True)}={_property(value, False)}\n" for key, value in conf.items())
+    previous = os.environ.get("PYSPARK_SUBMIT_ARGS")
+    os.environ["PYSPARK_SUBMIT_ARGS"] = f"--properties-file {shlex.quote(path)} {previous or 'pyspark-shell'}"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("PYSPARK_SUBMIT_ARGS", None)
+        else:
+            os.environ["PYSPARK_SUBMIT_ARGS"] = previous
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def _event_logs(context) -> tuple[Path, str] | None:
+    """Where this application's event log goes, when it is on and local: (directory, app id)."""
+    conf = context.getConf()
+    if conf.get("spark.eventLog.enabled", "false").lower() != "true":
+        return None
+    where = conf.get("spark.eventLog.dir", "/tmp/spark-events")
+    if "://" in where and not where.startswith("file:"):
+        return None  # HDFS, S3: not ours to rewrite
+    return Path(where.removeprefix("file://").removeprefix("file:")), context.applicationId
+
+
+def redact_event_logs(directory: Path, app_id: str, secrets) -> None:
+    """Spark redacts conf values (see redaction_conf) but not what a failed task's error or a query
+    plan quotes; an uncompressed event log of this application is rewritten with the secrets
+    replaced, atomically. A compressed one is left as it is (the README says so)."""
+    from ..pipeline import REDACTED
+
+    needles = sorted({v for value in secrets for v in (value, json.dumps(value)[1:-1])}, key=len, reverse=True)
+    for path in sorted(directory.glob(f"*{app_id}*")):
+        for file in [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()):
+            if file.suffix in (".zstd", ".lz4", ".snappy", ".lzf"):
+                continue
+            data = original = file.read_bytes()
+            for needle in needles:
+                data = data.replace(needle.encode(), REDACTED.encode())
+            if data != original:
+                partial = file.with_name(f".{file.name}.redacting")
+                partial.write_bytes(data)
+                os.chmod(partial, file.stat().st_mode & 0o777)
+                os.replace(partial, file)
+
+
+def _property(text: str, is_key: bool) -> str:
+    """`text` escaped for a Java properties file (Spark reads it as UTF-8)."""
+    text = text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+    if is_key:
+        return text.replace("=", "\\=").replace(":", "\\:").replace(" ", "\\ ")
+    return "\\" + text if text.startswith(" ") else text
 
 
 def spark_gpu_conf(settings, jar: Path) -> dict[str, str]:
@@ -122,9 +210,15 @@ class SparkBackend(Backend):
                                    hint="stop it before running a pipeline with backend: spark")
         gpu_conf = spark_gpu_conf(self.settings, self.gpu.jar) if self.gpu is not None else {}
         conf = {**default_conf(self.master), **gpu_conf, **{k: str(v) for k, v in self.settings.conf.items()}}
+        conf.update(redaction_conf(conf, self.secrets))
+        # no JVM perf-data file in /tmp (it copies the JVM's arguments, and a killed JVM leaves it)
+        options = conf.get("spark.driver.extraJavaOptions", "")
+        conf["spark.driver.extraJavaOptions"] = f"{options} -XX:-UsePerfData".strip()
+        secret = {k: v for k, v in conf.items() if any(value in v for value in self.secrets)}
         builder = SparkSession.builder.master(self.master)
         for key, value in conf.items():
-            builder = builder.config(key, value)
+            if key not in secret:  # pyspark puts these on the JVM's command line, which anyone can read
+                builder = builder.config(key, value)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # the JVM must not pick the host's address
         if self.master.startswith("local"):
             # Python workers run this interpreter (its venv, its pandas), not whatever python3 is on
@@ -132,7 +226,7 @@ class SparkBackend(Backend):
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         before = processes.children()
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), _submitted_privately(secret, self.log_dir):
                 warnings.simplefilter("ignore")  # pyspark's notice about pandas 3 on import
                 self.session = builder.getOrCreate()
         except BaseException as exc:
@@ -228,8 +322,11 @@ class SparkBackend(Backend):
         from pyspark import SparkContext
 
         if self.session is not None:
+            event_logs = _event_logs(self.session.sparkContext) if self.secrets else None
             self.session.stop()
             self.session = None
+            if event_logs is not None:  # closed now: what Spark itself could not redact
+                redact_event_logs(*event_logs, self.secrets)
         elif SparkContext._active_spark_context is not None:
             with contextlib.suppress(Exception):
                 SparkContext._active_spark_context.stop()
