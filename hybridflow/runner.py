@@ -730,9 +730,18 @@ class Runner:
                 engine.stop()
 
     def _stop_engines(self) -> None:
-        for engine in self._engines.values():
-            with contextlib.suppress(Exception):
-                engine.stop()
+        # An engine whose stop hangs (a cluster client waiting on workers that died under it) must not
+        # hold the run: past STOP_WAIT seconds, every process the run started is killed, which ends
+        # the wait.
+        watchdog = threading.Timer(STOP_WAIT, processes.end_all)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            for engine in self._engines.values():
+                with contextlib.suppress(Exception):
+                    engine.stop()
+        finally:
+            watchdog.cancel()
         self._engines.clear()
         if self._engine_output is not None:  # after the engines: their last words are copied too
             self._engine_output.close()
@@ -835,6 +844,8 @@ def _time_limit(seconds: float | None, backend, stage: str, end_run=None):
     if fired.is_set() and not in_main:
         raise timed_out  # no signal could interrupt the body: it ran to the end, but too long
 
+
+STOP_WAIT = 90.0  # seconds the engines of a run may take to stop before their processes are killed
 
 # Seconds a stage may take to end after its engine work was cancelled (a timeout, a stop request)
 # before the run is ended around it: on a loaded machine a cancel and its engine's reply take a few.
