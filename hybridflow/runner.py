@@ -452,9 +452,13 @@ class Runner:
 
     def _produce(self, run_id: str, result: StageResult, backend, log: logging.Logger, log_stream,
                  decision: Decision) -> dict[str, Any]:
-        """The stage's outputs: frames from the engine, or, for an engine whose stages run in a child
-        process (python, off the GPU), the outputs that child already wrote (see childprocess)."""
-        if not (backend.isolated_calls and not backend.stage_on_gpu and childprocess.available()):
+        """The stage's outputs: frames from the engine or, for a stage with a timeout on an engine whose
+        stages can run in a child process (python, off the GPU), the outputs that child already wrote
+        (see childprocess). Only with a timeout: a child forked from a process that has run engines
+        in it is not free of risk, and without a timeout a stop request that cannot interrupt the
+        stage ends the run around it instead (_end_stuck_run)."""
+        timeout = self.pipeline.stages[result.name].timeout
+        if not (timeout and backend.isolated_calls and not backend.stage_on_gpu and childprocess.available()):
             return self._call(run_id, result, backend, log, log_stream, decision)
 
         def call_and_write() -> dict[str, Written]:

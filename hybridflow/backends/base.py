@@ -49,9 +49,9 @@ class Backend(ABC):
     # is told to redact them. Set by backends.create.
     secrets: tuple[str, ...] = ()
 
-    # Stages call their function in a forked child process that a timeout or a stop request can kill
-    # at once, even inside native code (see childprocess); only for engines whose stages need no
-    # engine connection, since a child cannot share the parent's (a JVM gateway, a Ray driver).
+    # Stages with a timeout call their function in a forked child process that the timeout (or a stop
+    # request) can kill at once, even inside native code (see childprocess); only for engines whose
+    # stages need no engine connection, since a child cannot share the parent's (a JVM, a Ray driver).
     isolated_calls: bool = False
 
     def is_frame(self, value: Any) -> bool:
