@@ -1,7 +1,34 @@
 """hybridflow: one YAML pipeline, each stage on the engine that suits it.
 
-Importing this package is cheap on purpose: engines (pyspark, dask, ray, cudf)
-are imported only by the backend module that runs a stage on them.
+The Python API (see hybridflow.api and the README's "From Python"):
+
+    import hybridflow
+
+    result = hybridflow.run("pipeline.yaml")        # a RunResult; result.raise_for_status()
+    hybridflow.plan("pipeline.yaml").to_run          # what a run would do, and why
+    hybridflow.read("pipeline.yaml", "features")     # a published dataset as a pandas DataFrame
+    hybridflow.runs("pipeline.yaml")                 # run records, newest first
+
+Importing this package is cheap on purpose: the API is imported on first use, and engines (pyspark,
+dask, ray, cudf) only by the backend module that runs a stage on them.
 """
 
 __version__ = "0.1.0"
+
+_API = ("load", "run", "plan", "read", "runs", "collect_garbage", "Plan")
+_RESULTS = ("RunResult", "StageResult", "Listener")
+_ERRORS = ("HybridflowError", "ConfigError", "DataError", "StageError", "StageTimeout", "StorageError",
+           "UnavailableError", "LockedError", "UsageError", "InterruptedRun", "ExitCode")
+
+__all__ = ["__version__", *_API, *_RESULTS, *_ERRORS]
+
+
+def __getattr__(name: str):
+    import importlib
+
+    for module, names in (("api", _API), ("runner", _RESULTS), ("errors", _ERRORS)):
+        if name in names:
+            value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+            globals()[name] = value
+            return value
+    raise AttributeError(f"module 'hybridflow' has no attribute '{name}'")

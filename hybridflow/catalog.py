@@ -223,12 +223,14 @@ class Catalog:
                 manifest = self.version(dataset, version_id).manifest
             except DataError:  # an unreadable or oddly named version: nothing to follow from it
                 continue
-            todo += [(ds, vid) for ds, vid in manifest.get("inputs", {}).items() if not str(vid).startswith("external:")]
+            todo += [(ds, vid) for ds, vid in manifest.get("inputs", {}).items()
+                     if not str(vid).startswith("external:")]
         return keep
 
     def collect_garbage(self, keep: int, dry_run: bool = False) -> list[tuple[str, str]]:
         """Remove all but the newest `keep` committed versions of each dataset, and every version that
-        was prepared but never made current; never a protected one (only ever under the run lock). A version is first renamed out of versions/ and then deleted, so a crash
+        was prepared but never made current; never a protected one (only ever under the run lock).
+        A version is first renamed out of versions/ and then deleted, so a crash
         half-way leaves trash, never a half-deleted version."""
         protected = self.protected()
         removed = []

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from . import signature
 from .arrow_types import ArrowTypeError, parse_arrow_type
-from .backends import BACKEND_EXTRAS
+from .backends import engine, engines
 from .diagnostics import Problem, did_you_mean
 from .pipeline import Pipeline
 from .spec import IDENTIFIER
@@ -163,8 +163,7 @@ def _check_datasets(p: Pipeline) -> list[Problem]:
 
 def _footer_problems(p: Pipeline, name: str, ds) -> list[Problem]:
     """Warnings from an existing external Parquet input's footers (no data is read): a file that a
-    run would refuse, or a type a Spark stage reading it cannot hold."""
-    from .backends.spark import unrepresentable
+    run would refuse, or a type an engine of a stage reading it cannot hold."""
     from .errors import DataError
     from .footers import read_footers
     from .tables import TableSource, parquet_files
@@ -176,11 +175,12 @@ def _footer_problems(p: Pipeline, name: str, ds) -> list[Problem]:
         footers = read_footers(name, parquet_files(TableSource(name, (p.external_path(name),))))
     except DataError as exc:
         return [p.source.problem(at, exc.message, severity="warning")]
-    readers = {s.backend for s in p.stages.values() if name in s.inputs}
-    if "spark" not in readers or ds.schema_:
+    if ds.schema_:  # declared: the check of the declared schema says what is wrong
         return []
-    return [p.source.problem(at, f"external dataset '{name}' (read by a spark stage), {problem}",
-                             severity="warning") for problem in unrepresentable(footers.schema)]
+    readers = sorted({s.backend for s in p.stages.values() if name in s.inputs})
+    return [p.source.problem(at, f"external dataset '{name}' (read by a {reader} stage), {problem}",
+                             severity="warning")
+            for reader in readers if (check := engine(reader).unrepresentable) for problem in check(footers.schema)]
 
 
 def _partition_problems(p: Pipeline, name: str, ds) -> list[Problem]:
@@ -230,8 +230,10 @@ def _check_functions(p: Pipeline) -> list[Problem]:
 def _check_extras(p: Pipeline) -> list[Problem]:
     problems = []
     for stage, spec in p.stages.items():
-        extra, module = BACKEND_EXTRAS.get(spec.backend, (None, None))
-        if module and importlib.util.find_spec(module) is None:
+        info = engines().get(spec.backend)
+        module = next((m for m in (info.requires if info else ()) if importlib.util.find_spec(m) is None), None)
+        extra = info.extra if info else None
+        if module:
             problems.append(p.source.problem(("stages", stage, "backend"), f"stage '{stage}' runs on {spec.backend} "
                                              f"but {module} is not installed (pip install 'hybridflow[{extra}]')",
                                              severity="warning"))

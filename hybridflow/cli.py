@@ -161,22 +161,6 @@ ForceOption = typer.Option(None, "--force", metavar="[STAGE,...]",
                                 "on the line), or the stages named (comma-separated).")
 
 
-def _force_set(pipeline, force: str | None):
-    """--force -> True (every stage); --force a,b -> {'a', 'b'}, checked against the pipeline."""
-    if force is None:
-        return False
-    if force == "*":
-        return True
-    from .diagnostics import did_you_mean
-
-    names = {n.strip() for n in force.split(",") if n.strip()}
-    for name in names:
-        if name not in pipeline.stages:
-            raise UsageError(f"--force: no stage named '{name}'{did_you_mean(name, pipeline.stages)}",
-                             hint="a bare --force forces every stage; --force a,b the stages named")
-    return names
-
-
 @app.command()
 @_guarded
 def plan(
@@ -189,12 +173,9 @@ def plan(
     verbose: bool = VerboseOption,
 ) -> None:
     """Show which stages a run would execute or skip, and why. Starts no engine."""
-    from .config import load_pipeline
-    from .runner import Runner, Selection
+    from . import api
 
-    pipeline = load_pipeline(pipeline_file, params or [])
-    runner = Runner(pipeline, Selection(only or (), start or (), end or ()), force=_force_set(pipeline, force))
-    _print_plan(runner)
+    _print_plan(api.plan(pipeline_file, only=only, from_=start, to=end, force=force, params=params))
 
 
 @app.command()
@@ -218,62 +199,51 @@ def run(
     verbose: bool = VerboseOption,
 ) -> None:
     """Validate a pipeline, then run its stages in dependency order."""
-    from .config import load_pipeline
-    from .runner import Runner, Selection
-    from .state import recorded_arguments, resumed_arguments
-
-    pipeline = load_pipeline(pipeline_file, params or [])
-    if trigger not in ("manual", "cron"):
-        raise ConfigError(f"--trigger must be manual or cron, not '{trigger}'")
-    if if_due:
-        from .schedule import is_due_now
-
-        if not is_due_now(pipeline):
-            return  # quietly: cron calls this on every minute the schedule might fall on
-    arguments = {"only": only or [], "from": start or [], "to": end or [], "params": params or [], "force": force}
-    if resume:
-        if only or start or end or params:
-            raise UsageError("--resume repeats the last run's --only/--from/--to/--param; do not give them again")
-        last, last_stages = _last_run(pipeline) or (None, [])
-        if last is None or last["status"] == "success":
-            done = f"the last run, {last['run_id']}, succeeded" if last else "this pipeline has no run yet"
-            out.print(f"nothing to resume: {done}")
-            return
-        arguments = resumed_arguments(json.loads(last["arguments"] or "{}") or arguments, os.environ)
-        pipeline = load_pipeline(pipeline_file, arguments.get("params", []))
-        forced = _force_set(pipeline, force or arguments.get("force"))
-        if forced and not force:  # the last run's --force: still owed to the stages it did not finish
-            finished = {s["stage"] for s in last_stages if s["status"] == "done"}
-            forced = (set(pipeline.stages) if forced is True else forced) - finished
-        err.print(f"resuming run {last['run_id']} ({last['status']})", markup=False)
-    else:
-        forced = _force_set(pipeline, force)
-    recorded = recorded_arguments(arguments, pipeline.secrets, pipeline.secret_sources(os.environ))
-    runner = Runner(pipeline, Selection(arguments.get("only", ()), arguments.get("from", ()), arguments.get("to", ())),
-                    keep_going=keep_going, wait_for_lock=wait, trigger=trigger, force=forced, arguments=recorded)
-    if dry_run:
-        _print_plan(runner)
-        return
+    from . import api
     from .progress import listener_for
 
-    runner.listener = _RunReport(listener_for(err), pipeline, trigger)
-    result = _run_notifying_failed_start(runner)
-    if result.error is not None:
-        raise typer.Exit(int(result.error.exit_code))
+    if if_due:
+        from .config import load_pipeline
+        from .schedule import is_due_now
+
+        pipeline = load_pipeline(pipeline_file, params or [])
+        if trigger not in ("manual", "cron"):
+            raise ConfigError(f"--trigger must be manual or cron, not '{trigger}'")
+        if not is_due_now(pipeline):
+            return  # quietly: cron calls this on every minute the schedule might fall on
+    result = api.run(pipeline_file, only=only, from_=start, to=end, params=params, force=force, resume=resume,
+                     keep_going=keep_going, dry_run=dry_run, wait=wait, trigger=trigger,
+                     listener=_RunReport(listener_for(err)))
+    if isinstance(result, api.Plan):
+        _print_plan(result)
+    elif result is not None and result.error is not None:
+        raise typer.Exit(result.exit_code)
 
 
 class _RunReport:
-    """Progress while a run goes; its summary and notifications once its record is final (also when a
-    stuck stage forces the run to end, and the process exits right after)."""
+    """Progress while a run goes; its summary once its record is final (also when a stuck stage forces
+    the run to end, and the process exits right after); what the API reports besides."""
 
-    def __init__(self, progress, pipeline, trigger: str) -> None:
-        self.progress, self.pipeline, self.trigger = progress, pipeline, trigger
+    def __init__(self, progress) -> None:
+        self.progress = progress
 
     def __getattr__(self, name: str):
         return getattr(self.progress, name)  # run_started, engine_started, stage_changed, close
 
+    def resuming(self, run_id: str, status: str) -> None:
+        err.print(f"resuming run {run_id} ({status})", markup=False)
+
+    def nothing_to_resume(self, reason: str) -> None:
+        out.print(f"nothing to resume: {reason}")
+
+    def notified(self, delivery) -> None:
+        if delivery.ok:
+            err.print(f"[dim]notified by {delivery.channel}: {escape(delivery.detail)}[/]", soft_wrap=True)
+        else:
+            err.print(f"[yellow]warning:[/] notification by {delivery.channel} failed: {escape(delivery.detail)}",
+                      soft_wrap=True)
+
     def run_finished(self, result) -> None:
-        from .notify import run_summary
         from .progress import summary_line, summary_table
 
         self.progress.close()
@@ -284,71 +254,16 @@ class _RunReport:
             err.print(f"  log: {stage.log_path}", soft_wrap=True, markup=False)
         if result.resume_command:
             err.print(f"resume with: {result.resume_command}", soft_wrap=True, markup=False)
-        _notify(self.pipeline, run_summary(self.pipeline, result, self.trigger))
 
 
-def _run_notifying_failed_start(runner):
-    """runner.run(), except that a run failing before its stages start (a missing input, an engine not
-    installed) still sends its failure notification: under cron nobody reads the error line."""
-    from datetime import datetime, timezone
-    import time
-
-    from .errors import LockedError
-    from .notify import failed_start_summary
-
-    started, clock = datetime.now(timezone.utc), time.monotonic()
-    try:
-        try:
-            return runner.run()
-        finally:
-            runner.listener.close()
-    except LockedError:
-        # Deliberately not notified: another run of this pipeline is legitimately in progress and will
-        # report its own outcome; notifying here would page someone on every overlapping cron tick.
-        raise
-    except HybridflowError as exc:
-        _notify(runner.pipeline, failed_start_summary(
-            runner.pipeline, exc, run_id=runner.run_id, trigger=runner.trigger, stages=runner.stages,
-            started_at=started, duration=time.monotonic() - clock))
-        raise
-
-
-def _notify(pipeline, summary: dict) -> None:
-    """Send the notifications `notify:` asks for. A failed delivery is a warning: never another exit code."""
-    from .notify import deliver
-
-    for delivery in deliver(pipeline, summary):
-        if delivery.ok:
-            err.print(f"[dim]notified by {delivery.channel}: {escape(delivery.detail)}[/]", soft_wrap=True)
-        else:
-            err.print(f"[yellow]warning:[/] notification by {delivery.channel} failed: {escape(delivery.detail)}",
-                      soft_wrap=True)
-
-
-def _last_run(pipeline) -> tuple[dict, list[dict]] | None:
-    """The pipeline's newest run record and its stages, or None if it never ran."""
-    from .state import RunStore
-
-    db = pipeline.workdir / "runs.db"
-    if not db.exists():
-        return None
-    store = RunStore(db)
-    last = store.last_run(pipeline.name)
-    return (last, store.stages(last["run_id"])) if last else None
-
-
-def _print_plan(runner) -> None:
+def _print_plan(plan) -> None:
     from .progress import plan_table
 
-    decisions = runner.decisions()
-    out.print(plan_table(runner, decisions))
-    for stage, inputs in runner.plan().items():
-        for item in inputs:
-            if item.state == "missing":
-                out.print(f"[red]missing input[/] {item.dataset} of stage {stage}: {escape(item.detail)}",
-                          soft_wrap=True)
-    runs = sum(d.action != "skip" for d in decisions.values())
-    out.print(f"{runs} of {counted(len(decisions), 'stage')} to run, {len(decisions) - runs} up to date")
+    out.print(plan_table(plan.runner, plan.decisions))
+    for stage, item in plan.missing:
+        out.print(f"[red]missing input[/] {item.dataset} of stage {stage}: {escape(item.detail)}", soft_wrap=True)
+    runs = len(plan.to_run)
+    out.print(f"{runs} of {counted(len(plan.decisions), 'stage')} to run, {len(plan.decisions) - runs} up to date")
 
 
 @app.command()
@@ -361,20 +276,11 @@ def gc(
     verbose: bool = VerboseOption,
 ) -> None:
     """Remove old dataset versions, never a current one or one the current versions were made from."""
-    from .catalog import Catalog
-    from .config import load_pipeline
-    from .lock import RunLock
-    from .runner import new_run_id
+    from . import api
 
-    pipeline = load_pipeline(pipeline_file)
-    home = pipeline.workdir / pipeline.name
+    pipeline = api.load(pipeline_file)
     keep = keep or pipeline.spec.keep_versions
-    lock = RunLock(home / "run.lock")
-    lock.acquire(f"gc-{new_run_id()}")
-    try:
-        removed = Catalog(home).collect_garbage(keep, dry_run=dry_run)
-    finally:
-        lock.release()
+    removed = api.collect_garbage(pipeline, keep, dry_run=dry_run)
     verb = "would remove" if dry_run else "removed"
     for dataset, version in removed:
         out.print(f"{verb} {dataset}@{version}", markup=False)

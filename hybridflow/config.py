@@ -14,9 +14,9 @@ from pydantic import BaseModel, ValidationError
 
 from .checks import check_pipeline
 from .diagnostics import Problem, did_you_mean, errors_in
-from .errors import counted, ConfigError
+from .errors import ConfigError, counted
 from .pipeline import Pipeline
-from .spec import PipelineSpec
+from .spec import pipeline_model
 from .yamlsource import MAX_FILE_BYTES, SourceMap, load_yaml, scalar_or_text, too_big
 
 _ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -28,7 +28,8 @@ def load_pipeline(file: str | Path, params: list[str] = (), environ: dict[str, s
     pipeline, problems = check_file(file, params, environ)
     errors = errors_in(problems)
     if errors:
-        more = f" (and {counted(len(errors) - 1, 'more error')}; hybridflow validate lists them)" if len(errors) > 1 else ""
+        more = (f" (and {counted(len(errors) - 1, 'more error')}; hybridflow validate lists them)"
+                if len(errors) > 1 else "")
         raise ConfigError(f"{errors[0]}{more}", problems=problems)
     return pipeline
 
@@ -55,7 +56,7 @@ def check_file(file: str | Path, params: list[str] = (),
     secrets: set[str] = set()
     data = _interpolate(data, (), environ, source, secrets, problems)
     try:
-        spec = PipelineSpec.model_validate(data)
+        spec = pipeline_model().model_validate(data)
     except ValidationError as exc:
         problems += [_locate(error, source) for error in exc.errors()]
         return None, _redacted(problems, secrets)
@@ -156,7 +157,7 @@ def _describe(loc: tuple) -> str:
 
 def _fields_at(loc: tuple) -> list[str]:
     """The keys allowed at a location of the spec, for "did you mean"."""
-    model: Any = PipelineSpec
+    model: Any = pipeline_model()
     for part in loc:
         model = _step(model, part)
         if model is None:

@@ -45,7 +45,9 @@ class StageContext:
         engines = self.__dict__.get("_engines", {})
         if engine in engines:
             return engines[engine]
-        if engine in ("spark", "dask", "ray"):
+        from .backends import engines
+
+        if engine in engines() and not engine.startswith("_"):
             raise AttributeError(f"ctx.{engine} is only available on stages with backend: {engine} "
                                  f"(stage '{self.stage}' runs on {self.backend})")
         raise AttributeError(engine)

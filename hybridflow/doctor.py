@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
-from .backends import BACKEND_EXTRAS
+from .backends import engines
 from .errors import UnavailableError
 from .pipeline import Pipeline
 
@@ -44,7 +44,7 @@ class Target:
     @property
     def backends(self) -> set[str]:
         if self.pipeline is None:
-            return set(BACKEND_EXTRAS) | {"python"}
+            return set(engines())
         return {stage.backend for stage in self.pipeline.stages.values()}
 
     @property
@@ -67,7 +67,10 @@ class Target:
 Check = Callable[[Target], Iterable[Finding]]
 
 
-def check_packages(target: Target, extras: Mapping[str, tuple[str, str]] = BACKEND_EXTRAS) -> Iterable[Finding]:
+def check_packages(target: Target, extras: Mapping[str, tuple[str, str]] | None = None) -> Iterable[Finding]:
+    """Each engine's package (extra, module), as the registry declares it; `extras` overrides."""
+    if extras is None:
+        extras = {name: (e.extra or name, e.requires[0]) for name, e in engines().items() if e.requires}
     for backend in sorted(target.backends & extras.keys()):
         extra, module = extras[backend]
         if importlib.util.find_spec(module) is None:  # finds, never imports
@@ -85,7 +88,7 @@ def _version(distribution: str) -> str:
 
 
 def check_java(target: Target) -> Iterable[Finding]:
-    if "spark" not in target.backends:
+    if not any(engines()[name].needs_java for name in target.backends if name in engines()):
         return
     fix = "apt-get install openjdk-17-jre-headless, or set JAVA_HOME to a JDK 17+"
     home = target.environ.get("JAVA_HOME")
@@ -122,7 +125,8 @@ def check_workdir(target: Target) -> Iterable[Finding]:
     if not existing.is_dir():
         yield Finding("workdir", "error", f"{existing} is not a directory", "remove it, or set workdir: elsewhere")
     elif not os.access(existing, os.W_OK | os.X_OK):
-        yield Finding("workdir", "error", f"{existing} is not writable", "fix its permissions, or set workdir: elsewhere")
+        yield Finding("workdir", "error", f"{existing} is not writable",
+                      "fix its permissions, or set workdir: elsewhere")
     elif existing == workdir:
         yield Finding("workdir", "ok", f"{workdir} is writable")
     else:

@@ -34,8 +34,6 @@ from typing import Any, Iterable
 from .errors import ConfigError, UnavailableError
 
 RAPIDS_PACKAGES = ("cudf", "dask_cudf", "dask_cuda", "rmm")
-ENGINE_PACKAGES = {"python": ("cudf",), "dask": ("cudf", "dask_cudf", "dask_cuda"), "spark": (), "ray": ()}
-ATTACHED_PACKAGES = {"dask": ("cudf", "dask_cudf")}  # the client builds cuDF frames itself
 JAR_ENV = "HYBRIDFLOW_RAPIDS_JAR"
 # The RAPIDS Accelerator built for Scala 2.13, which Spark 4 uses (Maven: com.nvidia:rapids-4-spark_2.13)
 DEFAULT_JAR_GLOB = "~/.hybridflow/jars/rapids-4-spark_2.13-*.jar"
@@ -136,7 +134,8 @@ def probe() -> Probe:
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     shown = visible(devices, env)
     if not shown:
-        return Probe((), f"CUDA_VISIBLE_DEVICES={env!r} hides {'its only GPU' if len(devices) == 1 else f'all {len(devices)} GPUs'}", found)
+        hidden = "its only GPU" if len(devices) == 1 else f"all {len(devices)} GPUs"
+        return Probe((), f"CUDA_VISIBLE_DEVICES={env!r} hides {hidden}", found)
     return Probe(tuple(shown), None, found)
 
 
@@ -164,29 +163,30 @@ def stage_mode(pipeline, stage: str) -> bool | str:
     spec = pipeline.stages[stage]
     if "gpu" in spec.model_fields_set:
         return spec.gpu
-    settings = getattr(pipeline.spec.backends, spec.backend, None)
-    if isinstance(settings, dict):  # backends.python is a free mapping; its gpu is checked on load
-        return settings.get("gpu", False)
-    return getattr(settings, "gpu", False)
+    return getattr(getattr(pipeline.spec.backends, spec.backend, None), "gpu", False)
 
 
 def attached(pipeline, backend: str) -> bool:
-    settings = getattr(pipeline.spec.backends, backend, None)
-    if backend == "spark":
-        return not (settings.master or "local").startswith("local")
-    return bool(getattr(settings, "address", None))
+    from .backends import engine
+
+    return engine(backend).attached(getattr(pipeline.spec.backends, backend, None))
 
 
 def missing(backend: str, found: Probe, jar: tuple[Path | None, str], is_attached: bool) -> tuple[str, str] | None:
     """What keeps `backend` off the GPU here, as (what, how to fix it); None when nothing does."""
     if not is_attached and found.problem:
         return found.problem, NO_GPU_HINT
-    needed = ATTACHED_PACKAGES.get(backend, ()) if is_attached else ENGINE_PACKAGES[backend]
+    from .backends import engine
+
+    info = engine(backend)
+    if not info.gpu:
+        return f"the {backend} backend has no GPU support", "set gpu: false for its stages"
+    needed = info.attached_gpu_packages if is_attached else info.gpu_packages
     absent = [name for name in needed if not found.packages.get(name)]
     if absent:
         which = f"package {absent[0]} is" if len(absent) == 1 else f"packages {', '.join(absent)} are"
         return f"the RAPIDS {which} not installed", INSTALL_HINT
-    if backend == "spark" and jar[0] is None:
+    if info.gpu_jar and jar[0] is None:
         return f"the RAPIDS Accelerator jar for Spark was not found ({jar[1]})", JAR_HINT
     return None
 
@@ -206,7 +206,9 @@ class GpuPlan:
         (the engine is shared by its stages; the others switch the GPU off per stage)."""
         if not any(c.use for s, c in self.choices.items() if self.backends[s] == backend):
             return None
-        return EngineGpu(self.found.devices if self.found else (), self.jar if backend == "spark" else None)
+        from .backends import engine
+
+        return EngineGpu(self.found.devices if self.found else (), self.jar if engine(backend).gpu_jar else None)
 
     def start_stage(self, stage: str, engine, engines: Iterable, log) -> tuple[bool | None, str | None]:
         """Before a stage runs: free what earlier stages left on the GPU, switch the engine to the
@@ -236,8 +238,11 @@ def plan(pipeline, stage_names: Iterable[str], found: Probe | None = None) -> Gp
     if not any(modes.values()):
         return result
     found = found or probe()
-    jar = find_jar(pipeline.spec.backends.spark.rapids_jar, pipeline.root) \
-        if any(backends[s] == "spark" and modes[s] for s in names) else (None, "")
+    from .backends import engine
+
+    needs_jar = [backends[s] for s in names if modes[s] and engine(backends[s]).gpu_jar]
+    configured = getattr(getattr(pipeline.spec.backends, needs_jar[0], None), "rapids_jar", None) if needs_jar else None
+    jar = find_jar(configured, pipeline.root) if needs_jar else (None, "")
     result.found, result.jar = found, jar[0]
     for stage in names:
         mode, backend = modes[stage], backends[stage]

@@ -21,11 +21,11 @@ from .errors import DataError, counted
 from .hashing import HashCache, digest_of
 from .tables import HIVE_NULL, partition_values
 
-
 Types = dict[str, pa.DataType]
 
 
-def partition_key(relative: PurePosixPath | Path, partition_by: tuple[str, ...], types: Types | None = None) -> str | None:
+def partition_key(relative: PurePosixPath | Path, partition_by: tuple[str, ...],
+                  types: Types | None = None) -> str | None:
     """'week=2026-11-16' for week=2026-11-16/part-0.parquet; None for a file outside the partitions
     (the schema-only file an empty output has). Values are read in their column's type and written
     one way, so engines that spell a directory differently (month=01 or 1, f=1 or 1.0) agree."""
@@ -51,7 +51,8 @@ def schema_types(schema: pa.Schema | None) -> Types:
     return dict(zip(schema.names, schema.types)) if schema is not None else {}
 
 
-def external_datums(path: Path, partition_by: tuple[str, ...], cache: HashCache, types: Types | None = None) -> dict[str, str]:
+def external_datums(path: Path, partition_by: tuple[str, ...], cache: HashCache,
+                    types: Types | None = None) -> dict[str, str]:
     """{partition key: digest} of an external partitioned parquet directory."""
     groups: dict[str, list] = {}
     for file in sorted(path.rglob("*.parquet")):

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from .errors import LockedError
 
-
 _HELD: set[int] = set()  # descriptors of the locks this process holds
 
 

@@ -11,10 +11,11 @@ from pathlib import Path, PurePosixPath
 
 from . import fingerprint as fp
 from . import gpu
+from .backends import engine
 from .catalog import Catalog, Version, data_digest
 from .codereach import CodeIndex
-from .hashing import HashCache, digest_of
 from .contract import declared_schema
+from .hashing import HashCache, digest_of
 from .incremental import DatumChanges, compare, external_datums, schema_types, version_datums
 from .pipeline import Pipeline
 from .state import RunStore
@@ -104,8 +105,8 @@ class Planner:
             "datasets": {ds: self.pipeline.dataset(ds).model_dump(mode="json", by_alias=True, exclude={"description"})
                          for ds in [*spec.inputs, *spec.outputs]},
         }
-        if spec.backend == "spark":
-            settings["spark_conf"] = dict(self.pipeline.spec.backends.spark.conf)
+        # engine settings that change results (Spark's conf), as the engine itself declares them
+        settings.update(engine(spec.backend).result_settings(getattr(self.pipeline.spec.backends, spec.backend)))
         inputs = {ds: self.input_digest(ds) for ds in spec.inputs if ds != partitioned}
         datums = self.datums(partitioned) if partitioned else None
         result = fp.Fingerprint(code.digests, self.secrets.value(params), self.secrets.value(settings),
@@ -135,7 +136,8 @@ class Planner:
         if version is None:
             return "missing"
         # file names are left out: engines name their part files at random
-        return digest_of((PurePosixPath(f["path"]).parent.as_posix(), data_digest(f)) for f in version.manifest["files"])
+        return digest_of((PurePosixPath(f["path"]).parent.as_posix(), data_digest(f))
+                         for f in version.manifest["files"])
 
     def datums(self, dataset: str) -> dict[str, str]:
         spec = self.pipeline.dataset(dataset)

@@ -201,7 +201,8 @@ def run_details(run: dict, stages: list[dict]) -> list:
         table.add_row(stage["stage"], _engine_cell(stage["backend"], gpu),
                       Text(stage["status"], style=STYLES.get(stage["status"], "")), count(stage.get("attempts")),
                       seconds(stage["duration"]), seconds(stage["engine_start"]), count(stage["rows_in"]),
-                      count(stage["rows_out"]), _size(stage["bytes_out"]), Text(stage["error"] or stage["skip_reason"] or ""))
+                      count(stage["rows_out"]), _size(stage["bytes_out"]),
+                      Text(stage["error"] or stage["skip_reason"] or ""))
         for dataset, version in json.loads(stage["outputs"] or "{}").items():
             manifest = home / "datasets" / dataset / "versions" / version / "_manifest.json" if home else None
             inputs = json.loads(manifest.read_text())["inputs"] if manifest and manifest.exists() else {}

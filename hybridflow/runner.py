@@ -17,27 +17,38 @@ import sys
 import threading
 import time
 import traceback
-
-import pyarrow as pa
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
+import pyarrow as pa
+
 from . import backends, childprocess, gpu, processes, signature
 from .backends.base import EngineOutput
 from .catalog import Catalog, Version
 from .context import StageContext
+from .contract import declared_schema, schema_differences
+from .errors import (
+    ConfigError,
+    DataError,
+    HybridflowError,
+    InterruptedRun,
+    StageError,
+    StageTimeout,
+    UnavailableError,
+    counted,
+    first_line,
+    is_out_of_space,
+    out_of_space,
+)
 from .errorsite import describe_user_error
 from .footers import Footers, read_footers
-from .readerrors import input_read_failure
-from .contract import declared_schema, schema_differences
-from .errors import (ConfigError, DataError, HybridflowError, InterruptedRun, StageError, StageTimeout,
-                     UnavailableError, counted, first_line, is_out_of_space, out_of_space)
 from .incremental import carry_over, partition_key, schema_types
 from .lock import RunLock
 from .pipeline import Pipeline
 from .planner import INCREMENTAL, SKIP, Decision, Planner
+from .readerrors import input_read_failure
 from .stagecode import import_function, module_file
 from .stagelog import private_dir, stage_log
 from .state import RunStore
@@ -90,9 +101,39 @@ class RunResult:
     def failed(self) -> list[StageResult]:
         return [s for s in self.stages.values() if s.status == "failed"]
 
+    @property
+    def ok(self) -> bool:
+        return self.status == "success"
+
+    @property
+    def exit_code(self) -> int:
+        """What `hybridflow run` exits with for this run."""
+        return 0 if self.error is None else int(self.error.exit_code)
+
+    def raise_for_status(self) -> RunResult:
+        """Raise the run's error (a StageError, StageTimeout, InterruptedRun...) unless it succeeded."""
+        if self.error is not None:
+            raise self.error
+        return self
+
 
 class Listener:
     """Receives progress; the CLI subclasses it to draw. Every method may be left as is."""
+
+    def resuming(self, run_id: str, status: str) -> None:
+        """hybridflow.run(resume=True) is repeating run `run_id`, which ended `status`."""
+
+    def nothing_to_resume(self, reason: str) -> None:
+        """hybridflow.run(resume=True) found nothing to resume (and returns None)."""
+
+    def notified(self, delivery) -> None:
+        """A notification was sent, or failed (a notify.Delivery); a failure never fails the run."""
+        if not delivery.ok:
+            logging.getLogger("hybridflow").warning("notification by %s failed: %s", delivery.channel,
+                                                    delivery.detail)
+
+    def close(self) -> None:
+        """The run is over (whatever happened): stop drawing."""
 
     def run_started(self, run_id: str, stages: list[StageResult]) -> None: ...
 
@@ -538,7 +579,7 @@ class Runner:
         source = TableSource(dataset, (path,), ds.format, schema, tuple(ds.partition_by), path)
         if partitions is not None:
             source = _only_partitions(source, partitions, sorted(path.rglob("*.parquet")))
-        if backend.name == "python" or (ds.format == "parquet" and schema is None):
+        if not backends.engine(backend.name).starts or (ds.format == "parquet" and schema is None):
             return source
         table = read_arrow(source)
         staged = self.catalog.new_staging(run_id, f"input-{dataset}")
@@ -716,7 +757,7 @@ class Runner:
                     self._signals.signum = signal.SIGTERM
                     raise _Terminated(signal.SIGTERM) from None
                 raise
-            if name != "python":  # in-process: nothing was started
+            if backends.engine(name).starts:  # an in-process engine starts nothing
                 self._engine_seconds[name] = time.monotonic() - clock
                 self.listener.engine_started(name, self._engine_seconds[name])
         return self._engines[name]

@@ -6,16 +6,25 @@ that need the whole file (the graph, names, stage functions) live in `checks`.
 
 from __future__ import annotations
 
+import functools
 import re
 import zoneinfo
 from typing import Annotated, Any, Literal
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator,
-                      model_validator)
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
+from .backends import DEFAULT as DEFAULT_BACKEND
 from .diagnostics import did_you_mean
-
-Backend = Literal["python", "spark", "dask", "ray"]
+from .settings import GpuMode, Names, Params, Section, none_as_empty
 
 PIPELINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -43,77 +52,33 @@ def parse_duration(value: Any) -> float | None:
     return seconds
 
 
-def _gpu_mode(value: Any) -> bool | str:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() == "auto":
-        return "auto"
-    raise ValueError(f"must be true, false or auto, not {value!r}")
-
-
-def _none_as_empty(empty):
-    """An empty YAML section (`params:` with nothing under it) means 'none', not an error."""
-    return BeforeValidator(lambda v: empty() if v is None else v)
-
-
+_DURATION_TEXT = r"^(\d+(\.\d+)?\s*(ms|s|m|h|d)\s*)+$"
 Duration = Annotated[float | None, BeforeValidator(parse_duration),
-                     WithJsonSchema({"anyOf": [{"type": "number"}, {"type": "string", "pattern": r"^(\d+(\.\d+)?\s*(ms|s|m|h|d)\s*)+$"},
+                     WithJsonSchema({"anyOf": [{"type": "number"}, {"type": "string", "pattern": _DURATION_TEXT},
                                                {"type": "null"}], "description": "seconds, or e.g. 90s, 30m, 1h30m"})]
-GpuMode = Annotated[bool | Literal["auto"], BeforeValidator(_gpu_mode)]
-Params = Annotated[dict[str, Any], _none_as_empty(dict)]
-Names = Annotated[list[str], _none_as_empty(list)]
+class FreeSettings(Section):
+    """backends.<engine> of an engine that declares no settings model: any keys, passed on as they are."""
+
+    model_config = ConfigDict(extra="allow")
 
 
-class _Section(BaseModel):
-    # Unknown keys are errors: a misspelt key silently ignored is the worst kind of bug.
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+def _registered(value: str) -> str:
+    """A backend name must be a registered engine's (reported like any other choice of values)."""
+    from pydantic_core import PydanticCustomError
+
+    from .backends import engines
+
+    known = list(engines())
+    if value not in known:
+        raise PydanticCustomError("literal_error", "Input should be {expected}",
+                                  {"expected": ", ".join(f"'{name}'" for name in known)})
+    return value
 
 
-class SparkSettings(_Section):
-    master: str | None = Field(None, description="local[N] or spark://host:7077; default local[*]")
-    conf: Params = Field(default_factory=dict, description="Spark configuration, e.g. spark.sql.shuffle.partitions")
-    gpu: GpuMode = False
-    rapids_jar: str | None = None
+Backend = Annotated[str, AfterValidator(_registered)]
 
 
-class DaskSettings(_Section):
-    address: str | None = Field(None, description="scheduler address (tcp://host:8786); default: a local cluster")
-    n_workers: int | None = Field(None, ge=1)
-    threads_per_worker: int | None = Field(None, ge=1)
-    processes: bool | None = None
-    memory_limit: str | None = None
-    gpu: GpuMode = False
-    rmm_pool_size: str | None = None
-
-
-class RaySettings(_Section):
-    address: str | None = Field(None, description="head address (host:6379); default: a local instance")
-    num_cpus: int | None = Field(None, ge=1)
-    num_gpus: int | None = Field(None, ge=0)
-    init: Params = Field(default_factory=dict, description="extra keyword arguments for ray.init")
-    gpu: GpuMode = False
-
-
-class BackendSettings(_Section):
-    spark: Annotated[SparkSettings, _none_as_empty(SparkSettings)] = Field(default_factory=SparkSettings)
-    dask: Annotated[DaskSettings, _none_as_empty(DaskSettings)] = Field(default_factory=DaskSettings)
-    ray: Annotated[RaySettings, _none_as_empty(RaySettings)] = Field(default_factory=RaySettings)
-    python: Params = Field(default_factory=dict, description="gpu: the default GPU mode of python stages; "
-                                                             "rmm_pool_size: an RMM pool for GPU stages")
-
-    @field_validator("python")
-    @classmethod
-    def _python_gpu(cls, value: dict[str, Any]) -> dict[str, Any]:
-        """A free mapping, but its `gpu` is a GPU mode like the other engines' (read by gpu.stage_mode)."""
-        if "gpu" not in value:
-            return value
-        try:
-            return {**value, "gpu": _gpu_mode(value["gpu"])}
-        except ValueError as exc:
-            raise ValueError(f"gpu {exc}") from None
-
-
-class DatasetSpec(_Section):
+class DatasetSpec(Section):
     path: str | None = Field(None, description="external input only: where it lives, relative to root")
     format: Literal["parquet", "csv", "json"] = "parquet"
     kind: Literal["table", "files"] = "table"
@@ -122,9 +87,9 @@ class DatasetSpec(_Section):
     description: str | None = None
 
 
-class StageSpec(_Section):
+class StageSpec(Section):
     run: str = Field(description="module:function, importable from root")
-    backend: Backend = "python"
+    backend: Backend = DEFAULT_BACKEND
     inputs: Names = Field(default_factory=list)
     outputs: Names = Field(default_factory=list)
     params: Params = Field(default_factory=dict)
@@ -145,7 +110,7 @@ class StageSpec(_Section):
         return value
 
 
-class ScheduleSpec(_Section):
+class ScheduleSpec(Section):
     cron: str
     timezone: str = "UTC"
 
@@ -166,14 +131,15 @@ class ScheduleSpec(_Section):
             zoneinfo.ZoneInfo(value)
         except (zoneinfo.ZoneInfoNotFoundError, ValueError):
             hint = did_you_mean(value, zoneinfo.available_timezones())
-            raise ValueError(f"unknown time zone '{value}'{hint} (use an IANA name such as UTC or Europe/Paris)") from None
+            raise ValueError(f"unknown time zone '{value}'{hint} "
+                             "(use an IANA name such as UTC or Europe/Paris)") from None
         return value
 
 
 NOTIFY_TIMEOUT = 10.0  # seconds, for each POST attempt and for the command
 
 
-class NotifySpec(_Section):
+class NotifySpec(Section):
     """Who to tell when a run ends: a JSON summary POSTed to a URL and/or piped to a command's stdin."""
 
     on: list[Literal["failure", "success"]] = Field(
@@ -233,7 +199,7 @@ class NotifySpec(_Section):
         return shlex.split(self.command) if isinstance(self.command, str) else list(self.command)
 
 
-class PipelineSpec(_Section):
+class PipelineSpec(Section):
     name: str = Field(pattern=PIPELINE_NAME.pattern, description="letters, digits, - and _")
     description: str | None = None
     root: str | None = Field(None, description="relative to this file's directory; default: that directory")
@@ -241,15 +207,32 @@ class PipelineSpec(_Section):
     keep_versions: int = Field(5, ge=1, description="published versions kept per dataset (older ones are "
                                                     "removed unless the current versions' lineage needs them)")
     params: Params = Field(default_factory=dict)
-    backends: Annotated[BackendSettings, _none_as_empty(BackendSettings)] = Field(default_factory=BackendSettings)
-    datasets: Annotated[dict[str, DatasetSpec], _none_as_empty(dict)] = Field(default_factory=dict)
+    # each registered engine's settings model, as pipeline_model() puts it together
+    backends: Any = Field(None, description="settings per engine: backends.<engine>")
+    datasets: Annotated[dict[str, DatasetSpec], none_as_empty(dict)] = Field(default_factory=dict)
     stages: dict[str, StageSpec] = Field(min_length=1)
     schedule: ScheduleSpec | None = None
     notify: NotifySpec | None = None
 
 
+@functools.cache
+def pipeline_model() -> type[PipelineSpec]:
+    """The pipeline file's model with `backends:` made of every registered engine's settings (built
+    on first use: the engines register themselves, and a third-party one through an entry point)."""
+    from .backends import engines
+
+    sections = {}
+    for name, engine in sorted(engines().items()):
+        model = engine.settings or FreeSettings
+        sections[name] = (Annotated[model, none_as_empty(model)],
+                          Field(default_factory=model, description=engine.description or None))
+    backends = create_model("BackendSettings", __base__=Section, **sections)
+    return create_model("PipelineSpec", __base__=PipelineSpec,
+                        backends=(Annotated[backends, none_as_empty(backends)], Field(default_factory=backends)))
+
+
 def json_schema() -> dict:
-    schema = PipelineSpec.model_json_schema(by_alias=True)
+    schema = pipeline_model().model_json_schema(by_alias=True)
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "hybridflow pipeline"
     return schema

@@ -24,7 +24,8 @@ CREATE TABLE IF NOT EXISTS stages (
     run_id TEXT NOT NULL REFERENCES runs(run_id), stage TEXT NOT NULL, backend TEXT NOT NULL,
     status TEXT NOT NULL, duration REAL, engine_start REAL, rows_in INTEGER, bytes_in INTEGER,
     rows_out INTEGER, bytes_out INTEGER, skip_reason TEXT, error TEXT, log_path TEXT, outputs TEXT,
-    position INTEGER NOT NULL, fingerprint TEXT, gpu INTEGER, gpu_reason TEXT, attempts INTEGER, PRIMARY KEY (run_id, stage)
+    position INTEGER NOT NULL, fingerprint TEXT, gpu INTEGER, gpu_reason TEXT, attempts INTEGER,
+    PRIMARY KEY (run_id, stage)
 );
 CREATE INDEX IF NOT EXISTS runs_by_pipeline ON runs (pipeline, started_at);
 """
@@ -160,7 +161,8 @@ def resumed_arguments(recorded: dict[str, Any], environ) -> dict[str, Any]:
         raise UsageError(f"--resume cannot repeat --param {_key(params[lost[0]])}: it held a secret that is "
                          "not kept", hint="run again without --resume, giving the --param values again")
     for index in recorded.get(ENV_PARAMS) or []:
-        params[index] = _REFERENCE.sub(lambda match: _read(match.group(1), params[index], environ), params[index])
+        param = params[index]
+        params[index] = _REFERENCE.sub(lambda match, param=param: _read(match.group(1), param, environ), param)
     resumed = {k: v for k, v in recorded.items() if k not in (ENV_PARAMS, LOST_PARAMS)}
     resumed["params"] = params
     return resumed

@@ -22,7 +22,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hybridflow import backends
-from hybridflow.spec import DaskSettings, RaySettings, SparkSettings
+from hybridflow.backends.dask import DaskSettings
+from hybridflow.backends.ray import RaySettings
+from hybridflow.backends.spark import SparkSettings
 from hybridflow.tables import TableSource, write_arrow
 
 SETTINGS = {
@@ -105,7 +107,7 @@ def main() -> None:
         for name in args.engines.split(","):
             engine = backends.create(name, SETTINGS[name], scratch)
             with backends.base.process_output_to(scratch / "engines.log"):
-                start_s, _ = timed(lambda: engine.start())
+                start_s, _ = timed(engine.start)
             try:
                 write_s, read_s = bench(name, engine, source, scratch)
             finally:

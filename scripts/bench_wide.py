@@ -22,9 +22,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from hybridflow import backends  # noqa: E402
+from hybridflow.backends.dask import DaskSettings  # noqa: E402
+from hybridflow.backends.ray import RaySettings  # noqa: E402
+from hybridflow.backends.spark import SparkSettings  # noqa: E402
 from hybridflow.config import load_pipeline  # noqa: E402
 from hybridflow.runner import Runner  # noqa: E402
-from hybridflow.spec import DaskSettings, RaySettings, SparkSettings  # noqa: E402
 
 SETTINGS = {"python": None, "spark": SparkSettings(master="local[2]"), "dask": DaskSettings(n_workers=1),
             "ray": RaySettings(num_cpus=2)}

@@ -69,7 +69,8 @@ def week_events(week: int, customers: pa.Table, churn: np.ndarray, next_id: int,
     kinds = np.where(rng.random(n) < ticket_p, "support_ticket",
                      EVENT_TYPES[rng.choice(3, n, p=[0.7, 0.2, 0.1])])
     start = dt.datetime.combine(FIRST_WEEK + dt.timedelta(weeks=week), dt.time(), dt.timezone.utc)
-    ts = np.datetime64(start.replace(tzinfo=None), "us") + rng.integers(0, 7 * 86400 * 10**6, n).astype("timedelta64[us]")
+    offsets = rng.integers(0, 7 * 86400 * 10**6, n).astype("timedelta64[us]")
+    ts = np.datetime64(start.replace(tzinfo=None), "us") + offsets
     cents = np.where(kinds == "purchase", rng.integers(300, 20000, n), -1)
     amount = decimal_amounts(cents)
     device = DEVICES[rng.integers(0, 3, n)].astype(object)
@@ -140,7 +141,8 @@ def main() -> None:
         pq.write_table(customers, args.out / "customers.parquet")
     total = 0
     for week in weeks:
-        table, late = week_events(week, customers, churn, 10**7 * (week + 1), np.random.default_rng([args.seed, 2, week]))
+        rng = np.random.default_rng([args.seed, 2, week])
+        table, late = week_events(week, customers, churn, 10**7 * (week + 1), rng)
         write_week(args.out, week, table)
         write_week(args.out, week + 1, late)  # arrives with the next week's delivery
         total += table.num_rows + late.num_rows

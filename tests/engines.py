@@ -7,7 +7,9 @@ import time
 from pathlib import Path
 
 from hybridflow import backends
-from hybridflow.spec import DaskSettings, RaySettings, SparkSettings
+from hybridflow.backends.dask import DaskSettings
+from hybridflow.backends.ray import RaySettings
+from hybridflow.backends.spark import SparkSettings
 
 ENGINES = ("python", "spark", "dask", "ray")
 TEST_SETTINGS = {

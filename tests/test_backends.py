@@ -200,7 +200,8 @@ def test_failure_inside_the_engine_is_the_users_own_error(engines, shared_projec
     result = Runner(load_pipeline(path), engines=engines).run()
     assert result.status == "failed" and result.error.exit_code == ExitCode.STAGE_FAILED
     error = result.stages[f"fail_{name}"].error
-    line = STAGES.lstrip("\n").splitlines().index('    raise ValueError(f"bad row {x}")  # the line every engine must point at')
+    marked = '    raise ValueError(f"bad row {x}")  # the line every engine must point at'
+    line = STAGES.lstrip("\n").splitlines().index(marked)
     assert error.startswith("ValueError: bad row "), error
     assert f"mypkg/steps.py:{line + 1} in bad_value" in error, error
     assert "Py4J" not in error and "RayTaskError" not in error

@@ -176,11 +176,13 @@ def test_version():
 
 
 def test_every_missing_engine_is_named_in_one_line(project, monkeypatch):
+    import dataclasses
+
     from hybridflow import backends
 
-    # engines whose packages are not installed, whatever this machine has
-    monkeypatch.setitem(backends.BACKEND_EXTRAS, "spark", ("spark", "hybridflow_test_no_pyspark"))
-    monkeypatch.setitem(backends.BACKEND_EXTRAS, "ray", ("ray", "hybridflow_test_no_ray"))
+    # engines whose packages are not installed, whatever this machine has (the registry's declarations)
+    for name, module in (("spark", "hybridflow_test_no_pyspark"), ("ray", "hybridflow_test_no_ray")):
+        monkeypatch.setitem(backends.engines(), name, dataclasses.replace(backends.engine(name), requires=(module,)))
     project.stages(STEPS)
     path = project.pipeline("name: demo\nstages:\n"
                             "  make: {run: 'mypkg.steps:make', backend: spark, outputs: [numbers, meta]}\n"

@@ -9,9 +9,11 @@ import time
 import pytest
 
 from hybridflow import backends
+from hybridflow.backends.dask import DaskSettings
+from hybridflow.backends.ray import RaySettings
+from hybridflow.backends.spark import SparkSettings
 from hybridflow.config import check_file
 from hybridflow.errors import UnavailableError
-from hybridflow.spec import DaskSettings, RaySettings, SparkSettings
 
 from .engines import TEST_SETTINGS, child_pids
 

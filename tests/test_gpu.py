@@ -14,13 +14,12 @@ from pathlib import Path
 import pytest
 
 from hybridflow import gpu
-from hybridflow.backends.dask import gpu_cluster_options
-from hybridflow.backends.ray import RayBackend, gpu_init_options, gpus_per_trial
-from hybridflow.backends.spark import gpu_operators, spark_gpu_conf
+from hybridflow.backends.dask import DaskSettings, gpu_cluster_options
+from hybridflow.backends.ray import RayBackend, RaySettings, gpu_init_options, gpus_per_trial
+from hybridflow.backends.spark import SparkSettings, gpu_operators, spark_gpu_conf
 from hybridflow.config import load_pipeline
 from hybridflow.errors import ConfigError, ExitCode, UnavailableError
 from hybridflow.runner import Runner
-from hybridflow.spec import DaskSettings, RaySettings, SparkSettings
 from hybridflow.state import RunStore
 
 H100 = "0, GPU-0a1b2c3d-1111-2222-3333-444455556666, NVIDIA H100 80GB HBM3, 81559, 550.54.15"
@@ -196,7 +195,7 @@ def test_the_python_engine_default_is_a_python_stage_mode_everywhere(project, no
 
     text = PIPELINE.replace("    gpu: MAKE_MODE\n", "").replace("backends:\n", "backends:\n  python: {gpu: AUTO}\n")
     loaded = pipeline(project, text=text)
-    assert loaded.spec.backends.python == {"gpu": "auto"}
+    assert loaded.spec.backends.python.gpu == "auto"  # the python engine's own settings model
     assert gpu.stage_mode(loaded, "make") == "auto"
     assert Planner(loaded, Catalog(loaded.workdir / loaded.name)).fingerprint("make").settings["gpu"] == "auto"
     result = Runner(loaded, _selection(["make"])).run()  # no GPU here: auto falls back to the CPU, saying why
@@ -205,7 +204,8 @@ def test_the_python_engine_default_is_a_python_stage_mode_everywhere(project, no
     own = pipeline(project, text=text.replace("outputs: [numbers]\n", "outputs: [numbers]\n    gpu: false\n", 1))
     assert gpu.stage_mode(own, "make") is False  # the stage's own value wins
     project.pipeline(text.replace("{gpu: AUTO}", "{gpu: maybe}"))
-    with pytest.raises(ConfigError, match="backends.python: gpu must be true, false or auto, not 'maybe'"):
+    # located at the value itself, as every engine's gpu is (backends.python is a settings model now)
+    with pytest.raises(ConfigError, match="backends.python.gpu: must be true, false or auto, not 'maybe'"):
         load_pipeline(project.root / "pipeline.yaml")
 
 

@@ -377,7 +377,8 @@ def test_a_schema_change_in_new_partitions_is_refused_with_the_fix(project):
     # data-dependent types, as with pandas: large values make this stage write floats
     project.stages(AGG.replace('return out.assign(run=ctx.run_id)',
                                'big = (out["value"] > 100).any()\n'
-                               '    return out.assign(run=ctx.run_id, value=out["value"] / 2 if big else out["value"])'))
+                               '    return out.assign(run=ctx.run_id, '
+                               'value=out["value"] / 2 if big else out["value"])'))
     project.pipeline(INCREMENTAL)
     write_day(project.root, "d1", [1])
     assert hybridflow(project, "run", "pipeline.yaml").returncode == 0

@@ -22,7 +22,6 @@ from hybridflow.catalog import Catalog
 from hybridflow.tables import read_arrow
 
 from .conftest import last_run_record
-
 from .engines import assert_nothing_left
 from .listeners import ListenerSampler
 

@@ -1,28 +1,114 @@
-"""Engines that run stages. Each lives in its own module, imported only when a stage needs it."""
+"""The engine registry. An engine is one module that declares an `ENGINE` (an Engine: its name, its
+`backends.<name>` settings model, the frames its stages return, what it needs installed, its GPU
+support) and a Backend class that starts it and moves data (see base.Backend). hybridflow's own four
+live here; another package adds one through the `hybridflow.backends` entry point group, naming its
+module:
+
+    [project.entry-points."hybridflow.backends"]
+    duckdb = "hybridflow_duckdb.engine"
+
+Everything outside this package asks the registry; nothing else names an engine. Backend modules
+import their engine's library only when a stage needs it, so loading the registry stays cheap.
+"""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
-from typing import Iterable
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
 
 from ..errors import UnavailableError
 
-# backend -> (pip extra, the module that extra provides); python needs nothing extra
-BACKEND_EXTRAS: dict[str, tuple[str, str]] = {
-    "spark": ("spark", "pyspark"),
-    "dask": ("dask", "distributed"),
-    "ray": ("ray", "ray"),
-}
+ENTRY_POINTS = "hybridflow.backends"
+BUILT_IN = ("python", "spark", "dask", "ray")
+DEFAULT = "python"  # the engine of a stage that names none
+
+
+@dataclass(frozen=True)
+class Engine:
+    """What hybridflow knows of an engine before it starts one, and without importing it."""
+
+    name: str
+    module: str  # the backend module: its create(settings, log_dir) makes a Backend
+    frame_types: str  # what its stages return, in words, for messages
+    settings: type | None = None  # the model of backends.<name>; None: a free mapping
+    description: str = ""
+    requires: tuple[str, ...] = ()  # modules that must be importable (found, never imported, to check)
+    extra: str | None = None  # the pip extra that installs them: hybridflow[<extra>]
+    starts: bool = True  # False: stages run in hybridflow's own process (python); nothing starts
+    needs_java: bool = False
+    # GPU: what an embedded engine's GPU stages need importable, and what an attached cluster's client
+    # needs; a GPU mode on an engine without GPU support is a config error
+    gpu: bool = False
+    gpu_packages: tuple[str, ...] = ()
+    attached_gpu_packages: tuple[str, ...] = ()
+    gpu_jar: bool = False  # its GPU stages need the RAPIDS Accelerator jar (Spark)
+    # whether settings name a cluster to attach to (not an engine started here)
+    attached: Callable[[Any], bool] = lambda settings: False
+    # engine settings that change what a stage computes (Spark's conf): part of every fingerprint
+    result_settings: Callable[[Any], dict[str, Any]] = lambda settings: {}
+    # what of an Arrow schema the engine cannot hold, a phrase per problem (validate warns)
+    unrepresentable: Callable[[Any], list[str]] | None = None
+
+    def create(self, settings, log_dir):
+        return importlib.import_module(self.module).create(settings, log_dir)
+
+
+@functools.cache
+def engines() -> dict[str, Engine]:
+    """Every registered engine by name: the built-in ones, then those of installed packages."""
+    found: dict[str, Engine] = {}
+    for name in BUILT_IN:
+        found[name] = importlib.import_module(f"{__name__}.{name}").ENGINE
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group=ENTRY_POINTS):
+        try:
+            engine = _engine_of(point.load())
+        except Exception as exc:  # a broken plugin must not break every pipeline
+            import logging
+
+            logging.getLogger("hybridflow").warning("engine plugin %s (%s) cannot load: %s",
+                                                    point.name, point.value, exc)
+            continue
+        found.setdefault(engine.name, engine)  # a plugin never replaces a built-in engine
+    return found
+
+
+def _engine_of(loaded) -> Engine:
+    engine = loaded if isinstance(loaded, Engine) else getattr(loaded, "ENGINE", None)
+    if not isinstance(engine, Engine):
+        raise TypeError("an engine module must define ENGINE = hybridflow.backends.Engine(...)")
+    return engine
+
+
+def register(engine: Engine) -> None:
+    """Add an engine at run time (a notebook, a test); the entry point group does this for packages."""
+    engines()[engine.name] = engine
+    from ..spec import pipeline_model
+
+    pipeline_model.cache_clear()  # backends.<name> of the new engine is now a valid section
+
+
+def engine(name: str) -> Engine:
+    try:
+        return engines()[name]
+    except KeyError:
+        raise UnavailableError(f"no backend named '{name}' is registered",
+                               hint=f"backends: {', '.join(sorted(engines()))}") from None
 
 
 def missing(names: Iterable[str]) -> dict[str, tuple[str, str]]:
-    """The backends among `names` whose engine package is not installed: name -> (pip extra, module)."""
+    """The engines among `names` whose packages are not installed: name -> (pip extra, module)."""
     found: dict[str, tuple[str, str]] = {}
     for name in dict.fromkeys(names):  # each once, in the order given
-        extra, module = BACKEND_EXTRAS.get(name, (None, None))
-        if module and importlib.util.find_spec(module) is None:  # finds, never imports
-            found[name] = (extra, module)
+        info = engines().get(name)
+        for module in info.requires if info else ():
+            if importlib.util.find_spec(module) is None:  # finds, never imports
+                found[name] = (info.extra or name, module)
+                break
     return found
 
 
@@ -48,8 +134,7 @@ def create(name: str, settings, log_dir, gpu=None, secrets=()):
     """A new, not yet started, backend instance; `gpu` (a gpu.EngineGpu) starts it with GPU resources;
     `secrets`: the pipeline's ${env:...} values, for engines that must be told to redact them."""
     require(name)
-    module = importlib.import_module(f"hybridflow.backends.{name}")
-    engine = module.create(settings, log_dir)
-    engine.gpu = gpu
-    engine.secrets = tuple(secrets)
-    return engine
+    backend = engine(name).create(settings, log_dir)
+    backend.gpu = gpu
+    backend.secrets = tuple(secrets)
+    return backend

@@ -17,17 +17,37 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import pyarrow as pa
+from pydantic import Field
 
-from .. import pandas_frames
 from ..contract import standard_schema
 from ..errors import DataError, UnavailableError
 from ..footers import read_footers
+from ..settings import GpuMode, Section
 from ..tables import TableSource, parquet_files, partition_values, read_arrow, read_partitioned_file, standard_types
+from . import Engine
 from .base import Backend, check_reachable, code_archive, index_as_columns, split_host_port
 
 
 # The scheduler always serves HTTP (health, metrics), on 8787 unless told otherwise, even with no
 # dashboard address: keep it off the dashboard's port, on a free loopback port, with no dashboard.
+class DaskSettings(Section):
+    address: str | None = Field(None, description="scheduler address (tcp://host:8786); default: a local cluster")
+    n_workers: int | None = Field(None, ge=1)
+    threads_per_worker: int | None = Field(None, ge=1)
+    processes: bool | None = None
+    memory_limit: str | None = None
+    gpu: GpuMode = False
+    rmm_pool_size: str | None = None
+
+
+ENGINE = Engine(
+    name="dask", module=__name__, settings=DaskSettings, description="Dask: a local cluster or a scheduler's address",
+    frame_types="dask.dataframe.DataFrame", requires=("distributed",), extra="dask",
+    gpu=True, gpu_packages=("cudf", "dask_cudf", "dask_cuda"),
+    attached_gpu_packages=("cudf", "dask_cudf"),  # the client builds cuDF frames itself
+    attached=lambda settings: bool(settings.address),
+)
+
 NO_DASHBOARD = {"dashboard_address": "127.0.0.1:0", "scheduler_kwargs": {"dashboard": False}}
 
 
@@ -40,8 +60,8 @@ def gpu_cluster_options(settings, devices) -> dict[str, Any]:
 
 
 class DaskBackend(Backend):
-    name = "dask"
-    frame_types = "dask.dataframe.DataFrame"
+    name = ENGINE.name
+    frame_types = ENGINE.frame_types
 
     def __init__(self, settings, log_dir: Path) -> None:
         self.settings = settings
@@ -121,6 +141,8 @@ class DaskBackend(Backend):
 
     def _read_cpu(self, source: TableSource):
         import dask.dataframe as dd
+
+        from .. import pandas_frames  # pandas: imported when a stage reads, not when the registry loads
 
         if source.format != "parquet":  # external text input: read and typed once, then distributed
             return dd.from_pandas(pandas_frames.to_pandas(read_arrow(source)), npartitions=2)
@@ -208,6 +230,8 @@ def _read_piece(piece: tuple[Path, tuple[int, ...]], schema: pa.Schema, kinds: l
     passes `columns` when the stage uses only some (column projection)."""
     import pyarrow.parquet as pq
 
+    from .. import pandas_frames
+
     file, row_groups = piece
     if columns is not None:
         chosen = [schema.get_field_index(c) for c in columns]
@@ -217,6 +241,8 @@ def _read_piece(piece: tuple[Path, tuple[int, ...]], schema: pa.Schema, kinds: l
 
 
 def _read_partitioned_pandas(file: Path, source: TableSource, kinds: list[str]):
+    from .. import pandas_frames
+
     table = standard_types(read_partitioned_file(file, source)).select(source.schema.names).cast(source.schema)
     return pandas_frames.to_pandas(table, kinds)
 

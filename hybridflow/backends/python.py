@@ -12,22 +12,36 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import pyarrow as pa
+from pydantic import Field
 
-from .. import gpu, pandas_frames
+from .. import gpu
 from ..errors import DataError
+from ..settings import GpuMode, Section
 from ..tables import TableSource, read_arrow, write_arrow
+from . import Engine
 from .base import Backend, index_as_columns
 
 
+class PythonSettings(Section):
+    gpu: GpuMode = Field(False, description="the default GPU mode of python stages")
+    rmm_pool_size: str | None = Field(None, description="an RMM memory pool for GPU stages, e.g. 8GB")
+
+
+ENGINE = Engine(
+    name="python", module=__name__, settings=PythonSettings, description="stages in hybridflow's own process",
+    frame_types="pandas DataFrames or pyarrow Tables (or cuDF DataFrames on the GPU)", starts=False,
+    gpu=True, gpu_packages=("cudf",),
+)
+
+
 class PythonBackend(Backend):
-    name = "python"
-    frame_types = "pandas DataFrames or pyarrow Tables (or cuDF DataFrames on the GPU)"
+    name = ENGINE.name
+    frame_types = ENGINE.frame_types
     isolated_calls = True  # off the GPU: a CUDA context does not survive a fork
 
     def __init__(self, settings: Any = None) -> None:
-        self.rmm_pool_size = settings.get("rmm_pool_size") if isinstance(settings, dict) else None
+        self.rmm_pool_size = getattr(settings, "rmm_pool_size", None)
 
     def start(self, code=()) -> None:
         pass  # nothing to start: stages run in this process, which imports their code itself
@@ -49,14 +63,20 @@ class PythonBackend(Backend):
     def read(self, source: TableSource):
         if self.stage_on_gpu:
             return read_cudf(source)
+        from .. import pandas_frames  # pandas: imported when a stage reads, not when the registry loads
+
         return pandas_frames.to_pandas(read_arrow(source))
 
     def is_frame(self, value: Any) -> bool:
+        import pandas as pd
+
         return isinstance(value, (pd.DataFrame, pa.Table)) or is_cudf_frame(value)
 
     def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...]) -> pa.Schema:
         if is_cudf_frame(frame):
             return write_cudf(frame, directory, partition_by)
+        from .. import pandas_frames
+
         table = frame if isinstance(frame, pa.Table) else pandas_frames.to_arrow(frame)
         return write_arrow(table, directory, partition_by)
 

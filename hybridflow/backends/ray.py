@@ -20,11 +20,29 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import pyarrow as pa
+from pydantic import Field
 
 from ..errors import ConfigError, UnavailableError, first_line
 from ..footers import read_footers
+from ..settings import GpuMode, Params, Section
 from ..tables import TableSource, add_partitions_from_paths, parquet_files, read_arrow
+from . import Engine
 from .base import Backend, check_reachable, split_host_port
+
+
+class RaySettings(Section):
+    address: str | None = Field(None, description="head address (host:6379); default: a local instance")
+    num_cpus: int | None = Field(None, ge=1)
+    num_gpus: int | None = Field(None, ge=0)
+    init: Params = Field(default_factory=dict, description="extra keyword arguments for ray.init")
+    gpu: GpuMode = False
+
+
+ENGINE = Engine(
+    name="ray", module=__name__, settings=RaySettings, description="Ray: a local instance or a head's address",
+    frame_types="ray.data.Dataset", requires=("ray",), extra="ray", gpu=True,
+    attached=lambda settings: bool(settings.address),
+)
 
 ROWS_PER_FILE = 1_000_000  # Ray's default tiny files read slowly everywhere
 
@@ -45,8 +63,8 @@ def gpus_per_trial(on_gpu: bool, params) -> float:
 
 
 class RayBackend(Backend):
-    name = "ray"
-    frame_types = "ray.data.Dataset"
+    name = ENGINE.name
+    frame_types = ENGINE.frame_types
 
     def __init__(self, settings, log_dir: Path) -> None:
         self.settings = settings

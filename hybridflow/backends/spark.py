@@ -25,12 +25,36 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import pyarrow as pa
+from pydantic import Field
 
 from .. import processes
 from ..errors import DataError, UnavailableError, first_line
 from ..footers import read_footers
+from ..settings import GpuMode, Params, Section
 from ..tables import TableSource, parquet_files
+from . import Engine
 from .base import Backend, case_collisions, check_reachable, code_archive, split_host_port
+
+
+class SparkSettings(Section):
+    master: str | None = Field(None, description="local[N] or spark://host:7077; default local[*]")
+    conf: Params = Field(default_factory=dict, description="Spark configuration, e.g. spark.sql.shuffle.partitions")
+    gpu: GpuMode = False
+    rapids_jar: str | None = None
+
+
+def _attached(settings: SparkSettings) -> bool:
+    return not (settings.master or "local").startswith("local")
+
+
+ENGINE = Engine(
+    name="spark", module=__name__, settings=SparkSettings, description="Spark: a local session or a cluster's master",
+    frame_types="pyspark.sql.DataFrame", requires=("pyspark",), extra="spark", needs_java=True,
+    gpu=True, gpu_jar=True, attached=_attached,
+    result_settings=lambda settings: {"spark_conf": dict(settings.conf)},
+    unrepresentable=lambda schema: unrepresentable(schema),
+)
+
 
 def default_conf(master: str) -> dict[str, str]:
     cores = os.cpu_count() or 2
@@ -188,8 +212,8 @@ def gpu_operators(plan: str) -> tuple[list[str], list[str]]:
 
 
 class SparkBackend(Backend):
-    name = "spark"
-    frame_types = "pyspark.sql.DataFrame"
+    name = ENGINE.name
+    frame_types = ENGINE.frame_types
 
     def __init__(self, settings, log_dir: Path) -> None:
         self.settings = settings

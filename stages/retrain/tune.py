@@ -73,7 +73,8 @@ def tune_xgboost(customer_features, num_samples: int, search: dict, seed: int, c
         "trial": range(len(trials)),
         "params": [json.dumps({k: _plain(row[f"config/{k}"]) for k in space}) for _, row in trials.iterrows()],
         "valid_auc": trials["auc"].astype("float64"),
-        "is_default": [all(_plain(row[f"config/{k}"]) == v for k, v in defaults.items()) for _, row in trials.iterrows()],
+        "is_default": [all(_plain(row[f"config/{k}"]) == v for k, v in defaults.items())
+                       for _, row in trials.iterrows()],
     })
     best = results.get_best_result()
     ctx.log.info("best validation AUC %.6f with %s (seed %d)", best.metrics["auc"], best.config, seed)

@@ -1,0 +1,307 @@
+"""hybridflow from Python: everything the CLI does, as functions that return results and raise typed
+errors (each HybridflowError carries the exit code the CLI would use). The CLI calls these and only
+prints. Engines are imported only when a stage runs on them.
+
+    import hybridflow
+
+    result = hybridflow.run("configs/weekly_retrain.yaml", force=["train"])
+    result.raise_for_status()
+    features = hybridflow.read("configs/weekly_retrain.yaml", "features")   # a pandas DataFrame
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from .errors import HybridflowError, LockedError, UsageError
+from .pipeline import Pipeline
+from .runner import Listener, PlannedInput, Runner, RunResult, Selection, new_run_id
+
+PipelineLike = str | os.PathLike | Pipeline
+Params = Mapping[str, Any] | Sequence[str] | None
+Names = str | Iterable[str]
+
+
+def load(path: str | os.PathLike, params: Params = None) -> Pipeline:
+    """Load and check a pipeline file. `params` override its params: a mapping ({"lr": 0.1,
+    "train.depth": 6}) or the CLI's "key=value" strings. Raises ConfigError naming file:line."""
+    from .config import load_pipeline
+
+    return load_pipeline(Path(path), _param_strings(params))
+
+
+def _pipeline(pipeline: PipelineLike, params: Params = None) -> Pipeline:
+    if isinstance(pipeline, Pipeline):
+        if params:  # a loaded pipeline's params are fixed: load its file again with the overrides
+            return load(pipeline.file, _param_strings(params))
+        return pipeline
+    return load(pipeline, params)
+
+
+def _param_strings(params: Params) -> list[str]:
+    if not params:
+        return []
+    if isinstance(params, Mapping):
+        import json
+
+        # a value in YAML flow syntax, as --param reads it: numbers, booleans, lists keep their type
+        return [f"{key}={value if isinstance(value, str) else json.dumps(value)}" for key, value in params.items()]
+    if isinstance(params, str):
+        raise UsageError("params must be a mapping or a list of 'key=value' strings, not one string")
+    return list(params)
+
+
+def _names(value: Names | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+def forced(pipeline: Pipeline, force: bool | Names | None) -> bool | set[str]:
+    """What `force` asks for: True (every stage), or the stages named ("a,b", ["a", "b"]), each
+    checked against the pipeline; False or None: none."""
+    if force is None or force is False:
+        return False
+    if force is True or force == "*":
+        return True
+    from .diagnostics import did_you_mean
+
+    names = {n.strip() for n in (force.split(",") if isinstance(force, str) else force) if n.strip()}
+    for name in sorted(names):
+        if name not in pipeline.stages:
+            raise UsageError(f"--force: no stage named '{name}'{did_you_mean(name, pipeline.stages)}",
+                             hint="a bare --force forces every stage; --force a,b the stages named")
+    return names
+
+
+@dataclass
+class Plan:
+    """What a run would do now, without running anything: each selected stage's decision (run,
+    skip or incremental, and why) and where each of its inputs would come from."""
+
+    pipeline: Pipeline
+    decisions: dict[str, Any]  # stage -> planner.Decision
+    inputs: dict[str, list[PlannedInput]]
+    runner: Runner
+
+    @property
+    def to_run(self) -> list[str]:
+        return [stage for stage, decision in self.decisions.items() if decision.action != "skip"]
+
+    @property
+    def missing(self) -> list[tuple[str, PlannedInput]]:
+        return [(stage, item) for stage, items in self.inputs.items() for item in items if item.state == "missing"]
+
+
+def plan(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | None = None,
+         to: Names | None = None, force: bool | Names | None = False, params: Params = None) -> Plan:
+    """Which stages a run would execute or skip, and why. Starts no engine, imports no stage code."""
+    loaded = _pipeline(pipeline, params)
+    runner = Runner(loaded, Selection(_names(only), _names(from_), _names(to)), force=forced(loaded, force))
+    return Plan(loaded, runner.decisions(), runner.plan(), runner)
+
+
+def run(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | None = None, to: Names | None = None,
+        force: bool | Names | None = False, params: Params = None, resume: bool = False, keep_going: bool = False,
+        dry_run: bool = False, wait: bool = False, trigger: str = "manual", listener: Listener | None = None,
+        notify: bool = True) -> RunResult | Plan | None:
+    """Run a pipeline (a file, or one from load()) and return its RunResult: the run's status, each
+    stage's status, duration, rows, bytes, published versions and error. A stage that fails does
+    not raise (result.raise_for_status() does); what stops a run from starting raises the typed
+    error the CLI maps to its exit code (ConfigError, DataError, LockedError, UnavailableError).
+
+    resume: repeat the last run if it did not succeed (same selection and params; finished stages
+    are skipped); returns None when there is nothing to resume. dry_run: returns the Plan instead.
+    notify: send the notifications the pipeline's `notify:` asks for. listener: receives progress."""
+    from .state import recorded_arguments
+
+    if trigger not in ("manual", "cron"):
+        raise UsageError(f"--trigger must be manual or cron, not '{trigger}'")
+    listener = listener or Listener()
+    loaded = _pipeline(pipeline, params)
+    arguments = {"only": list(_names(only)), "from": list(_names(from_)), "to": list(_names(to)),
+                 "params": _param_strings(params), "force": _force_argument(force)}
+    if resume:
+        if only or from_ or to or params:
+            raise UsageError("--resume repeats the last run's --only/--from/--to/--param; do not give them again")
+        repeated = _resumed(loaded, force, listener)
+        if repeated is None:
+            return None
+        loaded, arguments, chosen = repeated
+    else:
+        chosen = forced(loaded, force)
+    recorded = recorded_arguments(arguments, loaded.secrets, loaded.secret_sources(os.environ))
+    runner = Runner(loaded, Selection(arguments.get("only", ()), arguments.get("from", ()), arguments.get("to", ())),
+                    keep_going=keep_going, wait_for_lock=wait, trigger=trigger, force=chosen, arguments=recorded,
+                    listener=_Notifying(listener, loaded, trigger) if notify else listener)
+    if dry_run:
+        return Plan(loaded, runner.decisions(), runner.plan(), runner)
+    return _run_notifying_failed_start(runner, notify)
+
+
+def _force_argument(force: bool | Names | None) -> str | None:
+    """`force` as the CLI's --force value, which runs.db keeps for --resume."""
+    if force is None or force is False:
+        return None
+    if force is True:
+        return "*"
+    return force if isinstance(force, str) else ",".join(force)
+
+
+def _resumed(pipeline: Pipeline, force, listener: Listener):
+    """(pipeline, arguments, forced stages) repeating the last run, or None (listener told why)."""
+    import json
+
+    from .state import RunStore, resumed_arguments
+
+    store = RunStore(pipeline.workdir / "runs.db") if (pipeline.workdir / "runs.db").exists() else None
+    last = store.last_run(pipeline.name) if store else None
+    if last is None or last["status"] == "success":
+        listener.nothing_to_resume(f"the last run, {last['run_id']}, succeeded" if last
+                                   else "this pipeline has no run yet")
+        return None
+    arguments = resumed_arguments(json.loads(last["arguments"] or "{}") or {"params": []}, os.environ)
+    reloaded = load(pipeline.file, arguments.get("params", []))
+    chosen = forced(reloaded, force or arguments.get("force"))
+    if chosen and not force:  # the last run's --force: still owed to the stages it did not finish
+        finished = {s["stage"] for s in store.stages(last["run_id"]) if s["status"] == "done"}
+        chosen = (set(reloaded.stages) if chosen is True else chosen) - finished
+    listener.resuming(last["run_id"], last["status"])
+    return reloaded, arguments, chosen
+
+
+def _run_notifying_failed_start(runner: Runner, notify: bool) -> RunResult:
+    """runner.run(), except that a run failing before its stages start (a missing input, an engine not
+    installed) still sends its failure notification: under cron nobody reads the error line."""
+    from .notify import failed_start_summary
+
+    started, clock = datetime.now(timezone.utc), time.monotonic()
+    try:
+        try:
+            return runner.run()
+        finally:
+            runner.listener.close()
+    except LockedError:
+        # Deliberately not notified: another run of this pipeline is legitimately in progress and will
+        # report its own outcome; notifying here would page someone on every overlapping cron tick.
+        raise
+    except HybridflowError as exc:
+        if notify:
+            _deliver(runner.pipeline, failed_start_summary(
+                runner.pipeline, exc, run_id=runner.run_id, trigger=runner.trigger, stages=runner.stages,
+                started_at=started, duration=time.monotonic() - clock), runner.listener)
+        raise
+
+
+class _Notifying(Listener):
+    """Passes progress on to `inner`; once the run's record is final, sends its notifications."""
+
+    def __init__(self, inner: Listener, pipeline: Pipeline, trigger: str) -> None:
+        self.inner, self.pipeline, self.trigger = inner, pipeline, trigger
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def run_started(self, run_id, stages) -> None:
+        self.inner.run_started(run_id, stages)
+
+    def engine_started(self, backend, seconds) -> None:
+        self.inner.engine_started(backend, seconds)
+
+    def stage_changed(self, stage) -> None:
+        self.inner.stage_changed(stage)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def run_finished(self, result: RunResult) -> None:
+        from .notify import run_summary
+
+        self.inner.run_finished(result)
+        _deliver(self.pipeline, run_summary(self.pipeline, result, self.trigger), self.inner)
+
+
+def _deliver(pipeline: Pipeline, summary: dict, listener: Listener) -> None:
+    """Send the notifications `notify:` asks for; each delivery is reported to the listener. A failed
+    delivery never fails the run."""
+    from .notify import deliver
+
+    for delivery in deliver(pipeline, summary):
+        listener.notified(delivery)
+
+
+def read(pipeline: PipelineLike, dataset: str, engine: str = "pandas", *, version: str | None = None):
+    """The current published version of a dataset (or `version`, an id from `hybridflow show`):
+    engine "pandas" (a DataFrame with the dtypes a python stage gets), "arrow" (a pyarrow Table), or
+    "path" (its version directory; what a `kind: files` dataset always gives)."""
+    from .catalog import Catalog
+    from .diagnostics import did_you_mean
+
+    loaded = _pipeline(pipeline)
+    known = set(loaded.spec.datasets) | {ds for s in loaded.stages.values() for ds in s.outputs}
+    if dataset not in known or loaded.is_external(dataset):
+        where = "an external input, read it from its own path" if dataset in known else \
+            f"no dataset named '{dataset}'{did_you_mean(dataset, known)}"
+        raise UsageError(f"cannot read '{dataset}': {where}", hint="read() gives a published output of a stage")
+    if engine not in ("pandas", "arrow", "path"):
+        raise UsageError(f"engine must be pandas, arrow or path, not '{engine}'")
+    catalog = Catalog(loaded.workdir / loaded.name)
+    found = catalog.version(dataset, version) if version else catalog.current(dataset)
+    if found is None:
+        producer = loaded.dag.producer[dataset]
+        raise UsageError(f"dataset '{dataset}' has no published version yet",
+                         hint=f"run stage '{producer}' first: hybridflow run {loaded.file} --to {producer}")
+    if engine == "path" or loaded.dataset(dataset).kind == "files":
+        return found.directory
+    from .tables import read_arrow
+
+    table = read_arrow(found.source())
+    if engine == "arrow":
+        return table
+    from .pandas_frames import to_pandas
+
+    return to_pandas(table)
+
+
+def runs(pipeline: PipelineLike | None = None, *, workdir: str | os.PathLike = ".hybridflow",
+         limit: int = 20, stages: bool = False) -> list[dict[str, Any]]:
+    """Run records, newest first: of one pipeline (a file or a loaded one), else of every pipeline in
+    `workdir`. Each is a dict (run_id, pipeline, status, trigger, started_at, ended_at, error,
+    run_dir, ...); with stages=True each also has "stages": its stage records in run order."""
+    from .state import RunStore
+
+    name = None
+    if pipeline is not None:
+        loaded = _pipeline(pipeline)
+        workdir, name = loaded.workdir, loaded.name
+    db = Path(workdir) / "runs.db"
+    if not db.exists():
+        return []
+    store = RunStore(db)
+    found = store.runs(name, limit)
+    if stages:
+        for record in found:
+            record["stages"] = store.stages(record["run_id"])
+    return found
+
+
+def collect_garbage(pipeline: PipelineLike, keep: int | None = None, dry_run: bool = False) -> list[tuple[str, str]]:
+    """Remove old dataset versions (all but the newest `keep`, default the pipeline's keep_versions),
+    never a current one or one the current versions were made from; under the run lock, so never
+    while the pipeline runs. Returns the (dataset, version) pairs removed (or that would be)."""
+    from .catalog import Catalog
+    from .lock import RunLock
+
+    loaded = _pipeline(pipeline)
+    home = loaded.workdir / loaded.name
+    lock = RunLock(home / "run.lock")
+    lock.acquire(f"gc-{new_run_id()}")
+    try:
+        return Catalog(home).collect_garbage(keep or loaded.spec.keep_versions, dry_run=dry_run)
+    finally:
+        lock.release()
