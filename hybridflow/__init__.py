@@ -16,7 +16,7 @@ dask, ray, cudf) only by the backend module that runs a stage on them.
 __version__ = "0.1.0"
 
 _API = ("load", "run", "plan", "read", "runs", "collect_garbage", "Plan")
-_RESULTS = ("RunResult", "StageResult", "Listener")
+_RESULTS = ("RunResult", "StageResult", "Listener")  # from hybridflow.results
 _ERRORS = ("HybridflowError", "ConfigError", "DataError", "StageError", "StageTimeout", "StorageError",
            "UnavailableError", "LockedError", "UsageError", "InterruptedRun", "ExitCode")
 
@@ -26,7 +26,7 @@ __all__ = ["__version__", *_API, *_RESULTS, *_ERRORS]
 def __getattr__(name: str):
     import importlib
 
-    for module, names in (("api", _API), ("runner", _RESULTS), ("errors", _ERRORS)):
+    for module, names in (("api", _API), ("results", _RESULTS), ("errors", _ERRORS)):
         if name in names:
             value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
             globals()[name] = value

@@ -28,7 +28,7 @@ from .pipeline import Pipeline
 from .spec import NOTIFY_TIMEOUT, NotifySpec
 
 if TYPE_CHECKING:  # the runner imports pyarrow; a summary needs none of it
-    from .runner import RunResult
+    from .results import RunResult
 
 RETRY_DELAYS = (0.5, 1.0)  # seconds before each retry of a POST; only connection errors and 5xx are retried
 

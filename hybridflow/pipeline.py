@@ -48,6 +48,15 @@ class Pipeline:
     def external_path(self, name: str) -> Path:
         return (self.root / (self.dataset(name).path or "")).resolve()
 
+    @property
+    def shown_file(self) -> str:
+        """The pipeline file as a command line should name it: relative to the current directory when
+        it is under it (what `hybridflow run ... --resume` and the hints print)."""
+        try:
+            return str(self.file.relative_to(Path.cwd()))
+        except ValueError:
+            return str(self.file)
+
     def params_for(self, stage: str) -> dict[str, Any]:
         """Pipeline params < stage params < --param key=value < --param stage.key=value."""
         return {**self.spec.params, **self.stages[stage].params, **self.overrides,

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .errors import counted
-from .runner import Listener, RunResult, StageResult
+from .results import Listener, RunResult, StageResult
 
 RUN_STYLES = {"success": "green", "failed": "bold red", "interrupted": "yellow", "killed": "bold red",
               "running": "cyan"}

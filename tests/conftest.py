@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -95,3 +96,22 @@ def fake_crontab(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("PATH", f"{command.parent}:/usr/bin:/bin")
     return table
 
+
+
+# Test tiers (markers registered in pyproject.toml). `pytest -m "not engine and not cluster and not cron"`
+# is the fast tier a contributor runs on every change; CI runs everything.
+CLUSTER_MODULES = {"test_attach"}  # a Spark master, Dask scheduler or Ray head on 127.0.0.1
+# modules whose tests run the real engines, or the examples that use them, throughout
+ENGINE_MODULES = {"test_backends", "test_engine_lifecycle", "test_everyday_frames", "test_three_engines",
+                  "test_weekly_retrain", "test_cli_retrain", "test_stopping", "test_secret_engines", "test_bad_inputs"}
+ENGINE_NAMED = re.compile(r"spark|dask|ray", re.IGNORECASE)  # a test (or its parameters) naming an engine
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1]
+        if module in CLUSTER_MODULES:
+            item.add_marker(pytest.mark.cluster)
+        if module in ENGINE_MODULES or module in CLUSTER_MODULES or "engines" in item.fixturenames \
+                or ENGINE_NAMED.search(item.name):
+            item.add_marker(pytest.mark.engine)

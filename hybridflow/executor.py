@@ -1,0 +1,178 @@
+"""Runs one stage: opens its log, tries it (retrying what may succeed on another try), and in each
+try gets its engine, reads its inputs, calls the user's function within its time limit (in a
+killable child process where the engine allows it), and hands what it returned to the publisher."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from . import childprocess, signature
+from .catalog import Catalog
+from .context import StageContext
+from .enginepool import EnginePool
+from .errors import (
+    ConfigError,
+    HybridflowError,
+    StageError,
+    StageTimeout,
+    UnavailableError,
+    is_out_of_space,
+    out_of_space,
+)
+from .inputs import StageInputs
+from .pipeline import Pipeline
+from .planner import INCREMENTAL, Decision, Planner
+from .publisher import Publisher, Written
+from .results import StageResult
+from .stagecode import import_function
+from .stageerrors import StageErrors
+from .stagelog import stage_log
+from .stopping import SignalState, Terminated, time_limit
+
+# Failures worth another try: the stage's own code (a flaky source), a timeout, an engine that
+# could not start or be reached. Config and data-contract errors would fail the same way again.
+RETRYABLE = (StageError, StageTimeout, UnavailableError)
+MAX_RETRY_DELAY = 600.0
+
+
+class StageExecutor:
+    def __init__(self, pipeline: Pipeline, catalog: Catalog, planner: Planner, engines: EnginePool,
+                 inputs: StageInputs, publisher: Publisher, errors: StageErrors, signals: SignalState, *,
+                 gpu: Callable[[], Any], changed: Callable[[StageResult], None],
+                 end_run: Callable[[HybridflowError], None]) -> None:
+        self.pipeline, self.catalog, self.planner = pipeline, catalog, planner
+        self.engines, self.inputs, self.publisher, self.errors = engines, inputs, publisher, errors
+        self.signals = signals
+        self.gpu = gpu  # the run's gpu.GpuPlan, decided before the first stage
+        self.changed = changed  # a stage's result changed: report and record it
+        self.end_run = end_run  # a stage stuck past its timeout: the run is ended around it
+        self.home = catalog.home
+
+    def run_stage(self, run_id: str, run_dir: Path, result: StageResult, decision: Decision) -> None:
+        spec = self.pipeline.stages[result.name]
+        log_path = run_dir / "logs" / f"{result.name}.log"
+        result.log_path = str(log_path)
+        result.status, result.started_at = "running", time.monotonic()
+        self.changed(result)
+        with stage_log(self.pipeline, result.name, log_path) as (log, log_stream):
+            log.info("running: %s", decision.reason)
+            attempts = spec.retries + 1
+            for attempt in range(1, attempts + 1):
+                result.attempts = attempt
+                try:
+                    self._attempt(run_id, run_dir, result, decision, log, log_stream)
+                    break
+                except HybridflowError as exc:
+                    message = self.pipeline.redact(exc.one_line())
+                    if not isinstance(exc, RETRYABLE) or attempt == attempts:
+                        log.error("stage failed: %s", message, exc_info=exc)
+                        raise
+                    delay = min(spec.retry_delay * 2 ** (attempt - 1), MAX_RETRY_DELAY)
+                    log.warning("attempt %d of %d failed: %s; retrying in %.1fs", attempt, attempts, message, delay)
+                    result.reason = f"attempt {attempt + 1} of {attempts} (after: {message})"
+                    self.changed(result)
+                    self._wait(delay)
+
+    def _attempt(self, run_id: str, run_dir: Path, result: StageResult, decision: Decision, log: logging.Logger,
+                 log_stream) -> None:
+        """One try of a stage: engine, call, publish, all within its timeout. A failed try leaves no
+        staging behind (on a full disk, that is the space the run needs to record itself)."""
+        try:
+            self._try_stage(run_id, run_dir, result, decision, log, log_stream)
+        except Exception as exc:
+            self.catalog.discard_staging(run_id)
+            if isinstance(exc, HybridflowError) or not is_out_of_space(exc, self.home):
+                raise
+            raise out_of_space(self.home) from exc
+
+    def _try_stage(self, run_id: str, run_dir: Path, result: StageResult, decision: Decision,
+                   log: logging.Logger, log_stream) -> None:
+        spec = self.pipeline.stages[result.name]
+        started_engines = set(self.engines.seconds)
+        backend = self.engines.get(spec.backend)
+        if spec.backend not in started_engines:
+            result.engine_start = self.engines.seconds.get(spec.backend)
+        result.gpu, result.gpu_reason = self.gpu().start_stage(result.name, backend, self.engines.running(), log)
+        result.rows_in, result.bytes_in = self.inputs.size(spec.inputs)
+        self.signals.check()
+        self.signals.running = backend
+        try:
+            with time_limit(spec.timeout, backend, result.name, self.end_run):
+                if decision.action == INCREMENTAL and not decision.changes.changed:
+                    produced = {}  # partitions were only removed: nothing to compute
+                else:
+                    produced = self._produce(run_id, result, backend, log, log_stream, decision)
+                self.signals.check()
+                prepared = self.publisher.prepare_all(run_id, result, backend, produced, log, decision)
+        except StageTimeout:
+            # The engine may still hold the stage's work (a Ray task, a Spark job that ignored the
+            # cancel): a fresh engine for whatever comes next is the one sure way to be rid of it.
+            self.engines.drop(spec.backend)
+            raise
+        finally:
+            self.signals.running = None
+        self.publisher.commit(result, prepared)
+
+    def _wait(self, seconds: float) -> None:
+        """Sleep before a retry, still answering SIGINT/SIGTERM at once."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            self.signals.check()
+            time.sleep(min(left, 0.2))
+
+    def _produce(self, run_id: str, result: StageResult, backend, log: logging.Logger, log_stream,
+                 decision: Decision) -> dict[str, Any]:
+        """The stage's outputs: frames from the engine or, for a stage with a timeout on an engine whose
+        stages can run in a child process (python, off the GPU), the outputs that child already wrote
+        (see childprocess). Only with a timeout: a child forked from a process that has run engines
+        in it is not free of risk, and without a timeout a stop request that cannot interrupt the
+        stage ends the run around it instead (the session's end_run)."""
+        timeout = self.pipeline.stages[result.name].timeout
+        if not (timeout and backend.isolated_calls and not backend.stage_on_gpu and childprocess.available()):
+            return self._call(run_id, result, backend, log, log_stream, decision)
+
+        def call_and_write() -> dict[str, Written]:
+            frames = self._call(run_id, result, backend, log, log_stream, decision)
+            return {ds: self.publisher.write(run_id, result.name, ds, backend, frame, log)
+                    for ds, frame in frames.items()}
+
+        return childprocess.call_in_child(call_and_write, streams=[log_stream])
+
+    def _call(self, run_id: str, result: StageResult, backend, log: logging.Logger, log_stream,
+              decision: Decision) -> dict[str, Any]:
+        spec = self.pipeline.stages[result.name]
+        params = self.pipeline.params_for(result.name)
+        try:
+            fn = import_function(self.pipeline.root, spec.run)
+        except HybridflowError:
+            raise
+        except Exception as exc:  # the user's module raised while being imported
+            raise self.errors.of(exc, log) from exc
+        parameters = signature.from_callable(fn)
+        problems = signature.call_problems(parameters, spec.inputs, params)
+        if problems:
+            raise ConfigError(f"cannot call {spec.run}: {problems[0]}")
+        only = {}
+        if decision.action == INCREMENTAL:  # the partitioned input: its new or changed partitions only
+            only[self.planner.partitioned_input(result.name)] = set(decision.changes.changed)
+        inputs = {ds: self.inputs.read(run_id, ds, backend, only.get(ds)) for ds in spec.inputs}
+        files_dirs = {ds: self.catalog.new_staging(run_id, ds)
+                      for ds in spec.outputs if self.pipeline.dataset(ds).kind == "files"}
+        previous = {ds: getattr(self.catalog.current(ds), "directory", None) for ds in files_dirs}
+        ctx = StageContext(self.pipeline.name, result.name, run_id, spec.backend, params, log,
+                           files_dirs, backend.handles(), previous)
+        kwargs = signature.call_arguments(parameters, inputs, params, ctx)
+        log.info("calling %s with %s", spec.run, ", ".join(kwargs) or "no arguments")
+        try:
+            # What a stage prints goes to its log file, so it cannot garble the progress display.
+            with contextlib.redirect_stdout(log_stream), contextlib.redirect_stderr(log_stream):
+                returned = fn(**kwargs)
+        except (KeyboardInterrupt, Terminated):
+            raise
+        except Exception as exc:
+            raise self.errors.of(exc, log, result.name) from exc
+        return self.publisher.outputs_of(result.name, returned, backend)

@@ -1,0 +1,124 @@
+"""A stage's inputs: where each comes from (an external path or a published version), read as the
+engine's frame, counted (rows and bytes, from manifests and footers, never the data), and named by
+the version the stage used (what its outputs' manifests record)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from . import backends
+from .catalog import Catalog, Version
+from .contract import declared_schema
+from .errors import DataError, HybridflowError, first_line
+from .footers import Footers, read_footers
+from .incremental import partition_key, schema_types
+from .pipeline import Pipeline
+from .stopping import Terminated
+from .tables import TableSource, parquet_files, read_arrow, write_arrow
+
+
+class StageInputs:
+    """The inputs of a run's stages. External Parquet footers are read once per run: a stage counts
+    its rows from them before it reads the input, and several stages may read one input."""
+
+    def __init__(self, pipeline: Pipeline, catalog: Catalog, planner) -> None:
+        self.pipeline = pipeline
+        self.catalog = catalog
+        self.planner = planner  # for the content digest of an external input
+        self._footers: dict[str, Footers] = {}
+
+    def read(self, run_id: str, dataset: str, backend, partitions: set[str] | None = None) -> Any:
+        """An input as the engine's frame; `partitions`: read only these (incremental stages)."""
+        ds = self.pipeline.dataset(dataset)
+        if self.pipeline.is_external(dataset):
+            path = self.pipeline.external_path(dataset)
+            if ds.kind == "files":
+                return path
+            if ds.format == "parquet":  # one clear error for a bad file, whichever engine reads it
+                self.external_footers(dataset)
+            source = self._external_source(run_id, dataset, path, backend, partitions)
+        else:
+            version = self.catalog.current(dataset)
+            if ds.kind == "files":
+                return version.directory
+            source = version.source()
+            if partitions is not None:
+                source = only_partitions(source, partitions)
+        try:
+            return backend.read(source)
+        except (KeyboardInterrupt, Terminated, HybridflowError):
+            raise
+        except Exception as exc:
+            raise DataError(f"{backend.name} cannot read input '{dataset}': {first_line(exc)}") from exc
+
+    def _external_source(self, run_id: str, dataset: str, path: Path, backend,
+                         partitions: set[str] | None = None) -> TableSource:
+        """An external table as the engine will read it. Text formats, and any external input with a
+        declared schema, are read, checked and typed once by pyarrow and handed to the engines as
+        staged Parquet, so every engine sees the same columns and types (the python backend reads
+        the checked table directly)."""
+        ds = self.pipeline.dataset(dataset)
+        declared = declared_schema(ds.schema_)
+        schema = pa.schema(list(declared.items())) if declared else None
+        source = TableSource(dataset, (path,), ds.format, schema, tuple(ds.partition_by), path)
+        if partitions is not None:
+            source = only_partitions(source, partitions, sorted(path.rglob("*.parquet")))
+        if not backends.engine(backend.name).starts or (ds.format == "parquet" and schema is None):
+            return source
+        table = read_arrow(source)
+        staged = self.catalog.new_staging(run_id, f"input-{dataset}")
+        write_arrow(table, staged, source.partition_by)
+        return TableSource(dataset, tuple(sorted(staged.rglob("*.parquet"))), "parquet", table.schema,
+                           source.partition_by, staged)
+
+    def size(self, datasets: list[str]) -> tuple[int | None, int | None]:
+        """Rows and bytes a stage reads: from manifests; an external input counts its bytes only."""
+        rows, size = 0, 0
+        for dataset in datasets:
+            if self.pipeline.is_external(dataset):
+                size += sum(f.stat().st_size for f in external_files(self.pipeline.external_path(dataset)))
+                ds = self.pipeline.dataset(dataset)
+                countable = ds.kind == "table" and ds.format == "parquet"
+                rows = None if rows is None or not countable else rows + self.external_footers(dataset).rows
+            else:
+                version = self.catalog.current(dataset)
+                size += version.bytes
+                rows = None if rows is None or version.rows is None else rows + version.rows
+        return rows, size
+
+    def external_footers(self, dataset: str) -> Footers:
+        """An external Parquet input's footers, checked; read once per run (a stage counts its rows
+        from them before it reads the input, and several stages may read one input)."""
+        if dataset not in self._footers:
+            path = self.pipeline.external_path(dataset)
+            self._footers[dataset] = read_footers(dataset, parquet_files(TableSource(dataset, (path,))))
+        return self._footers[dataset]
+
+    def version_of(self, dataset: str) -> str:
+        if self.pipeline.is_external(dataset):  # the content digest the stage's fingerprint used
+            return f"external:{self.planner.input_digest(dataset)[:16]}"
+        version: Version | None = self.catalog.current(dataset)
+        return version.id if version else "unknown"
+
+    def paths(self, dataset: str) -> list[Path]:
+        if self.pipeline.is_external(dataset):
+            return [self.pipeline.external_path(dataset)]
+        version = self.catalog.current(dataset)
+        return [version.directory] if version else []
+
+
+def only_partitions(source: TableSource, partitions: set[str], files: list[Path] | None = None) -> TableSource:
+    """The same dataset restricted to some of its partitions (by partition key, e.g. 'week=2026-11-16')."""
+    base = source.base or source.files[0]
+    types = schema_types(source.schema)
+    chosen = tuple(f for f in (files if files is not None else source.files)
+                   if partition_key(f.relative_to(base), source.partition_by, types) in partitions)
+    return TableSource(source.name, chosen, source.format, source.schema, source.partition_by, base)
+
+
+def external_files(path: Path) -> list[Path]:
+    """The files of an external input given as a file or a directory."""
+    return [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())

@@ -1,0 +1,31 @@
+"""What a stage's own failure becomes: the user's exception as one line located in the user's own
+file (not an engine's wrapper), a data error when the engine could not decode an input while the
+stage ran, a storage error when the disk filled up. The full traceback goes to the stage's log."""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from pathlib import Path
+
+from .errors import HybridflowError, StageError, is_out_of_space, out_of_space
+from .errorsite import describe_user_error
+from .inputs import StageInputs
+from .pipeline import Pipeline
+from .readerrors import input_read_failure
+
+
+class StageErrors:
+    def __init__(self, pipeline: Pipeline, inputs: StageInputs, home: Path) -> None:
+        self.pipeline, self.inputs, self.home = pipeline, inputs, home
+
+    def of(self, exc: BaseException, log: logging.Logger, stage: str | None = None) -> HybridflowError:
+        log.error("the stage raised:\n%s", "".join(traceback.format_exception(exc)))
+        if is_out_of_space(exc):
+            return out_of_space(self.home)
+        if stage is not None:
+            inputs = {ds: self.inputs.paths(ds) for ds in self.pipeline.stages[stage].inputs}
+            unreadable = input_read_failure(exc, inputs)
+            if unreadable is not None:
+                return unreadable
+        return StageError(self.pipeline.redact(describe_user_error(exc, self.pipeline.root)))
