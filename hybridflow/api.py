@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from .errors import HybridflowError, LockedError, UsageError
+from .errors import ConfigError, HybridflowError, LockedError, UsageError
 from .pipeline import Pipeline
 from .runner import Listener, PlannedInput, Runner, RunResult, Selection, new_run_id
 
@@ -121,15 +121,15 @@ def run(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | Non
     from .state import recorded_arguments
 
     if trigger not in ("manual", "cron"):
-        raise UsageError(f"--trigger must be manual or cron, not '{trigger}'")
+        raise ConfigError(f"--trigger must be manual or cron, not '{trigger}'")
     listener = listener or Listener()
     loaded = _pipeline(pipeline, params)
     arguments = {"only": list(_names(only)), "from": list(_names(from_)), "to": list(_names(to)),
-                 "params": _param_strings(params), "force": _force_argument(force)}
+                 "params": _param_strings(params) or list(loaded.param_args), "force": _force_argument(force)}
     if resume:
-        if only or from_ or to or params:
+        if only or from_ or to or params or loaded.param_args:
             raise UsageError("--resume repeats the last run's --only/--from/--to/--param; do not give them again")
-        repeated = _resumed(loaded, force, listener)
+        repeated = _resumed(loaded, force, listener, arguments)
         if repeated is None:
             return None
         loaded, arguments, chosen = repeated
@@ -153,7 +153,7 @@ def _force_argument(force: bool | Names | None) -> str | None:
     return force if isinstance(force, str) else ",".join(force)
 
 
-def _resumed(pipeline: Pipeline, force, listener: Listener):
+def _resumed(pipeline: Pipeline, force, listener: Listener, arguments: dict):
     """(pipeline, arguments, forced stages) repeating the last run, or None (listener told why)."""
     import json
 
@@ -165,7 +165,7 @@ def _resumed(pipeline: Pipeline, force, listener: Listener):
         listener.nothing_to_resume(f"the last run, {last['run_id']}, succeeded" if last
                                    else "this pipeline has no run yet")
         return None
-    arguments = resumed_arguments(json.loads(last["arguments"] or "{}") or {"params": []}, os.environ)
+    arguments = resumed_arguments(json.loads(last["arguments"] or "{}") or arguments, os.environ)
     reloaded = load(pipeline.file, arguments.get("params", []))
     chosen = forced(reloaded, force or arguments.get("force"))
     if chosen and not force:  # the last run's --force: still owed to the stages it did not finish
@@ -218,6 +218,9 @@ class _Notifying(Listener):
 
     def close(self) -> None:
         self.inner.close()
+
+    def notified(self, delivery) -> None:
+        self.inner.notified(delivery)
 
     def run_finished(self, result: RunResult) -> None:
         from .notify import run_summary
@@ -297,6 +300,8 @@ def collect_garbage(pipeline: PipelineLike, keep: int | None = None, dry_run: bo
     from .catalog import Catalog
     from .lock import RunLock
 
+    if keep is not None and keep < 1:
+        raise UsageError(f"keep must be 1 or more, not {keep}", hint="the current version is always kept")
     loaded = _pipeline(pipeline)
     home = loaded.workdir / loaded.name
     lock = RunLock(home / "run.lock")

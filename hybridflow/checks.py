@@ -232,10 +232,9 @@ def _check_extras(p: Pipeline) -> list[Problem]:
     for stage, spec in p.stages.items():
         info = engines().get(spec.backend)
         module = next((m for m in (info.requires if info else ()) if importlib.util.find_spec(m) is None), None)
-        extra = info.extra if info else None
         if module:
             problems.append(p.source.problem(("stages", stage, "backend"), f"stage '{stage}' runs on {spec.backend} "
-                                             f"but {module} is not installed (pip install 'hybridflow[{extra}]')",
+                                             f"but {module} is not installed ({info.install})",
                                              severity="warning"))
     return problems
 

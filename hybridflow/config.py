@@ -196,6 +196,7 @@ def _unwrap_optional(annotation: Any) -> Any:
 
 def _apply_cli_params(pipeline: Pipeline, params: list[str]) -> list[Problem]:
     """--param key=value (pipeline-wide) and --param stage.key=value; values parsed as YAML scalars."""
+    pipeline.param_args = tuple(params)
     problems = []
     for item in params:
         key, sep, raw = item.partition("=")

@@ -68,14 +68,16 @@ Check = Callable[[Target], Iterable[Finding]]
 
 
 def check_packages(target: Target, extras: Mapping[str, tuple[str, str]] | None = None) -> Iterable[Finding]:
-    """Each engine's package (extra, module), as the registry declares it; `extras` overrides."""
+    """Each engine's package, as the registry declares it; `extras` (engine -> (pip extra, module))
+    overrides the declarations."""
+    known = engines()
     if extras is None:
-        extras = {name: (e.extra or name, e.requires[0]) for name, e in engines().items() if e.requires}
+        extras = {name: (e.extra, e.requires[0]) for name, e in known.items() if e.requires}
     for backend in sorted(target.backends & extras.keys()):
         extra, module = extras[backend]
         if importlib.util.find_spec(module) is None:  # finds, never imports
-            yield Finding(f"{backend} engine", target.needed, f"{module} is not installed",
-                          f"pip install 'hybridflow[{extra}]'")
+            fix = f"pip install 'hybridflow[{extra}]'" if extra else known[backend].install
+            yield Finding(f"{backend} engine", target.needed, f"{module} is not installed", fix)
         else:
             yield Finding(f"{backend} engine", "ok", f"{module} {_version(module)}")
 

@@ -71,8 +71,9 @@ class EnginePool:
         found = [module_file(self.pipeline.root, top) for top in sorted(tops)]
         return [f.parent if f.name == "__init__.py" else f for f in found if f is not None]
 
-    def running(self) -> list[Any]:
-        return [*self._started.values(), *self._given.values()]
+    def started(self) -> list[Any]:
+        """The engines this run started (not those a caller gave it)."""
+        return list(self._started.values())
 
     def drop(self, name: str) -> None:
         """Stop an engine now; the next stage that needs it starts a fresh one."""

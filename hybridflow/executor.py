@@ -96,7 +96,7 @@ class StageExecutor:
         backend = self.engines.get(spec.backend)
         if spec.backend not in started_engines:
             result.engine_start = self.engines.seconds.get(spec.backend)
-        result.gpu, result.gpu_reason = self.gpu().start_stage(result.name, backend, self.engines.running(), log)
+        result.gpu, result.gpu_reason = self.gpu().start_stage(result.name, backend, self.engines.started(), log)
         result.rows_in, result.bytes_in = self.inputs.size(spec.inputs)
         self.signals.check()
         self.signals.running = backend

@@ -30,6 +30,10 @@ class StageInputs:
         self.planner = planner  # for the content digest of an external input
         self._footers: dict[str, Footers] = {}
 
+    def forget(self) -> None:
+        """A new run: external inputs may have changed since the last one."""
+        self._footers.clear()
+
     def read(self, run_id: str, dataset: str, backend, partitions: set[str] | None = None) -> Any:
         """An input as the engine's frame; `partitions`: read only these (incremental stages)."""
         ds = self.pipeline.dataset(dataset)

@@ -25,6 +25,7 @@ class Pipeline:
     secrets: frozenset[str] = frozenset()  # values that came from ${env:...}: never printed or stored
     overrides: dict[str, Any] = field(default_factory=dict)  # --param key=value
     stage_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)  # --param stage.key=value
+    param_args: tuple[str, ...] = ()  # the --param strings as given: what a run records for --resume
 
     @property
     def name(self) -> str:

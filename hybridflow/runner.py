@@ -132,6 +132,8 @@ class Runner:
 
     def run(self) -> RunResult:
         run_id = self._run_id = new_run_id()
+        self._signals.signum = None  # a Runner may run again (a watch loop): nothing carries over
+        self.inputs.forget()
         run_dir = self.home / "runs" / run_id
         results = {s: StageResult(s, self.pipeline.stages[s].backend) for s in self.stages}
         lock = RunLock(self.home / "run.lock")

@@ -129,3 +129,16 @@ def test_the_readmes_from_python_example_runs(tmp_path):
     done = subprocess.run([sys.executable, "-c", example], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "weekly done" in done.stdout and "success" in done.stdout
+
+
+def test_a_loaded_pipelines_params_are_recorded_as_the_cli_records_them(project):
+    import json
+
+    project.stages(STAGES)
+    path = project.pipeline(PIPELINE)
+    result = hybridflow.run(hybridflow.load(path, params={"n": 6}))
+    assert result.stages["double"].rows_out == 6
+    [run] = hybridflow.runs(path)
+    assert json.loads(run["arguments"])["params"] == ["n=6"]  # what --resume repeats
+    with pytest.raises(hybridflow.UsageError):
+        hybridflow.collect_garbage(path, keep=0)

@@ -90,37 +90,3 @@ def test_rays_session_directory_is_private_and_removed_at_stop(tmp_path):
         engine.stop()
     assert not private.exists()
 
-
-MANY_ACTORS = '''
-import pandas as pd
-
-
-def many_actors(ctx):
-    @ctx.ray.remote(num_cpus=0)
-    class Probe:
-        def ping(self):
-            return 1
-
-    probes = [Probe.remote() for _ in range(24)]  # a worker process each: far past Ray's expected 2
-    ctx.ray.get([p.ping.remote() for p in probes])
-    return ctx.ray.data.from_items([{"x": 1}])
-'''
-
-
-def test_rays_raylet_warnings_go_to_engines_log_not_the_terminal(project):
-    import subprocess
-    import sys
-
-    project.stages(MANY_ACTORS)
-    project.pipeline('''
-    name: chatter
-    backends: {ray: {num_cpus: 2}}
-    stages:
-      s: {run: "mypkg.steps:many_actors", backend: ray, outputs: [o]}
-    ''')
-    result = subprocess.run([sys.executable, "-m", "hybridflow.cli", "run", "pipeline.yaml"], cwd=project.root,
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout + result.stderr
-    [engines_log] = project.home("chatter").glob("runs/*/logs/engines.log")
-    assert "PYTHON worker processes have been started" in engines_log.read_text()
-    assert "raylet" not in result.stdout + result.stderr

@@ -1,7 +1,8 @@
 """The real engines, each printing a value from ${env:...} in its workers and raising it in an error,
 with Spark's event log turned on and the value in Spark's conf: afterwards no file the run or its
 engines wrote holds it in clear (the workdir, the event log directory, the engines' temporary
-directories), and the terminal output redacts it too."""
+directories), and the terminal output redacts it too. Engine chatter (Ray's raylet warnings) goes to
+engines.log, never the terminal."""
 
 from __future__ import annotations
 
@@ -54,6 +55,14 @@ def dask_prints(printed, token):
 
 
 def ray_prints(ctx, printed, token):
+    @ctx.ray.remote(num_cpus=0)
+    class Probe:  # a worker process each: far past what Ray expects, so its raylet warns
+        def ping(self):
+            return 1
+
+    probes = [Probe.remote() for _ in range(12)]
+    ctx.ray.get([p.ping.remote() for p in probes])
+
     @ctx.ray.remote
     def show():
         print("ray task sees", token, flush=True)
@@ -109,6 +118,9 @@ def test_no_engine_file_or_output_holds_a_secret_in_clear(project, tmp_path, mon
     assert SECRET not in output
     assert "spark udf failed with ***" in output or "failed with ***" in output, output
     assert list(events.iterdir()), "Spark wrote no event log: the test would prove nothing"
+    [engines_log] = project.home("leaky").glob("runs/*/logs/engines.log")
+    assert "PYTHON worker processes have been started" in engines_log.read_text()
+    assert "raylet" not in output
     leaks = files_holding(project.root, SECRET.encode(), since) + files_holding(events, SECRET.encode(), since)
     for temporary in {Path("/tmp"), Path(os.environ.get("TMPDIR", "/tmp"))}:
         for entry in temporary.iterdir():  # the engines' scratch: /tmp/spark-*, Ray's, Dask's

@@ -124,15 +124,11 @@ STOPS = {"timeout": ("timeout", 124), "sigterm": (signal.SIGTERM, 143), "sigint"
 
 
 @pytest.mark.parametrize("backend, function, stop", [
-    ("python", "busy_in_native_code", "timeout"),  # python stages run in a child process that is killed
-    ("python", "busy_in_native_code", "sigterm"),
-    ("python", "busy_in_native_code", "sigint"),
+    ("python", "busy_in_native_code", "timeout"),  # with a timeout, python stages run in a killable child
+    ("python", "busy_in_native_code", "sigterm"),  # without one, in-process: ended around when stuck
     ("dask", "busy_in_native_code", "timeout"),  # the driver itself is stuck: the run is ended around it
-    ("dask", "busy_in_native_code", "sigint"),
-    ("dask", "waits_on_dask", "timeout"),
-    ("dask", "waits_on_dask", "sigterm"),
-    ("spark", "waits_on_spark", "timeout"),
-    ("spark", "waits_on_spark", "sigint"),
+    ("dask", "waits_on_dask", "sigterm"),  # waits in compute(): the cancel returns it
+    ("spark", "waits_on_spark", "sigint"),  # waits on a job (timeouts of Spark jobs: test_faults)
 ])
 def test_a_stage_blocked_in_its_engine_or_in_native_code_is_stopped(project, backend, function, stop):
     stop, code = STOPS[stop]

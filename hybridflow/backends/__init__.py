@@ -37,6 +37,7 @@ class Engine:
     description: str = ""
     requires: tuple[str, ...] = ()  # modules that must be importable (found, never imported, to check)
     extra: str | None = None  # the pip extra that installs them: hybridflow[<extra>]
+    package: str | None = None  # or the distribution that does (a third-party engine's own)
     starts: bool = True  # False: stages run in hybridflow's own process (python); nothing starts
     needs_java: bool = False
     # GPU: what an embedded engine's GPU stages need importable, and what an attached cluster's client
@@ -51,6 +52,15 @@ class Engine:
     result_settings: Callable[[Any], dict[str, Any]] = lambda settings: {}
     # what of an Arrow schema the engine cannot hold, a phrase per problem (validate warns)
     unrepresentable: Callable[[Any], list[str]] | None = None
+
+    @property
+    def install(self) -> str:
+        """The command that installs what the engine needs."""
+        if self.extra:
+            return f"pip install 'hybridflow[{self.extra}]'"
+        if self.package:
+            return f"pip install {self.package}"
+        return f"install the package that provides {self.requires[0]}"
 
     def create(self, settings, log_dir):
         return importlib.import_module(self.module).create(settings, log_dir)
@@ -107,7 +117,7 @@ def missing(names: Iterable[str]) -> dict[str, tuple[str, str]]:
         info = engines().get(name)
         for module in info.requires if info else ():
             if importlib.util.find_spec(module) is None:  # finds, never imports
-                found[name] = (info.extra or name, module)
+                found[name] = (info.extra, module)
                 break
     return found
 
@@ -120,9 +130,11 @@ def require_all(names: Iterable[str]) -> None:
         return
     needs = [f"backend '{name}' needs {module}" for name, (_, module) in absent.items()]
     listed = needs[0] if len(needs) == 1 else f"{', '.join(needs[:-1])} and {needs[-1]}"
-    extras = ",".join(extra for extra, _ in absent.values())
+    extras = ",".join(extra for extra, _ in absent.values() if extra)
+    hints = ([f"pip install 'hybridflow[{extras}]'"] if extras else []) + \
+        [engines()[name].install for name, (extra, _) in absent.items() if not extra]
     raise UnavailableError(f"{listed}, which {'is' if len(needs) == 1 else 'are'} not installed",
-                           hint=f"pip install 'hybridflow[{extras}]'")
+                           hint="; ".join(hints))
 
 
 def require(name: str) -> None:
