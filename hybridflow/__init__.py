@@ -15,7 +15,7 @@ dask, ray, cudf) only by the backend module that runs a stage on them.
 
 __version__ = "0.1.0"
 
-_API = ("load", "run", "plan", "read", "runs", "collect_garbage", "Plan")
+_API = ("load", "run", "plan", "read", "runs", "report", "collect_garbage", "Plan")
 _RESULTS = ("RunResult", "StageResult", "Listener")  # from hybridflow.results
 _ERRORS = ("HybridflowError", "ConfigError", "DataError", "StageError", "StageTimeout", "StorageError",
            "UnavailableError", "LockedError", "UsageError", "InterruptedRun", "ExitCode")

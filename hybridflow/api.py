@@ -293,6 +293,28 @@ def runs(pipeline: PipelineLike | None = None, *, workdir: str | os.PathLike = "
     return found
 
 
+def report(run_id: str = "last", pipeline: PipelineLike | None = None, *, workdir: str | os.PathLike = ".hybridflow",
+           out: str | os.PathLike | None = None) -> Path:
+    """Write one run (an id, a unique prefix of one, or "last": the newest run of `pipeline`, else of
+    `workdir`) as a self-contained HTML report with its timeline; returns the file's path (default:
+    report.html in the run's directory)."""
+    from . import htmlreport
+    from .state import RunStore
+
+    name = None
+    if pipeline is not None:
+        loaded = _pipeline(pipeline)
+        workdir, name = loaded.workdir, loaded.name
+    db = Path(workdir) / "runs.db"
+    if not db.exists():
+        raise UsageError(f"no run records in {workdir}", hint="pass --workdir, or --pipeline PIPELINE.yaml")
+    store = RunStore(db)
+    run = store.last_run(name) if run_id == "last" else store.run(run_id)
+    if run is None:
+        raise UsageError(f"no run matches '{run_id}' in {db}", hint="hybridflow runs lists them")
+    return htmlreport.write(store, run, Path(out) if out else None)
+
+
 def collect_garbage(pipeline: PipelineLike, keep: int | None = None, dry_run: bool = False) -> list[tuple[str, str]]:
     """Remove old dataset versions (all but the newest `keep`, default the pipeline's keep_versions),
     never a current one or one the current versions were made from; under the run lock, so never

@@ -385,6 +385,31 @@ def show(
 
 @app.command()
 @_guarded
+def report(
+    run_id: str = typer.Argument(LAST_RUN, metavar="[RUN]", help=f"A run id, a unique prefix of one, or "
+                                 f"'{LAST_RUN}' (the default): the newest run."),
+    pipeline_file: Optional[Path] = PipelineOption,
+    workdir: Path = WorkdirOption,
+    out_file: Optional[Path] = typer.Option(None, "--out", "-o", help="Where to write it (default: report.html "
+                                            "in the run's directory)."),
+    open_it: bool = typer.Option(False, "--open", help="Open it in the browser."),
+    verbose: bool = VerboseOption,
+) -> None:
+    """Write a run as one self-contained HTML file (timeline, stages, errors) and print its path."""
+    from . import api
+
+    store, name = _store(pipeline_file, workdir)
+    run = _find_run(store, run_id, name)
+    path = api.report(run["run_id"], workdir=store.path.parent, out=out_file)
+    out.print(str(path), markup=False, soft_wrap=True)
+    if open_it:
+        import webbrowser
+
+        webbrowser.open(path.resolve().as_uri())
+
+
+@app.command()
+@_guarded
 def logs(
     run_id: str = RunArgument,
     stage: Optional[str] = typer.Argument(None, help="Only this stage's log."),

@@ -16,6 +16,7 @@ from .backends.base import EngineOutput
 from .pipeline import Pipeline
 from .stagecode import module_file
 from .stopping import SignalState, Terminated
+from .timeline import ENGINE_START, ENGINE_STOP, Timeline
 
 STOP_WAIT = 90.0  # seconds the engines of a run may take to stop before their processes are killed
 
@@ -23,13 +24,15 @@ STOP_WAIT = 90.0  # seconds the engines of a run may take to stop before their p
 class EnginePool:
     def __init__(self, pipeline: Pipeline, stages: list[str], log_dir: Path, *, signals: SignalState,
                  given: dict[str, Any] | None = None, gpu: Callable[[str], Any] = lambda name: None,
-                 on_started: Callable[[str, float], None] = lambda name, seconds: None) -> None:
+                 on_started: Callable[[str, float], None] = lambda name, seconds: None,
+                 timeline: Timeline | None = None) -> None:
         self.pipeline = pipeline
         self.stages = stages
         self.log_dir = log_dir
         self.signals = signals
         self.gpu = gpu  # engine name -> its GPU resources (a gpu.EngineGpu), or None
         self.on_started = on_started
+        self.timeline = timeline or Timeline()
         self.seconds: dict[str, float] = {}  # engine -> start-up seconds, for engines started here
         self.output = EngineOutput(log_dir / "engines.log", pipeline.secrets)  # redacted engines.log
         self._given = dict(given or {})
@@ -49,7 +52,7 @@ class EnginePool:
         clock = time.monotonic()
         self._started[name] = engine  # stopped at the end even if it only half started
         try:
-            with self.output.redirected():
+            with self.output.redirected(), self.timeline.span(ENGINE_START, detail=name):
                 engine.start(self._stage_code())
             self.signals.reclaim()
         except BaseException as exc:
@@ -96,8 +99,8 @@ class EnginePool:
         watchdog.daemon = True
         watchdog.start()
         try:
-            for engine in self._started.values():
-                with contextlib.suppress(Exception):
+            for name, engine in self._started.items():
+                with contextlib.suppress(Exception), self.timeline.span(ENGINE_STOP, detail=name):
                     engine.stop()
         finally:
             watchdog.cancel()

@@ -32,6 +32,7 @@ from .stagecode import import_function
 from .stageerrors import StageErrors
 from .stagelog import stage_log
 from .stopping import SignalState, Terminated, time_limit
+from .timeline import ATTEMPT, CALL, PUBLISH, READ, RETRY_WAIT, Timeline
 
 # Failures worth another try: the stage's own code (a flaky source), a timeout, an engine that
 # could not start or be reached. Config and data-contract errors would fail the same way again.
@@ -43,7 +44,7 @@ class StageExecutor:
     def __init__(self, pipeline: Pipeline, catalog: Catalog, planner: Planner, engines: EnginePool,
                  inputs: StageInputs, publisher: Publisher, errors: StageErrors, signals: SignalState, *,
                  gpu: Callable[[], Any], changed: Callable[[StageResult], None],
-                 end_run: Callable[[HybridflowError], None]) -> None:
+                 end_run: Callable[[HybridflowError], None], timeline: Timeline | None = None) -> None:
         self.pipeline, self.catalog, self.planner = pipeline, catalog, planner
         self.engines, self.inputs, self.publisher, self.errors = engines, inputs, publisher, errors
         self.signals = signals
@@ -51,6 +52,7 @@ class StageExecutor:
         self.changed = changed  # a stage's result changed: report and record it
         self.end_run = end_run  # a stage stuck past its timeout: the run is ended around it
         self.home = catalog.home
+        self.timeline = timeline or Timeline()
 
     def run_stage(self, run_id: str, run_dir: Path, result: StageResult, decision: Decision) -> None:
         spec = self.pipeline.stages[result.name]
@@ -75,14 +77,16 @@ class StageExecutor:
                     log.warning("attempt %d of %d failed: %s; retrying in %.1fs", attempt, attempts, message, delay)
                     result.reason = f"attempt {attempt + 1} of {attempts} (after: {message})"
                     self.changed(result)
-                    self._wait(delay)
+                    with self.timeline.span(RETRY_WAIT, result.name, attempt=attempt):
+                        self._wait(delay)
 
     def _attempt(self, run_id: str, run_dir: Path, result: StageResult, decision: Decision, log: logging.Logger,
                  log_stream) -> None:
         """One try of a stage: engine, call, publish, all within its timeout. A failed try leaves no
         staging behind (on a full disk, that is the space the run needs to record itself)."""
         try:
-            self._try_stage(run_id, run_dir, result, decision, log, log_stream)
+            with self.timeline.span(ATTEMPT, result.name, result.backend, attempt=result.attempts):
+                self._try_stage(run_id, run_dir, result, decision, log, log_stream)
         except Exception as exc:
             self.catalog.discard_staging(run_id)
             if isinstance(exc, HybridflowError) or not is_out_of_space(exc, self.home):
@@ -107,7 +111,8 @@ class StageExecutor:
                 else:
                     produced = self._produce(run_id, result, backend, log, log_stream, decision)
                 self.signals.check()
-                prepared = self.publisher.prepare_all(run_id, result, backend, produced, log, decision)
+                with self.timeline.span(PUBLISH, result.name, "write and check", attempt=result.attempts):
+                    prepared = self.publisher.prepare_all(run_id, result, backend, produced, log, decision)
         except StageTimeout:
             # The engine may still hold the stage's work (a Ray task, a Spark job that ignored the
             # cancel): a fresh engine for whatever comes next is the one sure way to be rid of it.
@@ -115,7 +120,8 @@ class StageExecutor:
             raise
         finally:
             self.signals.running = None
-        self.publisher.commit(result, prepared)
+        with self.timeline.span(PUBLISH, result.name, "commit", attempt=result.attempts):
+            self.publisher.commit(result, prepared)
 
     def _wait(self, seconds: float) -> None:
         """Sleep before a retry, still answering SIGINT/SIGTERM at once."""
@@ -159,7 +165,8 @@ class StageExecutor:
         only = {}
         if decision.action == INCREMENTAL:  # the partitioned input: its new or changed partitions only
             only[self.planner.partitioned_input(result.name)] = set(decision.changes.changed)
-        inputs = {ds: self.inputs.read(run_id, ds, backend, only.get(ds)) for ds in spec.inputs}
+        with self.timeline.span(READ, result.name, attempt=result.attempts):
+            inputs = {ds: self.inputs.read(run_id, ds, backend, only.get(ds)) for ds in spec.inputs}
         files_dirs = {ds: self.catalog.new_staging(run_id, ds)
                       for ds in spec.outputs if self.pipeline.dataset(ds).kind == "files"}
         previous = {ds: getattr(self.catalog.current(ds), "directory", None) for ds in files_dirs}
@@ -169,7 +176,8 @@ class StageExecutor:
         log.info("calling %s with %s", spec.run, ", ".join(kwargs) or "no arguments")
         try:
             # What a stage prints goes to its log file, so it cannot garble the progress display.
-            with contextlib.redirect_stdout(log_stream), contextlib.redirect_stderr(log_stream):
+            with contextlib.redirect_stdout(log_stream), contextlib.redirect_stderr(log_stream), \
+                    self.timeline.span(CALL, result.name, spec.run, attempt=result.attempts):
                 returned = fn(**kwargs)
         except (KeyboardInterrupt, Terminated):
             raise

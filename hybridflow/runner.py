@@ -39,6 +39,7 @@ from .stageerrors import StageErrors
 from .stagelog import private_dir
 from .state import RunStore
 from .stopping import SignalState, Terminated, signals_as_exceptions
+from .timeline import Timeline
 
 __all__ = ["Runner", "Selection", "StageResult", "RunResult", "Listener", "PlannedInput", "new_run_id"]
 
@@ -158,7 +159,7 @@ class Runner:
         self.store.save_run(**record, status="running")
         self._engines = EnginePool(self.pipeline, self.stages, run_dir / "logs", signals=self._signals,
                                    given=self._given, gpu=lambda name: self._gpu.engine(name) if self._gpu else None,
-                                   on_started=self.listener.engine_started)
+                                   on_started=self.listener.engine_started, timeline=Timeline(self.store, run_id))
         self._executor = self._stage_executor()
         try:
             # Under the lock no other run is writing: whatever is in staging is a dead run's leftovers,
@@ -208,8 +209,19 @@ class Runner:
             result.resume_command = f"hybridflow run {self.pipeline.shown_file} --resume"
         self.store.save_run(**record, status=status, ended_at=now(),
                             error=self.pipeline.redact(error.one_line()) if error else None)
+        if self.pipeline.spec.report:
+            self._write_report(run_id)
         self.listener.run_finished(result)
         return result
+
+    def _write_report(self, run_id: str) -> None:
+        """The run's report.html; one that cannot be written never fails the run."""
+        from . import htmlreport
+
+        try:
+            htmlreport.write(self.store, self.store.run(run_id))
+        except Exception as exc:  # noqa: BLE001
+            logging.getLogger("hybridflow").warning("the run's report was not written: %s", first_line(exc))
 
     def _end_stuck_run(self, error: HybridflowError) -> None:
         """The last resort when a stop request or a timeout could not get the main thread back: the
@@ -293,7 +305,8 @@ class Runner:
         errors = StageErrors(self.pipeline, self.inputs, self.home)
         publisher = Publisher(self.pipeline, self.catalog, self.inputs, errors, self._signals)
         return StageExecutor(self.pipeline, self.catalog, self.planner, self._engines, self.inputs, publisher, errors,
-                             self._signals, gpu=lambda: self._gpu, changed=self._changed, end_run=self._end_stuck_run)
+                             self._signals, gpu=lambda: self._gpu, changed=self._changed, end_run=self._end_stuck_run,
+                             timeline=self._engines.timeline)
 
     # -- helpers --------------------------------------------------------------------------------
 

@@ -206,6 +206,8 @@ class PipelineSpec(Section):
     workdir: str = Field(".hybridflow", description="relative to root")
     keep_versions: int = Field(5, ge=1, description="published versions kept per dataset (older ones are "
                                                     "removed unless the current versions' lineage needs them)")
+    report: bool = Field(True, description="write report.html (timeline, stages, datasets) into each run's "
+                                           "directory when the run ends")
     params: Params = Field(default_factory=dict)
     # each registered engine's settings model, as pipeline_model() puts it together
     backends: Any = Field(None, description="settings per engine: backends.<engine>")

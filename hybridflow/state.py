@@ -28,7 +28,13 @@ CREATE TABLE IF NOT EXISTS stages (
     PRIMARY KEY (run_id, stage)
 );
 CREATE INDEX IF NOT EXISTS runs_by_pipeline ON runs (pipeline, started_at);
+CREATE TABLE IF NOT EXISTS spans (
+    run_id TEXT NOT NULL REFERENCES runs(run_id), stage TEXT, kind TEXT NOT NULL, detail TEXT,
+    attempt INTEGER, started_at REAL NOT NULL, ended_at REAL, outcome TEXT
+);
+CREATE INDEX IF NOT EXISTS spans_by_run ON spans (run_id, started_at);
 """
+SPAN_FIELDS = ("run_id", "stage", "kind", "detail", "attempt", "started_at", "ended_at", "outcome")
 ATTEMPTED = ("done", "failed", "killed")  # the statuses of a stage that a run tried and finished with
 
 RUN_FIELDS = ("run_id", "pipeline", "pipeline_file", "trigger", "started_at", "ended_at", "status", "error",
@@ -64,6 +70,17 @@ class RunStore:
 
     def save_stage(self, **stage: Any) -> None:
         self._upsert("stages", STAGE_FIELDS, ("run_id", "stage"), stage)
+
+    def save_span(self, **span: Any) -> None:
+        """One timed step of a run (see timeline.py); wall-clock seconds since the epoch."""
+        with closing(self._connect()) as db, db:
+            db.execute(f"INSERT INTO spans ({', '.join(SPAN_FIELDS)}) VALUES ({', '.join('?' * len(SPAN_FIELDS))})",
+                       [span.get(f) for f in SPAN_FIELDS])
+
+    def spans(self, run_id: str) -> list[dict[str, Any]]:
+        with closing(self._connect()) as db:
+            rows = db.execute("SELECT * FROM spans WHERE run_id = ? ORDER BY started_at", (run_id,)).fetchall()
+        return [dict(row) for row in rows]
 
     def _upsert(self, table: str, fields: tuple[str, ...], key: tuple[str, ...], values: dict[str, Any]) -> None:
         updates = ", ".join(f"{f} = excluded.{f}" for f in fields if f not in key)
