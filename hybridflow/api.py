@@ -276,16 +276,9 @@ def runs(pipeline: PipelineLike | None = None, *, workdir: str | os.PathLike = "
     """Run records, newest first: of one pipeline (a file or a loaded one), else of every pipeline in
     `workdir`. Each is a dict (run_id, pipeline, status, trigger, started_at, ended_at, error,
     run_dir, ...); with stages=True each also has "stages": its stage records in run order."""
-    from .state import RunStore
-
-    name = None
-    if pipeline is not None:
-        loaded = _pipeline(pipeline)
-        workdir, name = loaded.workdir, loaded.name
-    db = Path(workdir) / "runs.db"
-    if not db.exists():
+    store, name = _records(pipeline, workdir)
+    if store is None:
         return []
-    store = RunStore(db)
     found = store.runs(name, limit)
     if stages:
         for record in found:
@@ -299,6 +292,19 @@ def report(run_id: str = "last", pipeline: PipelineLike | None = None, *, workdi
     `workdir`) as a self-contained HTML report with its timeline; returns the file's path (default:
     report.html in the run's directory)."""
     from . import htmlreport
+
+    store, name = _records(pipeline, workdir)
+    if store is None:
+        raise UsageError(f"no run records in {workdir}", hint="pass workdir=, or the pipeline")
+    run = store.last_run(name) if run_id == "last" else store.run(run_id)
+    if run is None:
+        raise UsageError(f"no run matches '{run_id}' in {store.path}", hint="hybridflow runs lists them")
+    return htmlreport.write(store, run, Path(out) if out else None)
+
+
+def _records(pipeline: PipelineLike | None, workdir: str | os.PathLike):
+    """(the run store, the pipeline's name) for a pipeline, else (the workdir's store, None); the
+    store is None where no run was ever recorded."""
     from .state import RunStore
 
     name = None
@@ -306,13 +312,7 @@ def report(run_id: str = "last", pipeline: PipelineLike | None = None, *, workdi
         loaded = _pipeline(pipeline)
         workdir, name = loaded.workdir, loaded.name
     db = Path(workdir) / "runs.db"
-    if not db.exists():
-        raise UsageError(f"no run records in {workdir}", hint="pass --workdir, or --pipeline PIPELINE.yaml")
-    store = RunStore(db)
-    run = store.last_run(name) if run_id == "last" else store.run(run_id)
-    if run is None:
-        raise UsageError(f"no run matches '{run_id}' in {db}", hint="hybridflow runs lists them")
-    return htmlreport.write(store, run, Path(out) if out else None)
+    return (RunStore(db) if db.exists() else None), name
 
 
 def collect_garbage(pipeline: PipelineLike, keep: int | None = None, dry_run: bool = False) -> list[tuple[str, str]]:

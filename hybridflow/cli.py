@@ -379,7 +379,7 @@ def show(
 
     store, name = _store(pipeline_file, workdir)
     run = _find_run(store, run_id, name)
-    for renderable in run_details(run, store.stages(run["run_id"])):
+    for renderable in run_details(run, store.stages(run["run_id"]), store.spans(run["run_id"])):
         out.print(renderable)
 
 

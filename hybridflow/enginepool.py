@@ -85,6 +85,14 @@ class EnginePool:
             with contextlib.suppress(Exception):
                 engine.stop()
 
+    def keep_only(self, needed: set[str]) -> None:
+        """Stop every engine this run started that is not in `needed` (the engines of the stages
+        still to come): on a small machine the next engine wants that memory."""
+        for name in [n for n in self._started if n not in needed]:
+            engine = self._started.pop(name)
+            with contextlib.suppress(Exception), self.timeline.span(ENGINE_STOP, detail=name):
+                engine.stop()
+
     def abandon(self) -> None:
         """The run is being ended around a stuck stage: nothing may start replacement processes."""
         for engine in list(self._started.values()):

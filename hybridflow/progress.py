@@ -175,8 +175,30 @@ def runs_table(runs: list[dict]) -> Table:
     return table
 
 
-def run_details(run: dict, stages: list[dict]) -> list:
-    """The header, the stage table and the lineage of one recorded run."""
+def step_seconds(spans: list[dict]) -> dict[str, dict[str, float]]:
+    """Per stage, the seconds its attempts spent reading inputs, in the function, publishing, and the
+    rest of the attempt ("overhead": engine and device choice, counting, records), from its timeline.
+    Spark, Dask and Ray compute lazily, while their output is written: that time is in "publish"."""
+    steps: dict[str, dict[str, float]] = {}
+    for span in spans:
+        if span["stage"] is None or span["ended_at"] is None:
+            continue
+        kind = {"read inputs": "read", "function": "call", "publish": "publish", "attempt": "attempt"}.get(span["kind"])
+        if kind:
+            totals = steps.setdefault(span["stage"], {"read": 0.0, "call": 0.0, "publish": 0.0, "attempt": 0.0})
+            totals[kind] += span["ended_at"] - span["started_at"]
+    for totals in steps.values():
+        totals["overhead"] = max(0.0, totals["attempt"] - totals["read"] - totals["call"] - totals["publish"])
+    return steps
+
+
+def _milliseconds(value: float | None) -> str:
+    return "" if value is None else f"{value * 1000:.0f}ms" if value < 10 else f"{value:.1f}s"
+
+
+def run_details(run: dict, stages: list[dict], spans: list[dict] = ()) -> list:
+    """The header, the stage table and the lineage of one recorded run; `spans`: its timeline, for
+    where each stage's time went."""
     import json
     from pathlib import Path
 
@@ -188,10 +210,12 @@ def run_details(run: dict, stages: list[dict]) -> list:
     if run["error"]:
         parts.append(Text(f"error: {run['error']}", style="red"))
     table = Table()
-    for column in ("stage", "backend", "status", "tries", "duration", "engine start", "rows in", "rows out",
+    steps = step_seconds(list(spans))
+    timed = ("read", "call", "publish", "overhead")
+    for column in ("stage", "backend", "status", "tries", "duration", "engine start", *timed, "rows in", "rows out",
                    "bytes out", "note"):
-        table.add_column(column, justify="right" if column in ("duration", "engine start", "rows in", "rows out",
-                                                                "bytes out") else "left", overflow="fold")
+        table.add_column(column, justify="right" if column in ("duration", "engine start", *timed, "rows in",
+                                                                "rows out", "bytes out") else "left", overflow="fold")
     lineage = [Text("published (dataset version <- input versions it read):", style="bold")]
     home = Path(run["run_dir"]).parent.parent if run["run_dir"] else None
     for stage in stages:
@@ -200,7 +224,9 @@ def run_details(run: dict, stages: list[dict]) -> list:
         gpu = None if stage.get("gpu") is None else bool(stage["gpu"])
         table.add_row(stage["stage"], _engine_cell(stage["backend"], gpu),
                       Text(stage["status"], style=STYLES.get(stage["status"], "")), count(stage.get("attempts")),
-                      seconds(stage["duration"]), seconds(stage["engine_start"]), count(stage["rows_in"]),
+                      seconds(stage["duration"]), seconds(stage["engine_start"]),
+                      *(_milliseconds(steps.get(stage["stage"], {}).get(step)) for step in timed),
+                      count(stage["rows_in"]),
                       count(stage["rows_out"]), _size(stage["bytes_out"]),
                       Text(stage["error"] or stage["skip_reason"] or ""))
         for dataset, version in json.loads(stage["outputs"] or "{}").items():

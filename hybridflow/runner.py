@@ -299,6 +299,9 @@ class Runner:
             except HybridflowError as exc:
                 first_error = first_error or exc
                 self._finish(result, "failed", error=self.pipeline.redact(exc.one_line()))
+            finally:
+                # an engine no stage still to come runs on gives its memory back now, not at the end
+                self._engines.keep_only({results[s].backend for s in self.stages if results[s].status == "waiting"})
         return ("failed", first_error) if first_error else ("success", None)
 
     def _stage_executor(self) -> StageExecutor:

@@ -74,3 +74,54 @@ def test_the_timeline_is_recorded_and_reported_in_one_self_contained_file(projec
     assert "doubled" in html and "x: int64" in html and "made@" in html  # dataset, schema, lineage
     assert (Path(run["run_dir"]) / "report.html").is_file()  # every run writes its own report
     assert "No earlier successful run" in html and "Compared with" in path.read_text()
+
+
+EARLY = '''
+import os
+from pathlib import Path
+
+import pandas as pd
+
+
+def on_dask():
+    import dask.dataframe as dd
+
+    return dd.from_pandas(pd.DataFrame({"x": [1, 2]}), npartitions=1)
+
+
+def afterwards(made):
+    me = str(os.getpid())
+    workers = []
+    for entry in Path("/proc").glob("[0-9]*"):  # Dask's worker processes are this process's children
+        try:
+            if (entry / "stat").read_text().rsplit(")", 1)[1].split()[1] == me and \\
+                    b"spawn_main" in (entry / "cmdline").read_bytes():
+                workers.append(entry.name)
+        except (OSError, IndexError):
+            continue
+    return made.assign(workers_alive=len(workers))
+'''
+
+
+def test_an_engine_no_later_stage_needs_is_stopped_before_the_next_stage(project):
+    project.stages(EARLY)
+    project.pipeline('''
+    name: early
+    backends: {dask: {n_workers: 1, threads_per_worker: 1}}
+    stages:
+      made: {run: "mypkg.steps:on_dask", backend: dask, outputs: [made]}
+      after: {run: "mypkg.steps:afterwards", inputs: [made], outputs: [checked]}
+    ''')
+    assert cli(project, "run", "pipeline.yaml").returncode == 0
+    import pyarrow.parquet as pq
+
+    from hybridflow.catalog import Catalog
+
+    checked = Catalog(project.home("early")).current("checked")
+    assert pq.read_table([str(f) for f in checked.files])["workers_alive"].to_pylist() == [0, 0]
+    store = RunStore(project.root / ".hybridflow" / "runs.db")
+    [run] = store.runs()
+    spans = store.spans(run["run_id"])
+    stopped = [s for s in spans if s["kind"] == "engine stop" and s["detail"] == "dask"]
+    called = [s for s in spans if s["kind"] == "function" and s["stage"] == "after"]
+    assert stopped and called and stopped[0]["ended_at"] <= called[0]["started_at"]

@@ -48,6 +48,7 @@ def test_runs_show_and_logs_commands(project):
     shown = cli.invoke(app, ["show", result.run_id, "--workdir", workdir], terminal_width=250)
     assert shown.exit_code == 0, shown.output
     assert "double" in shown.output and "published" in shown.output
+    assert "overhead" in shown.output and "publish" in shown.output and "ms" in shown.output  # where time went
     assert f"numbers@{result.stages['make'].outputs['numbers']}" in shown.output  # lineage of 'doubled'
     logs = cli.invoke(app, ["logs", result.run_id, "make", "--pipeline", str(path)])
     assert logs.exit_code == 0 and "hello from make" in logs.output
