@@ -270,15 +270,16 @@ def _print_plan(plan) -> None:
 @_guarded
 def init(
     directory: Path = typer.Argument(..., metavar="DIR", help="A new (or empty) directory for the project."),
-    engines: str = typer.Option("python", "--engines", help="Engines to give a stage each, comma-separated: "
+    engines: str = typer.Option("", "--engines", help="Engines to give a stage each, comma-separated: "
                                 "python, spark, dask, ray (python always cleans the sample first)."),
     verbose: bool = VerboseOption,
 ) -> None:
     """Create a project that validates and runs at once: pipeline.yaml, a stage module per engine,
     a sample dataset, a test that runs the pipeline, and a README."""
+    from .backends import DEFAULT
     from .scaffold import create
 
-    written = create(directory, [e.strip() for e in engines.split(",") if e.strip()])
+    written = create(directory, [e.strip() for e in engines.split(",") if e.strip()] or [DEFAULT])
     for path in written:
         out.print(f"created {path}", markup=False, soft_wrap=True)
     out.print(f"next: cd {directory} && hybridflow run pipeline.yaml", markup=False, soft_wrap=True)

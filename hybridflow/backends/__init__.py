@@ -52,6 +52,9 @@ class Engine:
     result_settings: Callable[[Any], dict[str, Any]] = lambda settings: {}
     # what of an Arrow schema the engine cannot hold, a phrase per problem (validate warns)
     unrepresentable: Callable[[Any], list[str]] | None = None
+    # the stage `hybridflow init` writes for it: (module code, where {input} is the dataset it reads;
+    # the function, which also names the dataset it writes); None: init does not offer the engine
+    example: tuple[str, str] | None = None
 
     @property
     def install(self) -> str:

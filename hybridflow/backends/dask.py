@@ -40,8 +40,19 @@ class DaskSettings(Section):
     rmm_pool_size: str | None = None
 
 
+# the stage `hybridflow init` writes for this engine ({input}: the dataset it reads)
+EXAMPLE_STAGE = '''"""Features on Dask: a dask DataFrame in and out (computed when hybridflow writes it)."""
+
+import dask.dataframe as dd
+
+
+def features({input}: dd.DataFrame) -> dd.DataFrame:
+    return {input}.assign(big_spender={input}["amount"] > {input}["amount"].mean())
+'''
+
 ENGINE = Engine(
-    name="dask", module=__name__, settings=DaskSettings, description="Dask: a local cluster or a scheduler's address",
+    name="dask", module=__name__, example=(EXAMPLE_STAGE, "features"),
+    settings=DaskSettings, description="Dask: a local cluster or a scheduler's address",
     frame_types="dask.dataframe.DataFrame", requires=("distributed",), extra="dask",
     gpu=True, gpu_packages=("cudf", "dask_cudf", "dask_cuda"),
     attached_gpu_packages=("cudf", "dask_cudf"),  # the client builds cuDF frames itself

@@ -28,8 +28,21 @@ class PythonSettings(Section):
     rmm_pool_size: str | None = Field(None, description="an RMM memory pool for GPU stages, e.g. 8GB")
 
 
+# the stage `hybridflow init` writes for this engine ({input}: the dataset it reads)
+EXAMPLE_STAGE = '''"""Cleaning on the python backend: a pandas DataFrame in, a pandas DataFrame out."""
+
+import pandas as pd
+
+
+def clean({input}: pd.DataFrame, min_amount: float) -> pd.DataFrame:
+    """Keep purchases of at least `min_amount` (a param in pipeline.yaml)."""
+    kept = {input}[({input}["kind"] == "purchase") & ({input}["amount"] >= min_amount)]
+    return kept.reset_index(drop=True)
+'''
+
 ENGINE = Engine(
-    name="python", module=__name__, settings=PythonSettings, description="stages in hybridflow's own process",
+    name="python", module=__name__, example=(EXAMPLE_STAGE, "clean"),
+    settings=PythonSettings, description="stages in hybridflow's own process",
     frame_types="pandas DataFrames or pyarrow Tables (or cuDF DataFrames on the GPU)", starts=False,
     gpu=True, gpu_packages=("cudf",),
 )

@@ -38,8 +38,23 @@ class RaySettings(Section):
     gpu: GpuMode = False
 
 
+# the stage `hybridflow init` writes for this engine ({input}: the dataset it reads)
+EXAMPLE_STAGE = '''"""Scoring on Ray: a ray.data.Dataset in and out, scored in parallel batches."""
+
+import pandas as pd
+import ray.data
+
+
+def score({input}: ray.data.Dataset) -> ray.data.Dataset:
+    def add_score(batch: pd.DataFrame) -> pd.DataFrame:
+        return batch.assign(score=batch["amount"] / 50.0)
+
+    return {input}.map_batches(add_score, batch_format="pandas")
+'''
+
 ENGINE = Engine(
-    name="ray", module=__name__, settings=RaySettings, description="Ray: a local instance or a head's address",
+    name="ray", module=__name__, example=(EXAMPLE_STAGE, "score"),
+    settings=RaySettings, description="Ray: a local instance or a head's address",
     frame_types="ray.data.Dataset", requires=("ray",), extra="ray", gpu=True,
     attached=lambda settings: bool(settings.address),
 )

@@ -47,8 +47,20 @@ def _attached(settings: SparkSettings) -> bool:
     return not (settings.master or "local").startswith("local")
 
 
+# the stage `hybridflow init` writes for this engine ({input}: the dataset it reads)
+EXAMPLE_STAGE = '''"""Column work on Spark: a Spark DataFrame in and out (a `ctx` parameter would give the session)."""
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+
+def in_cents({input}: DataFrame) -> DataFrame:
+    return {input}.withColumn("amount_cents", F.round(F.col("amount") * 100).cast("long"))
+'''
+
 ENGINE = Engine(
-    name="spark", module=__name__, settings=SparkSettings, description="Spark: a local session or a cluster's master",
+    name="spark", module=__name__, example=(EXAMPLE_STAGE, "in_cents"),
+    settings=SparkSettings, description="Spark: a local session or a cluster's master",
     frame_types="pyspark.sql.DataFrame", requires=("pyspark",), extra="spark", needs_java=True,
     gpu=True, gpu_jar=True, attached=_attached,
     result_settings=lambda settings: {"spark_conf": dict(settings.conf)},
