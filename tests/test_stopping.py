@@ -105,19 +105,27 @@ def stage_waiting(project):
 @pytest.mark.parametrize("stop, code", [("timeout", 124), (signal.SIGTERM, 143), (signal.SIGINT, 130)],
                          ids=["timeout", "sigterm", "sigint"])
 def test_a_ray_stage_blocked_in_ray_get_is_stopped(project, function, stop, code):
-    pipeline(project, "ray", function, ", timeout: 5" if stop == "timeout" else "")
+    # a run that waited for its hour-long task would blow through 50 s; Ray's own GCS timeout is 60 s
+    stopped(project, "ray", function, stop, code, "the stage to wait in ray.get", seconds=50)
+
+
+def stopped(project, backend: str, function: str, stop, code: int, waiting: str, seconds: float) -> str:
+    """Run `function` as the one stage, stop it (by its 5 s timeout, or by sending `stop` once it
+    works), and check what every stop must give: `code` within `seconds`, no process left, the run
+    and the stage recorded as stopped, nothing published. Returns what the run printed."""
+    pipeline(project, backend, function, ", timeout: 5" if stop == "timeout" else "")
     process, marker = start(project)
-    wait_for(stage_waiting(project), "the stage to wait in ray.get", process, seconds=300)
+    wait_for(stage_waiting(project), waiting, process, seconds=300)
     if stop != "timeout":
         process.send_signal(stop)
-    # a run that waited for its hour-long task would blow through this; Ray's own GCS timeout is 60 s
-    output = finish(process, 50, f"the run after {stop} (its task sleeps for an hour)")
+    output = finish(process, seconds, f"the run after {stop} (its stage never ends by itself)")
     assert process.returncode == code, output
     assert_nothing_left(marker, 60)
     run, stages = last_run_record(project.root / ".hybridflow")
-    assert run["status"] == ("failed" if stop == "timeout" else "interrupted")
+    assert run["status"] == ("failed" if stop == "timeout" else "interrupted"), run
     assert stages["work"]["status"] == "failed"
     assert not (project.home("stopping") / "datasets" / "out").exists()  # nothing published
+    return output
 
 
 STOPS = {"timeout": ("timeout", 124), "sigterm": (signal.SIGTERM, 143), "sigint": (signal.SIGINT, 130)}
@@ -132,19 +140,9 @@ STOPS = {"timeout": ("timeout", 124), "sigterm": (signal.SIGTERM, 143), "sigint"
 ])
 def test_a_stage_blocked_in_its_engine_or_in_native_code_is_stopped(project, backend, function, stop):
     stop, code = STOPS[stop]
-    pipeline(project, backend, function, ", timeout: 5" if stop == "timeout" else "")
-    process, marker = start(project)
-    wait_for(stage_waiting(project), f"the {backend} stage to start its endless work", process, seconds=300)
-    if stop != "timeout":
-        process.send_signal(stop)
-    output = finish(process, 45, f"the run after {stop} (its stage never ends by itself)")
-    assert process.returncode == code, output
-    assert_nothing_left(marker, 60)
-    run, stages = last_run_record(project.root / ".hybridflow")
-    assert run["status"] == ("failed" if stop == "timeout" else "interrupted"), run
-    assert stages["work"]["status"] == "failed"
+    output = stopped(project, backend, function, stop, code, f"the {backend} stage to start its endless work",
+                     seconds=45)
     assert "backend" in output  # the summary table (its header) was printed all the same
-    assert not (project.home("stopping") / "datasets" / "out").exists()  # nothing published
 
 
 @pytest.mark.parametrize("delay", [2.0, 3.5, 5.0])
