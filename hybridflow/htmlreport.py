@@ -6,12 +6,12 @@ style sheet, no font from elsewhere: it opens from cron's output folder, a mail 
 from __future__ import annotations
 
 import json
-import os
 from datetime import datetime
 from html import escape
 from pathlib import Path
 from typing import Any
 
+from .stagelog import private_file
 from .timeline import ATTEMPT, CALL, ENGINE_START, ENGINE_STOP, PUBLISH, READ, RETRY_WAIT
 
 COLOURS = {ENGINE_START: "#8e7cc3", ENGINE_STOP: "#b4a7d6", READ: "#6fa8dc", CALL: "#f6b26b",
@@ -190,9 +190,7 @@ def write(store, run: dict[str, Any], out: Path | None = None) -> Path:
     path = out or Path(run["run_dir"]) / "report.html"
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial")
-    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
-        file.write(html)
+    private_file(partial).write_text(html, encoding="utf-8")  # owner-only before a byte is in it
     partial.replace(path)
     return path
 
