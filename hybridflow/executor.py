@@ -166,7 +166,7 @@ class StageExecutor:
         if decision.action == INCREMENTAL:  # the partitioned input: its new or changed partitions only
             only[self.planner.partitioned_input(result.name)] = set(decision.changes.changed)
         with self.timeline.span(READ, result.name, attempt=result.attempts):
-            inputs = {ds: self.inputs.read(run_id, ds, backend, only.get(ds)) for ds in spec.inputs}
+            inputs = {ds: self.inputs.read(ds, backend, only.get(ds)) for ds in spec.inputs}
         files_dirs = {ds: self.catalog.new_staging(run_id, ds)
                       for ds in spec.outputs if self.pipeline.dataset(ds).kind == "files"}
         previous = {ds: getattr(self.catalog.current(ds), "directory", None) for ds in files_dirs}

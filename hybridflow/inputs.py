@@ -9,15 +9,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from . import backends
 from .catalog import Catalog, Version
-from .contract import declared_schema
+from .contract import check_schema, declared_schema
 from .errors import DataError, HybridflowError, first_line
 from .footers import Footers, read_footers
 from .incremental import partition_key, schema_types
 from .pipeline import Pipeline
 from .stopping import Terminated
-from .tables import TableSource, parquet_files, read_arrow, write_arrow
+from .tables import TableSource, parquet_files
+from .textfiles import input_schema, text_files
 
 
 class StageInputs:
@@ -34,16 +34,15 @@ class StageInputs:
         """A new run: external inputs may have changed since the last one."""
         self._footers.clear()
 
-    def read(self, run_id: str, dataset: str, backend, partitions: set[str] | None = None) -> Any:
-        """An input as the engine's frame; `partitions`: read only these (incremental stages)."""
+    def read(self, dataset: str, backend, partitions: set[str] | None = None) -> Any:
+        """An input as the engine's frame; `partitions`: read only these (incremental stages). The
+        engine reads the files itself: only footers and first blocks are read here."""
         ds = self.pipeline.dataset(dataset)
         if self.pipeline.is_external(dataset):
             path = self.pipeline.external_path(dataset)
             if ds.kind == "files":
                 return path
-            if ds.format == "parquet":  # one clear error for a bad file, whichever engine reads it
-                self.external_footers(dataset)
-            source = self._external_source(run_id, dataset, path, backend, partitions)
+            source = self.external_source(dataset, partitions)
         else:
             version = self.catalog.current(dataset)
             if ds.kind == "files":
@@ -58,25 +57,26 @@ class StageInputs:
         except Exception as exc:
             raise DataError(f"{backend.name} cannot read input '{dataset}': {first_line(exc)}") from exc
 
-    def _external_source(self, run_id: str, dataset: str, path: Path, backend,
-                         partitions: set[str] | None = None) -> TableSource:
-        """An external table as the engine will read it. Text formats, and any external input with a
-        declared schema, are read, checked and typed once by pyarrow and handed to the engines as
-        staged Parquet, so every engine sees the same columns and types (the python backend reads
-        the checked table directly)."""
+    def external_source(self, dataset: str, partitions: set[str] | None = None) -> TableSource:
+        """An external table as engines read it, checked against its declared schema from what
+        costs no data: Parquet footers, the first block of each text file."""
         ds = self.pipeline.dataset(dataset)
+        path = self.pipeline.external_path(dataset)
         declared = declared_schema(ds.schema_)
         schema = pa.schema(list(declared.items())) if declared else None
-        source = TableSource(dataset, (path,), ds.format, schema, tuple(ds.partition_by), path)
-        if partitions is not None:
-            source = only_partitions(source, partitions, sorted(path.rglob("*.parquet")))
-        if not backends.engine(backend.name).starts or (ds.format == "parquet" and schema is None):
+        if ds.format == "parquet":
+            footers = self.external_footers(dataset)  # one clear error for a bad file, whichever engine reads
+            if declared:
+                # partition columns live in the paths: the footers answer for the others
+                in_files = pa.schema([f for f in footers.schema if f.name not in ds.partition_by])
+                check_schema(dataset, {k: v for k, v in declared.items() if k not in ds.partition_by}, in_files)
+            source = TableSource(dataset, (path,), ds.format, schema, tuple(ds.partition_by), path)
+            if partitions is not None:
+                source = only_partitions(source, partitions, sorted(path.rglob("*.parquet")))
             return source
-        table = read_arrow(source)
-        staged = self.catalog.new_staging(run_id, f"input-{dataset}")
-        write_arrow(table, staged, source.partition_by)
-        return TableSource(dataset, tuple(sorted(staged.rglob("*.parquet"))), "parquet", table.schema,
-                           source.partition_by, staged)
+        files = text_files(path, ds.format)
+        schema = input_schema(dataset, files, ds.format, schema)
+        return TableSource(dataset, tuple(files), ds.format, schema, (), path)
 
     def size(self, datasets: list[str]) -> tuple[int | None, int | None]:
         """Rows and bytes a stage reads: from manifests; an external input counts its bytes only."""

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from .errors import DataError, first_line
+from .tables import TableSource
+from .textfiles import find_bad_value
 
 # What Parquet readers say when the bytes of a file cannot be decoded (pyarrow/Arrow C++, Spark's
 # parquet-mr and its codecs). Deliberately narrow: a user's own error must stay a user error.
@@ -71,3 +73,29 @@ def _reason_line(text: str, match: re.Match) -> str:
     for _ in range(3):  # "Caused by: org.apache...Exception: pyarrow...Error: what"
         line = re.sub(r"^([\w.$]+(Exception|Error)|Caused by): ", "", line)
     return first_line(line)
+
+
+# What engines say when a CSV or JSON value does not parse as its column's type (Spark's FAILFAST,
+# pyarrow's readers inside Dask and Ray workers).
+_TEXT_PARSING = re.compile(
+    r"MALFORMED_RECORD_IN_PARSING|Malformed records are detected|CSV (parse|conversion) error|"
+    r"JSON (parse|conversion) error|In CSV column #|Failed of parsing|straddling object|"
+    r"Failed to read (CSV|JSON) file",
+    re.IGNORECASE)
+
+
+def text_input_failure(exc: BaseException, sources: Sequence[TableSource]) -> DataError | None:
+    """A DataError naming the file and value of an external CSV/JSON input that an engine failed to
+    parse, or None when `exc` is not such a failure. The engines' own messages rarely name the file:
+    the inputs are streamed once more here (only on failure) to find it."""
+    text = _full_text(exc)
+    match = _TEXT_PARSING.search(text)
+    if not match or not sources:
+        return None
+    for source in sources:
+        found = find_bad_value(source.name, list(source.files), source.format, source.schema)
+        if found is not None:
+            return found
+    names = ", ".join(f"'{s.name}'" for s in sources)
+    return DataError(f"input {names} cannot be parsed: {_reason_line(text, match)}",
+                     hint="fix the value in the file, or the column's type in the dataset's schema")

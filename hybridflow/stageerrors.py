@@ -4,6 +4,7 @@ stage ran, a storage error when the disk filled up. The full traceback goes to t
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import traceback
 from pathlib import Path
@@ -12,7 +13,8 @@ from .errors import HybridflowError, StageError, is_out_of_space, out_of_space
 from .errorsite import describe_user_error
 from .inputs import StageInputs
 from .pipeline import Pipeline
-from .readerrors import input_read_failure
+from .readerrors import input_read_failure, text_input_failure
+from .tables import TableSource
 
 
 class StageErrors:
@@ -25,7 +27,17 @@ class StageErrors:
             return out_of_space(self.home)
         if stage is not None:
             inputs = {ds: self.inputs.paths(ds) for ds in self.pipeline.stages[stage].inputs}
-            unreadable = input_read_failure(exc, inputs)
+            unreadable = text_input_failure(exc, self._text_inputs(stage)) or input_read_failure(exc, inputs)
             if unreadable is not None:
                 return unreadable
         return StageError(self.pipeline.redact(describe_user_error(exc, self.pipeline.root)))
+
+    def _text_inputs(self, stage: str) -> list[TableSource]:
+        """The stage's external CSV/JSON inputs, as the engine read them."""
+        sources = []
+        for dataset in self.pipeline.stages[stage].inputs:
+            ds = self.pipeline.dataset(dataset)
+            if self.pipeline.is_external(dataset) and ds.kind == "table" and ds.format in ("csv", "json"):
+                with contextlib.suppress(HybridflowError):  # unreadable at its first block: said already
+                    sources.append(self.inputs.external_source(dataset))
+        return sources

@@ -63,26 +63,15 @@ def standard_types(table: pa.Table) -> pa.Table:
 
 
 def _read_text(source: TableSource, fmt: str) -> pa.Table:
-    import pyarrow.csv as pacsv
-    import pyarrow.json as pajson
+    from .textfiles import read_text_file, text_files, unreadable
 
-    files = _expand(source.files[0], ("." + fmt, ".jsonl", ".ndjson") if fmt == "json" else (".csv",))
-    if fmt == "csv":
-        types = dict(zip(source.schema.names, source.schema.types)) if source.schema else None
-        tables = [pacsv.read_csv(f, convert_options=pacsv.ConvertOptions(column_types=types)) for f in files]
-    else:
-        tables = [pajson.read_json(f, parse_options=pajson.ParseOptions(explicit_schema=source.schema))
-                  for f in files]
+    tables = []
+    for file in [f for path in source.files for f in text_files(path, fmt)]:
+        try:  # every column the file has, typed where declared: the check below names extra ones
+            tables.append(read_text_file(file, fmt, source.schema, only_declared=False))
+        except (OSError, pa.ArrowException) as exc:
+            raise unreadable(source.name, file, exc) from None
     return pa.concat_tables(tables, promote_options="default")
-
-
-def _expand(path: Path, suffixes: tuple[str, ...]) -> list[Path]:
-    if path.is_file():
-        return [path]
-    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in suffixes)
-    if not files:
-        raise DataError(f"no {'/'.join(suffixes)} files under {path}")
-    return files
 
 
 def parquet_files(source: TableSource) -> list[Path]:

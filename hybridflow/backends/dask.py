@@ -23,7 +23,7 @@ from ..contract import standard_schema
 from ..errors import DataError, UnavailableError
 from ..footers import read_footers
 from ..settings import GpuMode, Section
-from ..tables import TableSource, parquet_files, partition_values, read_arrow, read_partitioned_file, standard_types
+from ..tables import TableSource, parquet_files, partition_values, read_partitioned_file, standard_types
 from . import Engine
 from .base import Backend, check_reachable, code_archive, index_as_columns, split_host_port
 
@@ -155,8 +155,11 @@ class DaskBackend(Backend):
 
         from .. import pandas_frames  # pandas: imported when a stage reads, not when the registry loads
 
-        if source.format != "parquet":  # external text input: read and typed once, then distributed
-            return dd.from_pandas(pandas_frames.to_pandas(read_arrow(source)), npartitions=2)
+        if source.format != "parquet":  # external text: each worker parses whole files with pyarrow
+            kinds = pandas_frames.schema_kinds(source.schema, source.schema.names)  # nulls unknown: nullable
+            return dd.from_map(_read_text_pandas, list(source.files), fmt=source.format, schema=source.schema,
+                               kinds=kinds, meta=pandas_frames.to_pandas(source.schema.empty_table(), kinds),
+                               label=f"read-{source.format}")
         files = parquet_files(source)
         footers = read_footers(source.name, files)
         if source.partition_by:  # one task per file, partition columns restored from its path
@@ -249,6 +252,17 @@ def _read_piece(piece: tuple[Path, tuple[int, ...]], schema: pa.Schema, kinds: l
         schema, kinds = pa.schema([schema.field(i) for i in chosen]), [kinds[i] for i in chosen]
     table = pq.ParquetFile(file).read_row_groups(list(row_groups), columns=schema.names)
     return pandas_frames.to_pandas(standard_types(table).select(schema.names).cast(schema), kinds)
+
+
+def _read_text_pandas(file: Path, fmt: str, schema: pa.Schema, kinds: list[str], columns=None):
+    from .. import pandas_frames
+    from ..textfiles import read_text_file
+
+    table = read_text_file(file, fmt, schema)
+    if columns is not None:
+        chosen = [schema.get_field_index(c) for c in columns]
+        table, kinds = table.select(list(columns)), [kinds[i] for i in chosen]
+    return pandas_frames.to_pandas(table, kinds)
 
 
 def _read_partitioned_pandas(file: Path, source: TableSource, kinds: list[str]):

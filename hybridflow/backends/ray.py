@@ -25,7 +25,7 @@ from pydantic import Field
 from ..errors import ConfigError, UnavailableError, first_line
 from ..footers import read_footers
 from ..settings import GpuMode, Params, Section
-from ..tables import TableSource, add_partitions_from_paths, parquet_files, read_arrow
+from ..tables import TableSource, add_partitions_from_paths, parquet_files
 from . import Engine
 from .base import Backend, check_reachable, split_host_port
 
@@ -144,19 +144,37 @@ class RayBackend(Backend):
         return isinstance(value, self.ray.data.Dataset)
 
     def read(self, source: TableSource):
-        if source.format != "parquet":
-            return self.ray.data.from_arrow(read_arrow(source))
+        if source.format != "parquet":  # external text: Ray's workers parse it with pyarrow, typed as declared
+            return self._read_text(source)
         paths = parquet_files(source)
         files = [str(f) for f in paths]
         if not source.partition_by:
             footers = read_footers(source.name, paths)
             # Ray holds no string_view and friends: an explicit schema has the scan cast them
             standard = {"schema": footers.schema} if footers.variants else {}
+            if source.schema is not None and source.schema.names != footers.schema.names:
+                standard["columns"] = source.schema.names  # a declared order that the files do not have
             return self.ray.data.read_parquet(files, file_extensions=None, partitioning=None, **standard)
         # Partition values come from each file's path, typed as recorded: Ray's own hive parsing
         # would hand them over as strings.
         dataset = self.ray.data.read_parquet(files, file_extensions=None, partitioning=None, include_paths=True)
         return dataset.map_batches(add_partitions_from_paths, batch_format="pyarrow", fn_kwargs={"source": source})
+
+    def _read_text(self, source: TableSource):
+        import pyarrow.csv as pacsv
+        import pyarrow.json as pajson
+
+        files = [str(f) for f in source.files]
+        types = dict(zip(source.schema.names, source.schema.types))
+        if source.format == "csv":
+            options = pacsv.ConvertOptions(column_types=types, include_columns=source.schema.names)
+            dataset = self.ray.data.read_csv(files, convert_options=options, file_extensions=None,
+                                             partitioning=None)
+        else:
+            options = pajson.ParseOptions(explicit_schema=source.schema, unexpected_field_behavior="ignore")
+            dataset = self.ray.data.read_json(files, parse_options=options, file_extensions=None,
+                                              partitioning=None)
+        return dataset.map_batches(_as_schema, batch_format="pyarrow", fn_kwargs={"schema": source.schema})
 
     def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...]) -> pa.Schema:
         frame.write_parquet(str(directory), min_rows_per_file=ROWS_PER_FILE, partition_cols=list(partition_by) or None,
@@ -195,6 +213,10 @@ class RayBackend(Backend):
         if self._session_dir is not None:
             shutil.rmtree(self._session_dir, ignore_errors=True)
             self._session_dir = None
+
+
+def _as_schema(batch: pa.Table, schema: pa.Schema) -> pa.Table:
+    return batch.select(schema.names).cast(schema)
 
 
 def _route_raylet_messages():

@@ -32,6 +32,7 @@ from ..errors import DataError, UnavailableError, first_line
 from ..footers import read_footers
 from ..settings import GpuMode, Params, Section
 from ..tables import TableSource, parquet_files
+from ..textfiles import csv_header
 from . import Engine
 from .base import Backend, case_collisions, check_reachable, code_archive, split_host_port
 
@@ -310,12 +311,30 @@ class SparkBackend(Backend):
             reader = reader.option("basePath", str(source.base)).schema(from_arrow_schema(source.schema))
             return reader.parquet(*paths).select(*source.schema.names)
         if source.format == "parquet":
-            return reader.parquet(*paths)
-        if source.schema is not None:
-            reader = reader.schema(from_arrow_schema(source.schema))
-        if source.format == "csv":
-            return reader.option("header", True).option("mode", "FAILFAST").csv(paths)
-        return reader.option("mode", "FAILFAST").json(paths)
+            frame = reader.parquet(*paths)
+            return frame.select(*source.schema.names) if source.schema is not None else frame
+        # text: typed as declared (or as the first blocks said) while Spark parses; a bad value fails
+        # the job (FAILFAST), and the stage's error then names the file (textfiles.find_bad_value)
+        reader = reader.option("mode", "FAILFAST")
+        if source.format == "json":
+            return reader.schema(from_arrow_schema(source.schema)).json(paths)
+        return self._read_csv(reader.option("header", True), source)
+
+    def _read_csv(self, reader, source: TableSource):
+        """Spark applies a CSV schema by position: files are grouped by their header and each group
+        read with the schema in its own column order, then matched by name."""
+        from functools import reduce
+
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        groups: dict[tuple[str, ...], list[str]] = {}
+        for file in source.files:
+            groups.setdefault(tuple(csv_header(file)), []).append(str(file))
+        frames = []
+        for header, files in groups.items():
+            ordered = pa.schema([source.schema.field(name) for name in header])
+            frames.append(reader.schema(from_arrow_schema(ordered)).csv(files).select(*source.schema.names))
+        return reduce(lambda a, b: a.unionByName(b), frames)
 
     def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...]) -> pa.Schema:
         from pyspark.sql.pandas.types import to_arrow_schema
