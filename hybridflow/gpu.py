@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .errors import ConfigError, UnavailableError
+from .settings import byte_count
 
 RAPIDS_PACKAGES = ("cudf", "dask_cudf", "dask_cuda", "rmm")
 JAR_ENV = "HYBRIDFLOW_RAPIDS_JAR"
@@ -271,18 +272,12 @@ def _describe(devices: tuple[Device, ...]) -> str:
 
 # -- memory -------------------------------------------------------------------------------------
 
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
-          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-
-
 def parse_bytes(value: int | str) -> int:
     """'2GB', '512MiB', 1000000 -> bytes (the spellings dask and RMM accept)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(value))
-    if not match or match.group(2).lower() not in _UNITS:
-        raise ConfigError(f"'{value}' is not a memory size", hint="write e.g. 2GB, 512MiB or a number of bytes")
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    try:
+        return byte_count(value)
+    except ValueError as exc:
+        raise ConfigError(str(exc), hint="write e.g. 2GB, 512MiB or a number of bytes") from None
 
 
 def release_process_memory() -> None:

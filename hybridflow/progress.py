@@ -196,6 +196,14 @@ def _milliseconds(value: float | None) -> str:
     return "" if value is None else f"{value * 1000:.0f}ms" if value < 10 else f"{value:.1f}s"
 
 
+def _files_note(files: list[dict] | None) -> str:
+    """' (3 files, median 41.2 MB)': how a version is laid out on disk (many small files read slowly)."""
+    sizes = sorted(f["size"] for f in files or [] if f["path"].endswith(".parquet"))
+    if not sizes:
+        return ""
+    return f" ({counted(len(sizes), 'file')}, median {_size(sizes[len(sizes) // 2])})"
+
+
 def run_details(run: dict, stages: list[dict], spans: list[dict] = ()) -> list:
     """The header, the stage table and the lineage of one recorded run; `spans`: its timeline, for
     where each stage's time went."""
@@ -231,9 +239,10 @@ def run_details(run: dict, stages: list[dict], spans: list[dict] = ()) -> list:
                       Text(stage["error"] or stage["skip_reason"] or ""))
         for dataset, version in json.loads(stage["outputs"] or "{}").items():
             manifest = home / "datasets" / dataset / "versions" / version / "_manifest.json" if home else None
-            inputs = json.loads(manifest.read_text())["inputs"] if manifest and manifest.exists() else {}
-            read = ", ".join(f"{k}@{v}" for k, v in inputs.items()) or "no inputs"
-            lineage.append(Text(f"  {dataset}@{version} <- {read}", no_wrap=True, overflow="ignore"))
+            facts = json.loads(manifest.read_text()) if manifest and manifest.exists() else {}
+            read = ", ".join(f"{k}@{v}" for k, v in facts.get("inputs", {}).items()) or "no inputs"
+            lineage.append(Text(f"  {dataset}@{version}{_files_note(facts.get('files'))} <- {read}",
+                                no_wrap=True, overflow="ignore"))
     parts.append(table)
     if len(lineage) > 1:
         parts += lineage

@@ -20,6 +20,7 @@ from .inputs import StageInputs
 from .pipeline import Pipeline
 from .planner import INCREMENTAL, Decision
 from .results import StageResult
+from .settings import TARGET_FILE_SIZE
 from .stageerrors import StageErrors
 from .stopping import SignalState, Terminated
 from .tables import ensure_schema_file
@@ -129,8 +130,10 @@ class Publisher:
 
     def write(self, run_id: str, stage: str, dataset: str, backend, frame: Any, log: logging.Logger) -> Written:
         staging = self.catalog.new_staging(run_id, dataset)
+        ds = self.pipeline.dataset(dataset)
+        target = ds.target_file_size or backend.target_file_size or TARGET_FILE_SIZE
         try:
-            return Written(staging, backend.write(frame, staging, tuple(self.pipeline.dataset(dataset).partition_by)))
+            return Written(staging, backend.write(frame, staging, tuple(ds.partition_by), target))
         except (KeyboardInterrupt, Terminated, HybridflowError):
             raise
         except Exception as exc:  # engines compute lazily: the stage's own code fails here

@@ -24,7 +24,7 @@ from pydantic import (
 
 from .backends import DEFAULT as DEFAULT_BACKEND
 from .diagnostics import did_you_mean
-from .settings import GpuMode, Names, Params, Section, none_as_empty
+from .settings import ByteSize, GpuMode, Names, Params, Section, none_as_empty
 
 PIPELINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -84,6 +84,8 @@ class DatasetSpec(Section):
     kind: Literal["table", "files"] = "table"
     schema_: Params | None = Field(None, alias="schema", description="column -> Arrow type name")
     partition_by: Names = Field(default_factory=list, description="Hive-style partition columns, e.g. [week]")
+    target_file_size: ByteSize | None = Field(None, gt=0, description="bytes of Parquet per file of each version "
+                                                                  "(default: the engine's setting, else 128MB)")
     description: str | None = None
 
 

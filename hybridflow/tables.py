@@ -16,10 +16,11 @@ import pyarrow.parquet as pq
 
 from .contract import check_schema, standard_schema
 from .errors import DataError, first_line
+from .settings import TARGET_FILE_SIZE
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
-ROWS_PER_FILE = 4_000_000
 ROW_GROUP_ROWS = 1_000_000
+SAMPLE_ROWS = 65_536  # rows written to memory to learn what a row costs in Parquet
 
 
 @dataclass(frozen=True)
@@ -120,20 +121,44 @@ def add_partitions_from_paths(table: pa.Table, source: TableSource, path_column:
     return standard_types(table.select(source.schema.names))
 
 
-def write_arrow(table: pa.Table, directory: Path, partition_by: tuple[str, ...] = ()) -> pa.Schema:
-    """Write a table as part-NNNNN.parquet files (under Hive-style directories when partitioned);
-    refuses to lose timestamp precision."""
+def write_arrow(table: pa.Table, directory: Path, partition_by: tuple[str, ...] = (),
+                target_file_size: int = TARGET_FILE_SIZE) -> pa.Schema:
+    """Write a table as part-NNNNN.parquet files of about `target_file_size` bytes (under Hive-style
+    directories when partitioned: one file per partition unless it is larger); refuses to lose
+    timestamp precision."""
     table = standard_types(table.replace_schema_metadata(None))
+    rows = rows_per_file(table, target_file_size)
+    group_rows = min(ROW_GROUP_ROWS, rows)
     if partition_by:
         pq.write_to_dataset(table, directory, partition_cols=list(partition_by), basename_template="part-{i}.parquet",
+                            max_rows_per_file=rows, row_group_size=group_rows,
                             coerce_timestamps="us", allow_truncated_timestamps=False, compression="snappy")
         return table.schema
-    chunks = range(0, max(table.num_rows, 1), ROWS_PER_FILE)
-    for i, offset in enumerate(chunks):
-        pq.write_table(table.slice(offset, ROWS_PER_FILE), directory / f"part-{i:05d}.parquet",
-                       row_group_size=ROW_GROUP_ROWS, coerce_timestamps="us",
+    for i, offset in enumerate(range(0, max(table.num_rows, 1), rows)):
+        pq.write_table(table.slice(offset, rows), directory / f"part-{i:05d}.parquet",
+                       row_group_size=group_rows, coerce_timestamps="us",
                        allow_truncated_timestamps=False, compression="snappy")
     return table.schema
+
+
+def parquet_bytes_per_row(sample: pa.Table) -> float:
+    """What a row of this kind takes in snappy Parquet, measured by writing the sample to memory."""
+    if sample.num_rows == 0:
+        return 1.0
+    sink = pa.BufferOutputStream()
+    pq.write_table(sample, sink, compression="snappy", coerce_timestamps="us", allow_truncated_timestamps=True)
+    return max(sink.getvalue().size / sample.num_rows, 1e-3)
+
+
+def rows_per_file(table: pa.Table, target_file_size: int) -> int:
+    """Rows that make a file of about `target_file_size` bytes, from a sample of up to 64k rows
+    spread over the table (its start alone may not be typical)."""
+    if table.num_rows <= SAMPLE_ROWS:
+        sample = table
+    else:
+        step = table.num_rows // SAMPLE_ROWS
+        sample = table.take(pa.array(range(0, step * SAMPLE_ROWS, step)))
+    return max(1, int(target_file_size / parquet_bytes_per_row(sample)))
 
 
 def ensure_schema_file(directory: Path, schema: pa.Schema, partition_by: tuple[str, ...] = ()) -> None:

@@ -322,3 +322,41 @@ def test_external_parquet_is_checked_against_its_schema_from_the_footers(engines
     table = copied(shared_project, f"typed-{name}")
     assert table.schema.names == ["v", "id"]  # the declared order
     assert sorted(table.column("id").to_pylist()) == [1, 2]
+
+
+def fragmented(directory, rows: int = 192_000, pieces: int = 24) -> TableSource:
+    """A table spread over many small files, so each engine reads it as many tasks or blocks."""
+    directory.mkdir(parents=True)
+    ids = pa.array(range(rows), pa.int64())
+    table = pa.table({"id": ids, "week": pa.array([dt.date(2026, 11, 2 + 7 * (i % 5)) for i in range(rows)]),
+                      "score": pa.array([i * 0.37 % 101 for i in range(rows)]),
+                      "tag": pa.array([f"customer-{i % 977}" for i in range(rows)])})
+    step = rows // pieces
+    for i in range(pieces):
+        pq.write_table(table.slice(i * step, step), directory / f"part-{i:05d}.parquet")
+    return TableSource("t", tuple(sorted(directory.glob("*.parquet"))), "parquet", table.schema)
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_outputs_are_written_as_files_of_the_target_size_not_one_per_task(engines, tmp_path, name):
+    source = fragmented(tmp_path / "src")
+    total = sum(f.stat().st_size for f in source.files)
+    engine = engines[name]
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    engine.write(engine.read(source), whole, (), target_file_size=10 * total)  # small: one file
+    assert len(list(whole.rglob("*.parquet"))) == 1
+    parted = tmp_path / "parted"
+    parted.mkdir()
+    engine.write(engine.read(source), parted, ("week",), target_file_size=10 * total)
+    per_partition = [len(list(d.glob("*.parquet"))) for d in parted.iterdir() if d.is_dir()]
+    assert per_partition == [1] * 5  # one file per partition, never one per task
+    quarters = tmp_path / "quarters"
+    quarters.mkdir()
+    engine.write(engine.read(source), quarters, (), target_file_size=total // 4)
+    files = list(quarters.rglob("*.parquet"))
+    written = sum(f.stat().st_size for f in files)
+    assert len(files) <= max(1, 2 * written // (total // 4)), [f.stat().st_size for f in files]
+    if name != "spark":  # Spark never splits one task's output: this input is one task there
+        assert len(files) >= 2
+    assert pq.read_table([str(f) for f in files]).num_rows == 192_000

@@ -127,7 +127,7 @@ def test_jar_from_settings_env_or_newest_default(tmp_path, monkeypatch):
 def test_parse_bytes():
     assert gpu.parse_bytes("2GB") == 2 * 10**9 and gpu.parse_bytes("512MiB") == 512 * 2**20
     assert gpu.parse_bytes(1000) == 1000
-    with pytest.raises(ConfigError, match="'lots' is not a memory size"):
+    with pytest.raises(ConfigError, match="'lots' is not a size in bytes"):
         gpu.parse_bytes("lots")
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from typer.testing import CliRunner
 
 from hybridflow.cli import app
@@ -50,6 +52,7 @@ def test_runs_show_and_logs_commands(project):
     assert "double" in shown.output and "published" in shown.output
     assert "overhead" in shown.output and "publish" in shown.output and "ms" in shown.output  # where time went
     assert f"numbers@{result.stages['make'].outputs['numbers']}" in shown.output  # lineage of 'doubled'
+    assert re.search(r"numbers@\S+ \(1 file, median \d+(\.\d+)? ?[kK]?B\)", shown.output), shown.output
     logs = cli.invoke(app, ["logs", result.run_id, "make", "--pipeline", str(path)])
     assert logs.exit_code == 0 and "hello from make" in logs.output
     every = cli.invoke(app, ["logs", result.run_id, "--workdir", workdir])

@@ -152,4 +152,5 @@ def create(name: str, settings, log_dir, gpu=None, secrets=()):
     backend = engine(name).create(settings, log_dir)
     backend.gpu = gpu
     backend.secrets = tuple(secrets)
+    backend.target_file_size = getattr(settings, "target_file_size", None)
     return backend

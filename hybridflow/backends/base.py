@@ -16,6 +16,7 @@ from typing import Any, Iterable, Sequence
 import pyarrow as pa
 
 from ..pipeline import REDACTED
+from ..settings import TARGET_FILE_SIZE
 from ..stagelog import private_dir
 from ..tables import TableSource, ensure_schema_file
 
@@ -34,16 +35,23 @@ class Backend(ABC):
     def read(self, source: TableSource) -> Any:
         """A dataset as this engine's native frame."""
 
-    def write(self, frame: Any, directory: Path, partition_by: tuple[str, ...] = ()) -> pa.Schema:
+    def write(self, frame: Any, directory: Path, partition_by: tuple[str, ...] = (),
+              target_file_size: int = TARGET_FILE_SIZE) -> pa.Schema:
         """Write a native frame as Parquet into an empty staging directory (Hive-style directories when
         partitioned); returns the frame's full Arrow schema. Zero rows still leave a file with the schema."""
-        schema = self.write_files(frame, directory, partition_by)
+        schema = self.write_files(frame, directory, partition_by, target_file_size)
         ensure_schema_file(directory, schema, partition_by)
         return schema
 
     @abstractmethod
-    def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...]) -> pa.Schema:
-        """The engine's own Parquet write; returns the Arrow schema of the whole frame."""
+    def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...],
+                    target_file_size: int) -> pa.Schema:
+        """The engine's own Parquet write, in files of about `target_file_size` bytes: one per
+        partition when the output is small, never one per task; returns the whole frame's Arrow schema."""
+
+    # The engine's own target_file_size setting, or None (then the dataset's, or the default, applies).
+    # Set by backends.create.
+    target_file_size: int | None = None
 
     # Values that came from ${env:...}: an engine that records its configuration (Spark's event log)
     # is told to redact them. Set by backends.create.

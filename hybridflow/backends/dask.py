@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -22,15 +23,23 @@ from pydantic import Field
 from ..contract import standard_schema
 from ..errors import DataError, UnavailableError
 from ..footers import read_footers
-from ..settings import GpuMode, Section
-from ..tables import TableSource, parquet_files, partition_values, read_partitioned_file, standard_types
+from ..settings import EngineSection, GpuMode
+from ..tables import (
+    SAMPLE_ROWS,
+    TableSource,
+    parquet_files,
+    partition_values,
+    read_partitioned_file,
+    rows_per_file,
+    standard_types,
+)
 from . import Engine
 from .base import Backend, check_reachable, code_archive, index_as_columns, split_host_port
 
 
 # The scheduler always serves HTTP (health, metrics), on 8787 unless told otherwise, even with no
 # dashboard address: keep it off the dashboard's port, on a free loopback port, with no dashboard.
-class DaskSettings(Section):
+class DaskSettings(EngineSection):
     address: str | None = Field(None, description="scheduler address (tcp://host:8786); default: a local cluster")
     n_workers: int | None = Field(None, ge=1)
     threads_per_worker: int | None = Field(None, ge=1)
@@ -176,7 +185,8 @@ class DaskBackend(Backend):
         return dd.from_map(_read_piece, list(footers.pieces), schema=schema, kinds=kinds,
                            meta=pandas_frames.to_pandas(schema.empty_table(), kinds), label="read-parquet")
 
-    def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...]) -> pa.Schema:
+    def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...],
+                    target_file_size: int) -> pa.Schema:
         frame = index_as_columns(frame)
         if _is_cudf_meta(frame._meta):  # cuDF writes its own Parquet, keeping its column types
             frame.to_parquet(str(directory), write_index=False, partition_on=list(partition_by) or None,
@@ -186,10 +196,29 @@ class DaskBackend(Backend):
             schema = standard_schema(pa.Schema.from_pandas(frame._meta, preserve_index=False).remove_metadata())
         except (pa.ArrowException, TypeError, ValueError) as exc:
             raise DataError(f"cannot derive an Arrow schema from the frame: {exc}") from exc
+        frame = self._sized(frame, schema, partition_by, target_file_size)
         frame.to_parquet(str(directory), write_index=False, engine="pyarrow", schema=schema,
                          partition_on=list(partition_by) or None, write_metadata_file=False,
                          coerce_timestamps="us", allow_truncated_timestamps=False)
         return schema
+
+    def _sized(self, frame, schema: pa.Schema, partition_by: tuple[str, ...], target_file_size: int):
+        """The output in as many partitions as files of the target size need (Dask writes a file per
+        partition, and per partition value). Computed once and kept on the workers to count it;
+        partitioned outputs are shuffled so that each value lives in one partition."""
+        from distributed import wait
+
+        from .. import pandas_frames
+
+        frame = frame.persist()
+        wait(frame)
+        rows = int(frame.map_partitions(len).sum().compute())
+        sample = frame.head(SAMPLE_ROWS, npartitions=-1, compute=True)
+        table = pandas_frames.to_arrow(sample).cast(schema) if len(sample) else schema.empty_table()
+        files = max(1, math.ceil(rows / rows_per_file(table, target_file_size))) if rows else 1
+        if partition_by:
+            return frame.shuffle(on=list(partition_by), npartitions=files)
+        return frame if files == frame.npartitions else frame.repartition(npartitions=files)
 
     def cancel(self) -> None:
         if self.client is not None:

@@ -17,13 +17,13 @@ from pydantic import Field
 
 from .. import gpu
 from ..errors import DataError
-from ..settings import GpuMode, Section
+from ..settings import EngineSection, GpuMode
 from ..tables import TableSource, read_arrow, write_arrow
 from . import Engine
 from .base import Backend, index_as_columns
 
 
-class PythonSettings(Section):
+class PythonSettings(EngineSection):
     gpu: GpuMode = Field(False, description="the default GPU mode of python stages")
     rmm_pool_size: str | None = Field(None, description="an RMM memory pool for GPU stages, e.g. 8GB")
 
@@ -85,13 +85,14 @@ class PythonBackend(Backend):
 
         return isinstance(value, (pd.DataFrame, pa.Table)) or is_cudf_frame(value)
 
-    def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...]) -> pa.Schema:
+    def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...],
+                    target_file_size: int) -> pa.Schema:
         if is_cudf_frame(frame):
             return write_cudf(frame, directory, partition_by)
         from .. import pandas_frames
 
         table = frame if isinstance(frame, pa.Table) else pandas_frames.to_arrow(frame)
-        return write_arrow(table, directory, partition_by)
+        return write_arrow(table, directory, partition_by, target_file_size)
 
 
 def is_cudf_frame(value: Any) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import shutil
 import signal
@@ -24,13 +25,13 @@ from pydantic import Field
 
 from ..errors import ConfigError, UnavailableError, first_line
 from ..footers import read_footers
-from ..settings import GpuMode, Params, Section
-from ..tables import TableSource, add_partitions_from_paths, parquet_files
+from ..settings import EngineSection, GpuMode, Params
+from ..tables import SAMPLE_ROWS, TableSource, add_partitions_from_paths, parquet_files, rows_per_file
 from . import Engine
 from .base import Backend, check_reachable, split_host_port
 
 
-class RaySettings(Section):
+class RaySettings(EngineSection):
     address: str | None = Field(None, description="head address (host:6379); default: a local instance")
     num_cpus: int | None = Field(None, ge=1)
     num_gpus: int | None = Field(None, ge=0)
@@ -59,7 +60,6 @@ ENGINE = Engine(
     attached=lambda settings: bool(settings.address),
 )
 
-ROWS_PER_FILE = 1_000_000  # Ray's default tiny files read slowly everywhere
 
 
 def gpu_init_options(settings, devices) -> dict[str, Any]:
@@ -176,10 +176,19 @@ class RayBackend(Backend):
                                               partitioning=None)
         return dataset.map_batches(_as_schema, batch_format="pyarrow", fn_kwargs={"schema": source.schema})
 
-    def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...]) -> pa.Schema:
-        frame.write_parquet(str(directory), min_rows_per_file=ROWS_PER_FILE, partition_cols=list(partition_by) or None,
+    def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...],
+                    target_file_size: int) -> pa.Schema:
+        # Sized from the materialized output: its row count, and what a sample of its rows takes in
+        # Parquet. Partitioned: rows of one partition value gathered into one block, so one file each.
+        stage_frame, frame = frame, frame.materialize()  # an empty materialized dataset forgets its schema
+        rows = frame.count()
+        per_file = rows_per_file(frame.take_batch(SAMPLE_ROWS, batch_format="pyarrow"), target_file_size) if rows else 1
+        if partition_by and rows:
+            frame = frame.repartition(math.ceil(rows / per_file), shuffle=True, keys=list(partition_by))
+        frame.write_parquet(str(directory), min_rows_per_file=max(1, min(per_file, rows)), max_rows_per_file=per_file,
+                            partition_cols=list(partition_by) or None,
                             coerce_timestamps="us", allow_truncated_timestamps=False)
-        schema = frame.schema()
+        schema = frame.schema() or stage_frame.schema()
         return schema.base_schema if schema is not None else pa.schema([])
 
     def cancel(self) -> None:

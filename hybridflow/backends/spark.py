@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import shlex
@@ -30,14 +31,14 @@ from pydantic import Field
 from .. import processes
 from ..errors import DataError, UnavailableError, first_line
 from ..footers import read_footers
-from ..settings import GpuMode, Params, Section
+from ..settings import EngineSection, GpuMode, Params
 from ..tables import TableSource, parquet_files
 from ..textfiles import csv_header
 from . import Engine
 from .base import Backend, case_collisions, check_reachable, code_archive, split_host_port
 
 
-class SparkSettings(Section):
+class SparkSettings(EngineSection):
     master: str | None = Field(None, description="local[N] or spark://host:7077; default local[*]")
     conf: Params = Field(default_factory=dict, description="Spark configuration, e.g. spark.sql.shuffle.partitions")
     gpu: GpuMode = False
@@ -336,7 +337,8 @@ class SparkBackend(Backend):
             frames.append(reader.schema(from_arrow_schema(ordered)).csv(files).select(*source.schema.names))
         return reduce(lambda a, b: a.unionByName(b), frames)
 
-    def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...]) -> pa.Schema:
+    def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...],
+                    target_file_size: int) -> pa.Schema:
         from pyspark.sql.pandas.types import to_arrow_schema
 
         clashes = case_collisions(frame.columns)
@@ -347,10 +349,17 @@ class SparkBackend(Backend):
             self._log_plan(frame)
         # Spark insists on creating its output directory itself; it is inside our fresh staging area.
         target = directory / "_spark_output"
-        writer = frame.write.mode("errorifexists")
+        # Files of a sensible size: Spark writes one file per task (and per partition value it holds).
+        # Adaptive execution, told the target, coalesces the last shuffle's tasks to about that size.
+        # A partitioned output is rebalanced on its partition columns, so that a value's rows meet in
+        # one task (two only when larger than the target). An unpartitioned one keeps its row order:
+        # its tasks are only merged (coalesce, no shuffle) down to what the plan's size estimate needs.
         if partition_by:
-            writer = writer.partitionBy(*partition_by)
-        writer.parquet(str(target))
+            writer = frame.hint("rebalance", *partition_by).write.mode("errorifexists").partitionBy(*partition_by)
+        else:
+            writer = _coalesced(frame, target_file_size).write.mode("errorifexists")
+        with self._conf(_write_sizing(target_file_size)):
+            writer.parquet(str(target))
         for entry in sorted(target.iterdir()):
             if entry.name.endswith(".parquet") or (entry.is_dir() and "=" in entry.name):
                 entry.rename(directory / entry.name)
@@ -358,6 +367,22 @@ class SparkBackend(Backend):
         for checksum in directory.rglob(".*.crc"):
             checksum.unlink()
         return to_arrow_schema(frame.schema, timezone="UTC")
+
+    @contextlib.contextmanager
+    def _conf(self, settings: dict[str, str]):
+        """Session settings for one write, the stage's own restored after it."""
+        conf = self.session.conf
+        saved = {key: conf.get(key, None) for key in settings}
+        for key, value in settings.items():
+            conf.set(key, value)
+        try:
+            yield
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    conf.unset(key)
+                else:
+                    conf.set(key, value)
 
     def _log_plan(self, frame) -> None:
         """Which operators of this output run on the GPU, for the stage log."""
@@ -396,6 +421,29 @@ class SparkBackend(Backend):
                 process.wait()
             SparkContext._gateway = None
             SparkContext._jvm = None
+
+
+# Adaptive execution sizes tasks by shuffle bytes (rows, lz4-compressed), which take about this many
+# times the bytes of the same rows in snappy Parquet.
+SHUFFLE_BYTES_PER_PARQUET_BYTE = 3
+
+
+def _coalesced(frame, target_file_size: int):
+    """The frame in at most as many tasks as files of the target size need, by the optimizer's size
+    estimate (the bytes of the files a scan reads, an upper bound after filters and aggregations). A
+    sorted output is left alone: its ordering shuffle is already sized by adaptive execution."""
+    plan = frame._jdf.queryExecution().optimizedPlan()
+    if plan.nodeName() == "Sort":
+        return frame
+    estimate = int(str(plan.stats().sizeInBytes()))  # a Scala BigInt: py4j may hand over an int or an object
+    return frame.coalesce(max(1, math.ceil(estimate / target_file_size)))
+
+
+def _write_sizing(target_file_size: int) -> dict[str, str]:
+    return {"spark.sql.adaptive.enabled": "true",
+            "spark.sql.adaptive.coalescePartitions.enabled": "true",
+            "spark.sql.adaptive.coalescePartitions.parallelismFirst": "false",  # honour the size, not the cores
+            "spark.sql.adaptive.advisoryPartitionSizeInBytes": str(target_file_size * SHUFFLE_BYTES_PER_PARQUET_BYTE)}
 
 
 def _check_representable(dataset: str, schema: pa.Schema) -> None:

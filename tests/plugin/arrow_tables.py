@@ -41,8 +41,9 @@ class ArrowBackend(Backend):
     def is_frame(self, value: Any) -> bool:
         return isinstance(value, pa.Table)
 
-    def write_files(self, frame: pa.Table, directory: Path, partition_by: tuple[str, ...]) -> pa.Schema:
-        return write_arrow(frame, directory, partition_by)
+    def write_files(self, frame: pa.Table, directory: Path, partition_by: tuple[str, ...],
+                    target_file_size: int) -> pa.Schema:
+        return write_arrow(frame, directory, partition_by, target_file_size)
 
 
 def create(settings, log_dir: Path) -> ArrowBackend:
