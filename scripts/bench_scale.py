@@ -31,6 +31,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -199,6 +200,7 @@ def measure(size: float, stages: list[str] | None, root: Path, keep: bool) -> di
 
 # ---- the report ----------------------------------------------------------------------------------------
 
+NUMBER = re.compile(r"[-\d.,]+[xM]?")
 RATIO_MEASURES = ("events", "work_s", "s_per_m_events", "own_peak_bytes", "tree_peak_bytes")
 
 
@@ -254,9 +256,12 @@ def print_report(results: list[dict], checks: list[dict]) -> None:
 
 
 def _table(header: list[str], rows: list[list[str]]) -> None:
-    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
+    """Numbers right-aligned, words left-aligned (a column of words: its header too)."""
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
+    words = [any(not NUMBER.fullmatch(cell) for cell in column[1:]) for column in zip(header, *rows)]
     for row in (header, *rows):
-        print("  ".join(str(cell).rjust(width) for cell, width in zip(row, widths)).rstrip())
+        print("  ".join(cell.ljust(width) if word else cell.rjust(width)
+                        for cell, width, word in zip(row, widths, words)).rstrip())
 
 
 def main() -> None:
