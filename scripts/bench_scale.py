@@ -49,10 +49,13 @@ BENCH_PIPELINE = "configs/bench_scale.yaml"
 EVENTS_PER_CUSTOMER = 82  # over the generator's 12 weeks (measured: 4.92M events from 60,000 customers)
 DEFAULT_SIZES = (5.0, 20.0, 50.0)
 TINY_SIZES = (0.05,)
-# 2 cores and 24 GiB in all: Spark's local driver, two one-thread Dask workers, Ray's object store
+# 2 cores and 24 GiB: Spark's local driver (a JVM keeps the heap it grew to), two one-thread Dask workers,
+# Ray's object store. The ETL and features hold Spark's and Dask's at once: 6 GiB of heap (+ ~1 GiB of
+# JVM) and 2 x 4 GiB, inside the 16 GiB tree target with hybridflow's own process, leaving the rest of
+# the 24 GiB to the OS and the page cache. (With a 10 GiB heap and 2 x 5 GiB the tree reached 21 GiB.)
 ENGINES = {
-    "spark": {"master": "local[2]", "conf": {"spark.driver.memory": "10g", "spark.sql.shuffle.partitions": 4}},
-    "dask": {"n_workers": 2, "threads_per_worker": 1, "memory_limit": "5GiB"},
+    "spark": {"master": "local[2]", "conf": {"spark.driver.memory": "6g", "spark.sql.shuffle.partitions": 4}},
+    "dask": {"n_workers": 2, "threads_per_worker": 1, "memory_limit": "4GiB"},
     "ray": {"num_cpus": 2, "init": {"object_store_memory": 2 * 2**30}},
 }
 GIB, MIB = 2**30, 2**20
@@ -215,8 +218,9 @@ def targets(results: list[dict]) -> list[dict]:
     smallest, largest = results[0], results[-1]
     speed = largest["s_per_m_events"] / smallest["s_per_m_events"] if smallest["s_per_m_events"] else math.inf
     own = max(r["own_peak_bytes"] for r in results)
-    crowded = [f"{name} at {r['size_m']:g}M: {d['files']} > {d['allowed_files']}"
-               for r in results for name, d in r["datasets"].items() if d["files"] > d["allowed_files"]]
+    crowded = sorted(((d["files"] / d["allowed_files"], f"{name} at {r['size_m']:g}M: {d['files']} > "
+                       f"{d['allowed_files']}") for r in results for name, d in r["datasets"].items()
+                      if d["files"] > d["allowed_files"]), reverse=True)  # the worst first
     return [
         {"target": f"s/M events at {largest['size_m']:g}M <= {SPEED_RATIO}x at {smallest['size_m']:g}M",
          "value": f"{speed:.2f}x", "ok": speed <= SPEED_RATIO},
@@ -225,7 +229,7 @@ def targets(results: list[dict]) -> list[dict]:
         {"target": f"whole tree < 16 GiB at {largest['size_m']:g}M",
          "value": f"{largest['tree_peak_bytes'] / MIB:,.0f} MiB", "ok": largest["tree_peak_bytes"] < TREE_LIMIT},
         {"target": "files per version <= max(partitions, bytes / 64 MiB)",
-         "value": "; ".join(crowded) or "all within", "ok": not crowded},
+         "value": f"{len(crowded)} over, worst {crowded[0][1]}" if crowded else "all within", "ok": not crowded},
     ]
 
 
