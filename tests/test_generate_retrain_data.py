@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow.dataset as pads
+import pyarrow.parquet as pq
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "generate_retrain_data.py"
 
@@ -41,3 +42,14 @@ def test_the_raw_feed_is_dirty_like_real_logs(tmp_path):
     delivered = table["delivery_week"].astype(str)
     happened = (table["ts"].dt.floor("D") - table["ts"].dt.day_of_week * pd.Timedelta("1D")).dt.date
     assert (delivered != happened.astype(str)).sum() > 0  # late events land in the next week's partition
+
+
+def test_a_big_delivery_is_split_into_files_of_at_most_rows_per_file_with_the_same_data(tmp_path):
+    generate(tmp_path / "one_file", "--weeks", "3")
+    generate(tmp_path / "split", "--weeks", "2", "--rows-per-file", "2000")
+    generate(tmp_path / "split", "--append-week", "--rows-per-file", "2000")
+    assert events(tmp_path / "split").equals(events(tmp_path / "one_file"))
+    week = tmp_path / "split" / "events" / "delivery_week=2026-09-07"
+    rows = {f.name: pq.ParquetFile(f).metadata.num_rows for f in sorted(week.glob("*.parquet"))}
+    assert len([name for name in rows if name.startswith("events-")]) > 1, rows
+    assert max(rows.values()) <= 2000 and rows["late-00000.parquet"] > 0, rows
