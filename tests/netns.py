@@ -112,9 +112,8 @@ class Topology:
         with contextlib.suppress(OSError):
             ip("link", "del", self.bridge)
 
-    def listeners(self, pids: set[int]) -> list[tuple[str, str, str]]:
-        """(where, address:port, process) for each TCP listener of `pids`, by `ss -ltnp` in the root
-        namespace and in every host's."""
+    def listeners(self, pids: set[int]) -> list[Listener]:
+        """Each TCP listener of `pids`, by `ss -ltnp` in the root namespace and in every host's."""
         found = []
         for where in [None, *self.hosts]:
             command = ["ss", "-ltnpH"]
@@ -122,10 +121,22 @@ class Topology:
                     else subprocess.run(command, capture_output=True, text=True, timeout=30))
             for line in done.stdout.splitlines():
                 columns = line.split()
-                owners = {int(pid) for pid in re.findall(r"pid=(\d+)", line)}
-                if len(columns) >= 4 and owners & pids:
-                    found.append((where or "root", columns[3], " ".join(columns[5:])[:160]))
+                owners = frozenset(int(pid) for pid in re.findall(r"pid=(\d+)", line)) & pids
+                if len(columns) >= 4 and owners:
+                    found.append(Listener(where or "root", columns[3], owners, " ".join(columns[5:])[:160]))
         return found
+
+
+@dataclass(frozen=True)
+class Listener:
+    namespace: str  # "root" or a host's name
+    local: str  # address:port as ss prints it
+    pids: frozenset[int]
+    processes: str  # ss's users:(...) column
+
+    @property
+    def port(self) -> int:
+        return int(self.local.rsplit(":", 1)[1])
 
 
 def address_allowed(local: str) -> bool:
