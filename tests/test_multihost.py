@@ -9,6 +9,7 @@ Engine processes are stopped by process id and the namespaces deleted, pass or f
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -160,7 +161,8 @@ def run_cli(project, *args: str, listeners: Topology | None = None) -> tuple[sub
     process = subprocess.Popen([sys.executable, "-m", "hybridflow.cli", *args], cwd=project.root, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                # executors run the python the driver names: this venv's, on every host here
-                               env={**_environ(), **RAY_ENV, "PYSPARK_PYTHON": sys.executable})
+                               env={**_environ(), **RAY_ENV, "PYSPARK_PYTHON": sys.executable,
+                                    "COLUMNS": "250"})  # doctor's table: a finding on one line
     seen: dict[tuple, Listener] = {}
     done = threading.Event()
 
@@ -220,6 +222,12 @@ def test_three_engines_on_other_hosts_give_the_embedded_answer(clusters, hosts, 
                    for listener, _ in listeners if listener.namespace == "root"}
     assert DRIVER_ADDRESS in driver_side, listeners
     assert not wrong_listeners(listeners, hosts), f"after {time.monotonic() - started:.0f} s"
+
+    doctor, _ = run_cli(project, "doctor", "attached.yaml")
+    workdir = project.root / ".hybridflow"
+    for engine in ("spark", "dask", "ray"):
+        finding = rf"ok\W+{engine} cluster\W+its workers see the workdir {workdir}"
+        assert re.search(finding, doctor.stdout), doctor.stdout
 
 
 def wrong_listeners(listeners: list[tuple[Listener, int]], hosts: Topology) -> list[str]:
