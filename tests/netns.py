@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -86,15 +87,17 @@ class Topology:
         return subprocess.run(["ip", "netns", "exec", self.netns(host), *args], **kwargs)
 
     def stop(self, processes: list[subprocess.Popen] | None = None) -> None:
-        """SIGTERM to each process group started here, then SIGKILL to what is left after 20 s."""
+        """SIGTERM to each process group started here, then SIGKILL to the groups left after 10 s (a
+        cluster's daemons share their launcher's group)."""
         chosen = self.processes if processes is None else processes
         for process in chosen:
             if process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
         for process in chosen:
             try:
-                process.wait(20)
+                process.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
