@@ -2,7 +2,8 @@
 
 Each check is a function of a Target yielding Findings, and CHECKS lists them in the order shown:
 a new check (a GPU one, say) is one function appended there. Checks read the environment they are
-given, never import an engine, and survive an empty one (`env -i`), which is what cron gives.
+given, never import an engine, and survive an empty one (`env -i`), which is what cron gives; the
+one exception attaches to the clusters a pipeline names, to see that they share its workdir.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
 from .backends import engines
-from .errors import UnavailableError
+from .errors import HybridflowError, UnavailableError
 from .pipeline import Pipeline
 
 MIN_JAVA = 17
@@ -271,8 +272,45 @@ def check_gpu(target: Target) -> Iterable[Finding]:
         yield Finding("gpu", "ok", "no stage asks for a GPU")
 
 
+def check_shared_workdir(target: Target) -> Iterable[Finding]:
+    """Each cluster the pipeline attaches to: attached to and asked whether its workers see the workdir
+    under the same path (see Backend.check_shared_workdir); a cluster on this host has nothing to share."""
+    if target.pipeline is None:
+        return
+    from . import backends
+
+    for name in sorted(target.backends):
+        engine = engines().get(name)
+        settings = getattr(target.pipeline.spec.backends, name, None)
+        if engine is not None and engine.attached(settings) and not backends.missing([name]):
+            yield _shared_with(name, settings, target)
+
+
+def _shared_with(name: str, settings, target: Target) -> Finding:
+    import tempfile
+
+    from . import backends
+    from .backends.base import process_output_to
+
+    check = f"{name} cluster"
+    with tempfile.TemporaryDirectory(prefix="hybridflow-doctor-") as scratch:
+        backend = backends.create(name, settings, Path(scratch), secrets=target.pipeline.secrets)
+        try:
+            with process_output_to(Path(scratch) / "engines.log"):  # engine chatter off the table
+                try:
+                    backend.start()
+                    remote = backend.check_shared_workdir(target.workdir)
+                finally:
+                    backend.stop()
+        except HybridflowError as exc:
+            return Finding(check, "error", exc.message, exc.hint or "")
+    if remote:
+        return Finding(check, "ok", f"its workers see the workdir {target.workdir}")
+    return Finding(check, "ok", "on this host: the workdir needs no sharing")
+
+
 CHECKS: list[Check] = [check_packages, check_java, check_workdir, check_disk, check_cron, check_schedule,
-                       check_cron_environment, check_gpu]
+                       check_cron_environment, check_gpu, check_shared_workdir]
 
 
 def run_checks(pipeline: Pipeline | None, environ: Mapping[str, str] | None = None,

@@ -54,6 +54,8 @@ class EnginePool:
         try:
             with self.output.redirected(), self.timeline.span(ENGINE_START, detail=name):
                 engine.start(self._stage_code())
+                # a cluster on other hosts must see the workdir before any stage moves data there
+                engine.check_shared_workdir(self.pipeline.workdir)
             self.signals.reclaim()
         except BaseException as exc:
             with contextlib.suppress(Exception):

@@ -129,7 +129,8 @@ def test_spark_standalone_cluster(project, tmp_path):
 
         wait_for(workers_alive, "the spark worker")
         conf = '{master: "spark://127.0.0.1:%d", conf: {spark.executor.memory: 512m, spark.cores.max: 1}}' % SPARK_PORT
-        assert run_attached(project, "spark", conf) == SQUARES
+        # executors run the Python the driver names (PYSPARK_PYTHON): this venv's, not python3 on PATH
+        assert run_attached(project, "spark", conf, {"PYSPARK_PYTHON": sys.executable}) == SQUARES
         assert master.poll() is None and worker.poll() is None  # still running: not ours to stop
     finally:
         stop([p for p in (worker, master) if p])

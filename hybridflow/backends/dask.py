@@ -2,7 +2,9 @@
 python backend's pandas frames (see pandas_frames), decided from the Parquet footers.
 
 The local cluster binds to 127.0.0.1 with the dashboard off. Data stays on the workers:
-the runner never collects a frame into this process.
+the runner never collects a frame into this process. A client attached to a scheduler opens no
+listener: it connects out, from the local address that routes to the scheduler (or
+backends.dask.advertise_address, which must be one of this host's).
 
 With GPU stages the local cluster is a dask_cuda.LocalCUDACluster, one worker per visible GPU with
 the RMM pool of backends.dask.rmm_pool_size (an attached cluster must have GPU workers); a GPU
@@ -34,7 +36,15 @@ from ..tables import (
     standard_types,
 )
 from . import Engine
-from .base import Backend, check_reachable, code_archive, index_as_columns, split_host_port
+from .base import (
+    Backend,
+    check_reachable,
+    code_archive,
+    driver_address,
+    index_as_columns,
+    require_shared_workdir,
+    split_host_port,
+)
 
 
 # The scheduler always serves HTTP (health, metrics), on 8787 unless told otherwise, even with no
@@ -47,6 +57,9 @@ class DaskSettings(EngineSection):
     memory_limit: str | None = None
     gpu: GpuMode = False
     rmm_pool_size: str | None = None
+    advertise_address: str | None = Field(
+        None, description="attached to a scheduler on another host: the address of this host the client "
+                          "connects from (default: the one that routes to the scheduler)")
 
 
 # the stage `hybridflow init` writes for this engine ({input}: the dataset it reads)
@@ -88,6 +101,7 @@ class DaskBackend(Backend):
         self.log_dir = log_dir
         self.client = None
         self.cluster = None  # only set when we started it
+        self._driver: str | None = None  # attached to a scheduler on another host: the client's address
         self._frame_backend = "pandas"  # Dask's dataframe backend before GPU stages switched it
 
     @property
@@ -102,7 +116,8 @@ class DaskBackend(Backend):
         try:
             if self.settings.address:
                 host, port = split_host_port(self.settings.address, 8786)
-                check_reachable("dask", self.settings.address, host, port)
+                self._driver = driver_address(host, port, self.settings.advertise_address)
+                check_reachable("dask", self.settings.address, host, port, source=self._driver)
                 self.client = Client(self.settings.address, timeout="15s")
             elif self.gpu is not None:
                 from dask_cuda import LocalCUDACluster
@@ -131,6 +146,21 @@ class DaskBackend(Backend):
 
     def handles(self) -> dict[str, Any]:
         return {"dask": self.client}
+
+    def check_shared_workdir(self, workdir: Path) -> bool:
+        if self._driver is None or self.client is None:
+            return False
+
+        def seen_by_workers(path: str) -> list[bool]:
+            def exists(marker: str) -> bool:  # runs on every worker; nested, so it is shipped by value
+                import os
+
+                return os.path.exists(marker)
+
+            return list(self.client.run(exists, path).values())
+
+        require_shared_workdir("dask", self.settings.address, workdir, seen_by_workers)
+        return True
 
     def begin_stage(self, on_gpu: bool, params, log) -> None:
         super().begin_stage(on_gpu, params, log)

@@ -1,7 +1,9 @@
 """Ray: stages get ray.data.Datasets, on a local instance or an attached cluster.
 
 The local instance has its dashboard off and binds to 127.0.0.1. Only a local instance is
-shut down at the end; from an attached cluster the driver just disconnects.
+shut down at the end; from an attached cluster the driver just disconnects. Attached to a head on
+another host, the driver's node address is the local address that routes there (or
+backends.ray.advertise_address), on a node of this host that joins the cluster for the run (see raynode).
 
 With GPU stages a local instance offers Ray the visible GPUs (or backends.ray.num_gpus). A stage
 asks for them in its own tasks and Tune trials with ctx.gpus_per_trial: its `gpus_per_trial`
@@ -28,7 +30,7 @@ from ..footers import read_footers
 from ..settings import EngineSection, GpuMode, Params
 from ..tables import SAMPLE_ROWS, TableSource, add_partitions_from_paths, parquet_files, rows_per_file
 from . import Engine
-from .base import Backend, check_reachable, split_host_port
+from .base import Backend, check_reachable, driver_address, require_shared_workdir, split_host_port
 
 
 class RaySettings(EngineSection):
@@ -37,6 +39,9 @@ class RaySettings(EngineSection):
     num_gpus: int | None = Field(None, ge=0)
     init: Params = Field(default_factory=dict, description="extra keyword arguments for ray.init")
     gpu: GpuMode = False
+    advertise_address: str | None = Field(
+        None, description="attached to a head on another host: the address of this host the cluster "
+                          "connects back to (default: the one that routes to the head)")
 
 
 # the stage `hybridflow init` writes for this engine ({input}: the dataset it reads)
@@ -88,18 +93,25 @@ class RayBackend(Backend):
         self._gpus_per_trial: float = 0
         self._session_dir: str | None = None  # the private directory around Ray's temp directory
         self._unroute = None  # puts back what _route_raylet_messages changed
+        self._driver: str | None = None  # attached to a head on another host: this node's address
+        self._node = None  # the raynode.DriverNode started for that, if this host had none
 
     def start(self, code: Sequence[Path] = ()) -> None:
-        # Without this Ray swaps 127.0.0.1 for the machine's "reachable" address.
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        if not self.settings.address:
+            # Without this Ray swaps 127.0.0.1 for the machine's "reachable" address.
+            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         import ray
 
         options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
                                    "configure_logging": True, "logging_level": "error"}
         if self.settings.address:
             host, port = split_host_port(self.settings.address, 6379)
-            check_reachable("ray", self.settings.address, host, port)
+            self._driver = driver_address(host, port, self.settings.advertise_address)
+            check_reachable("ray", self.settings.address, host, port, source=self._driver)
             options["address"] = self.settings.address
+            if self._driver is not None:
+                options["_node_ip_address"] = self._driver  # the node of this host the driver uses
+                self._join_cluster()
         else:
             # "local" always starts a fresh instance, never joining a stale one from an address file
             options.update(address="local", num_cpus=self.settings.num_cpus or os.cpu_count() or 2,
@@ -120,6 +132,7 @@ class RayBackend(Backend):
         try:
             ray.init(**options)
         except Exception as exc:
+            self.stop()
             raise UnavailableError(f"ray failed to start ({self.settings.address or 'local'}): "
                                    f"{first_line(exc)}") from exc
         context = ray.data.DataContext.get_current()
@@ -133,8 +146,38 @@ class RayBackend(Backend):
         self._unroute = _route_raylet_messages()
         self.ray = ray
 
+    def _join_cluster(self) -> None:
+        from . import raynode
+
+        if raynode.runs_here(self._driver):
+            return
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._node = raynode.DriverNode(self.settings.address, self._driver, self.log_dir / "ray-driver-node.log")
+        self._node.wait_started(self.settings.address)
+
     def handles(self) -> dict[str, Any]:
         return {"ray": self.ray, "gpus_per_trial": self._gpus_per_trial}
+
+    def check_shared_workdir(self, workdir: Path) -> bool:
+        if self._driver is None or self.ray is None:
+            return False
+        ray = self.ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        @ray.remote(num_cpus=0)
+        def exists(marker: str) -> bool:  # runs on each node; nested, so it is shipped by value
+            import os
+
+            return os.path.exists(marker)
+
+        def seen_by_nodes(path: str) -> list[bool]:
+            # every node that runs tasks (this host's own node has no CPUs)
+            nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) > 0]
+            return ray.get([exists.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
+                            .remote(path) for node in nodes], timeout=300)
+
+        require_shared_workdir("ray", self.settings.address, workdir, seen_by_nodes)
+        return True
 
     def begin_stage(self, on_gpu: bool, params, log) -> None:
         super().begin_stage(on_gpu, params, log)
@@ -222,6 +265,9 @@ class RayBackend(Backend):
         if self._session_dir is not None:
             shutil.rmtree(self._session_dir, ignore_errors=True)
             self._session_dir = None
+        if self._node is not None:
+            self._node.stop()
+            self._node = None
 
 
 def _as_schema(batch: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -2,8 +2,10 @@
 
 Defaults close Spark's traps for a lossless hand-off : timestamps
 written as TIMESTAMP_MICROS instead of INT96, the session time zone pinned to UTC, the UI off,
-everything bound to 127.0.0.1, shuffle partitions sized to the machine, and engine logs sent to a
-file instead of the terminal (the runner points the JVM's output at the run's engines.log).
+everything bound to 127.0.0.1 (attached to a master on another host: the driver binds to and
+advertises the one local address that routes there, or backends.spark.advertise_address), shuffle
+partitions sized to the machine, and engine logs sent to a file instead of the terminal (the runner
+points the JVM's output at the run's engines.log).
 
 With GPU stages the session loads the RAPIDS Accelerator plugin (see spark_gpu_conf); each stage
 switches it on or off (spark.rapids.sql.enabled), and a GPU stage's log gets the physical plan of
@@ -35,7 +37,15 @@ from ..settings import EngineSection, GpuMode, Params
 from ..tables import TableSource, parquet_files
 from ..textfiles import csv_header
 from . import Engine
-from .base import Backend, case_collisions, check_reachable, code_archive, split_host_port
+from .base import (
+    Backend,
+    case_collisions,
+    check_reachable,
+    code_archive,
+    driver_address,
+    require_shared_workdir,
+    split_host_port,
+)
 
 
 class SparkSettings(EngineSection):
@@ -43,6 +53,9 @@ class SparkSettings(EngineSection):
     conf: Params = Field(default_factory=dict, description="Spark configuration, e.g. spark.sql.shuffle.partitions")
     gpu: GpuMode = False
     rapids_jar: str | None = None
+    advertise_address: str | None = Field(
+        None, description="attached to a master on another host: the address of this host its executors "
+                          "connect back to (default: the one that routes to the master)")
 
 
 def _attached(settings: SparkSettings) -> bool:
@@ -70,15 +83,16 @@ ENGINE = Engine(
 )
 
 
-def default_conf(master: str) -> dict[str, str]:
+def default_conf(master: str, driver: str = "127.0.0.1") -> dict[str, str]:
+    """`driver`: the address the driver binds to and tells the executors to connect back to."""
     cores = os.cpu_count() or 2
     local = {"spark.driver.memory": local_driver_memory()} if master.startswith("local") else {}
     return {
         **local,
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.host": driver,
+        "spark.driver.bindAddress": driver,
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.sql.parquet.int96RebaseModeInRead": "CORRECTED",
@@ -235,11 +249,13 @@ class SparkBackend(Backend):
         self.master = settings.master or "local[*]"
         self.session = None
         self._log = None  # the current stage's log
+        self._driver: str | None = None  # attached to a master on another host: the driver's address
 
     def start(self, code: Sequence[Path] = ()) -> None:
         if self.master.startswith("spark://"):
             host, port = split_host_port(self.master, 7077)
-            check_reachable("spark", self.master, host, port)
+            self._driver = driver_address(host, port, self.settings.advertise_address)
+            check_reachable("spark", self.master, host, port, source=self._driver)
         from pyspark.sql import SparkSession
 
         if SparkSession.getActiveSession() is not None:
@@ -247,7 +263,8 @@ class SparkBackend(Backend):
             raise UnavailableError("a SparkSession is already running in this process",
                                    hint="stop it before running a pipeline with backend: spark")
         gpu_conf = spark_gpu_conf(self.settings, self.gpu.jar) if self.gpu is not None else {}
-        conf = {**default_conf(self.master), **gpu_conf, **{k: str(v) for k, v in self.settings.conf.items()}}
+        conf = {**default_conf(self.master, self._driver or "127.0.0.1"), **gpu_conf,
+                **{k: str(v) for k, v in self.settings.conf.items()}}
         conf.update(redaction_conf(conf, self.secrets))
         # no JVM perf-data file in /tmp (it copies the JVM's arguments, and a killed JVM leaves it)
         options = conf.get("spark.driver.extraJavaOptions", "")
@@ -257,14 +274,16 @@ class SparkBackend(Backend):
         for key, value in conf.items():
             if key not in secret:  # pyspark puts these on the JVM's command line, which anyone can read
                 builder = builder.config(key, value)
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # the JVM must not pick the host's address
+        # the JVM must not pick the host's address on its own: loopback, or the one that routes to the master
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         if self.master.startswith("local"):
             # Python workers run this interpreter (its venv, its pandas), not whatever python3 is on
             # PATH; a cluster's workers run their own (PYSPARK_PYTHON names it)
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         before = processes.children()
         try:
-            with warnings.catch_warnings(), _submitted_privately(secret, self.log_dir):
+            with warnings.catch_warnings(), _submitted_privately(secret, self.log_dir), \
+                    _local_ip(self._driver):
                 warnings.simplefilter("ignore")  # pyspark's notice about pandas 3 on import
                 self.session = builder.getOrCreate()
         except BaseException as exc:
@@ -286,6 +305,23 @@ class SparkBackend(Backend):
 
     def handles(self) -> dict[str, Any]:
         return {"spark": self.session}
+
+    def check_shared_workdir(self, workdir: Path) -> bool:
+        if self._driver is None or self.session is None:
+            return False
+        context = self.session.sparkContext
+
+        def seen_by_executors(path: str) -> list[bool]:
+            def exists(_) -> bool:  # runs on the executors; nested, so it is shipped by value
+                import os
+
+                return os.path.exists(path)
+
+            tasks = max(2, context.defaultParallelism)  # a task per core the application holds
+            return context.parallelize(range(tasks), tasks).map(exists).collect()
+
+        require_shared_workdir("spark", self.master, workdir, seen_by_executors)
+        return True
 
     def begin_stage(self, on_gpu: bool, params, log) -> None:
         super().begin_stage(on_gpu, params, log)
@@ -444,6 +480,23 @@ def _write_sizing(target_file_size: int) -> dict[str, str]:
             "spark.sql.adaptive.coalescePartitions.enabled": "true",
             "spark.sql.adaptive.coalescePartitions.parallelismFirst": "false",  # honour the size, not the cores
             "spark.sql.adaptive.advisoryPartitionSizeInBytes": str(target_file_size * SHUFFLE_BYTES_PER_PARQUET_BYTE)}
+
+
+@contextlib.contextmanager
+def _local_ip(address: str | None):
+    """SPARK_LOCAL_IP is `address` while the driver's JVM is launched (None: left as it is)."""
+    if address is None:
+        yield
+        return
+    previous = os.environ.get("SPARK_LOCAL_IP")
+    os.environ["SPARK_LOCAL_IP"] = address
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("SPARK_LOCAL_IP", None)
+        else:
+            os.environ["SPARK_LOCAL_IP"] = previous
 
 
 def _check_representable(dataset: str, schema: pa.Schema) -> None:
