@@ -219,7 +219,7 @@ class Runner:
         from . import htmlreport
 
         try:
-            htmlreport.write(self.store, self.store.run(run_id))
+            htmlreport.write(self.store, self.store.run(run_id), pipeline=self.pipeline)
         except Exception as exc:  # noqa: BLE001
             logging.getLogger("hybridflow").warning("the run's report was not written: %s", first_line(exc))
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from hybridflow.state import RunStore
 
 STAGES = '''
@@ -61,19 +63,150 @@ def test_the_timeline_is_recorded_and_reported_in_one_self_contained_file(projec
     assert shown.returncode == 0, shown.stderr
     path = project.root / shown.stdout.strip()
     html = path.read_text()
-    assert html.startswith("<!DOCTYPE html>") and "<svg" in html
-    assert "skipped" in html and "unchanged" in html  # why the second run skipped them
-    for reference in ("http://", "https://", "<script src", "<link"):
-        assert reference not in html  # opens offline: from cron's folder, a mail, a CI artifact
+    assert html.startswith("<!DOCTYPE html>") and "Plotly.newPlot(\"timeline\"" in html
+    assert "skipped" in html and "unchanged since run" in html  # why the second run skipped them
+    assert offline(html)
 
     first = cli(project, "report", run["run_id"], "--pipeline", "pipeline.yaml", "--out", "first.html")
     assert first.returncode == 0, first.stderr
     html = (project.root / "first.html").read_text()
-    assert html.count("<rect") >= len(spans)  # a bar per recorded step, and the legend
+    timeline = figure(html, "timeline")
+    bars = sum(len(trace["x"]) for trace in timeline["data"])
+    assert bars == len(spans)  # a bar per recorded step
+    names = {trace["name"] for trace in timeline["data"]}
+    assert {"python stage", "read inputs", "function", "publish", "retry wait", "failed step"} <= names
+    graph = figure(html, "graph")
+    assert {"<b>make</b><br>python · done", "<b>flaky</b><br>python · done"} <= \
+        {a["text"] for a in graph["layout"]["annotations"]}
     assert "first attempt fails" in html  # the tail of the stage's log
     assert "doubled" in html and "x: int64" in html and "made@" in html  # dataset, schema, lineage
+    assert "never run; succeeded on attempt 2" in html and ">CPU<" in html  # why it ran, where
     assert (Path(run["run_dir"]) / "report.html").is_file()  # every run writes its own report
     assert "No earlier successful run" in html and "Compared with" in path.read_text()
+
+
+def figure(html: str, element: str) -> dict:
+    """The Plotly figure the report draws into `element`."""
+    import json
+
+    start = html.index(f'<div id="{element}"')
+    spec = html[start:].split("const figure = ", 1)[1].split(";\nPlotly.newPlot", 1)[0]
+    return json.loads(spec.replace("<\\/", "</"))
+
+
+def offline(html: str) -> bool:
+    """Nothing but Plotly's own bundle (which names the SVG namespace's URL and such) refers to another
+    host, and no tag loads anything: every script and style is inline."""
+    from plotly.offline import get_plotlyjs
+
+    page = html.replace(get_plotlyjs(), "")
+    return not any(reference in page for reference in ("http://", "https://", "<script src", "<link", "<img"))
+
+
+MIXED = '''
+from pathlib import Path
+
+import pandas as pd
+
+
+def make():
+    return pd.DataFrame({"x": [1, 2, 3]})
+
+
+def flaky(made):
+    marker = Path("tried")  # each run's first attempt fails, its second succeeds
+    if not marker.exists():
+        marker.write_text("once")
+        raise RuntimeError("the service timed out")
+    marker.unlink()
+    return made.assign(y=made.x * 2)
+
+
+def broken(made):
+    raise ValueError("no column named 'z'")
+
+
+def after(checked):
+    return checked
+
+
+def summary(doubled):
+    return doubled.head(1)
+'''
+
+MIXED_PIPELINE = '''
+name: mixed
+stages:
+  make: {run: "mypkg.steps:make", outputs: [made]}
+  flaky: {run: "mypkg.steps:flaky", inputs: [made], outputs: [doubled], retries: 1, retry_delay: 0.1}
+  broken: {run: "mypkg.steps:broken", inputs: [made], outputs: [checked]}
+  after: {run: "mypkg.steps:after", inputs: [checked], outputs: [final]}
+  summary: {run: "mypkg.steps:summary", inputs: [doubled], outputs: [first_row]}
+'''
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    """Two runs of a python-only pipeline (--keep-going): the second has a stage done on its second
+    attempt (forced), skipped stages, a failed stage and one not run after it. Returns the project
+    and the second run's report."""
+    from .conftest import Project
+
+    project = Project(tmp_path_factory.mktemp("mixed"))
+    project.stages(MIXED)
+    project.pipeline(MIXED_PIPELINE)
+    assert cli(project, "run", "pipeline.yaml", "--keep-going").returncode == 1
+    assert cli(project, "run", "pipeline.yaml", "--keep-going", "--force", "flaky").returncode == 1
+    return project, Path(cli(project, "report", "--pipeline", "pipeline.yaml").stdout.strip())
+
+
+def test_a_failed_run_with_a_retry_and_skipped_stages_is_reported(mixed):
+    project, path = mixed
+    html = (project.root / path).read_text()
+    assert offline(html)
+    assert "no column named &#x27;z&#x27; (mypkg/steps.py:" in html  # the error and where it was raised
+    assert "forced; succeeded on attempt 2" in html
+    assert "upstream stage &#x27;broken&#x27; did not finish" in html or "an earlier stage failed" in html
+    timeline = figure(html, "timeline")
+    by_name = {trace["name"]: trace for trace in timeline["data"]}
+    assert set(by_name["skipped"]["y"]) == {"make", "summary"} and "unchanged since run" in by_name["skipped"]["text"][0]
+    assert by_name["not run"]["y"] == ["after"]
+    assert "broken" in by_name["failed attempt"]["y"] and "flaky" in by_name["failed attempt"]["y"]
+    labels = dict(zip(timeline["layout"]["yaxis"]["tickvals"], timeline["layout"]["yaxis"]["ticktext"]))
+    assert "failed" in labels["broken"] and "skipped" in labels["make"]
+    graph = figure(html, "graph")
+    boxes = {a["text"].split("<br>")[0]: a for a in graph["layout"]["annotations"] if a.get("bordercolor")}
+    assert boxes["<b>broken</b>"]["bordercolor"] != boxes["<b>flaky</b>"]["bordercolor"]  # by status
+    assert "<i>final</i>" in boxes and "<i>first_row</i>" in boxes  # outputs no stage reads
+    assert "Compared with the previous successful run" in html and "No earlier successful run" in html
+
+
+def test_an_incremental_run_says_which_partitions_it_processed(project):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    project.stages('''
+def agg(raw):
+    return raw.groupby("day", as_index=False)["value"].sum()
+''')
+    project.pipeline('''
+    name: inc
+    datasets:
+      raw: {path: raw, partition_by: [day], schema: {day: string, value: int64}}
+      per_day: {partition_by: [day]}
+    stages:
+      agg: {run: mypkg.steps:agg, incremental: true, inputs: [raw], outputs: [per_day]}
+    ''')
+    for day in ("d1", "d2", "d3"):
+        folder = project.root / "raw" / f"day={day}"
+        folder.mkdir(parents=True)
+        pq.write_table(pa.table({"value": pa.array([1, 2], pa.int64())}), folder / "part-0.parquet")
+        assert cli(project, "run", "pipeline.yaml").returncode == 0
+    html = (project.root / cli(project, "report", "--pipeline", "pipeline.yaml").stdout.strip()).read_text()
+    assert "1 of 3 partitions of raw new or changed (day=d3)" in html
+    assert "<i>raw</i>" in {a["text"] for a in figure(html, "graph")["layout"]["annotations"]}  # an external input
+    rows = html.split("Compared with the previous successful run", 1)[1]
+    assert "<td>2</td><td>3</td><td>+50%</td>" in rows  # rows out then and now
 
 
 EARLY = '''

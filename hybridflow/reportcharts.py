@@ -1,0 +1,228 @@
+"""The report's two pictures, as Plotly figures drawn in the reader's browser: the run's Gantt
+timeline (a row per engine and per stage) and the pipeline's graph, both coloured by backend and
+status. Plotly's own JavaScript, from the installed `plotly` package, is inlined into the page once,
+so the report opens offline. Plotly is imported here only, when a report is written."""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from typing import Any
+
+from .backends import BUILT_IN
+from .errors import UnavailableError
+from .timeline import ATTEMPT, CALL, ENGINE_START, ENGINE_STOP, PUBLISH, READ, RETRY_WAIT
+
+# (strong, light) per backend: the built-in engines in registry order, then any other by its name
+BACKEND_COLOURS = [("#4e79a7", "#d4e1ee"), ("#f28e2b", "#fde0c5"), ("#b07aa1", "#ecdcea"), ("#59a14f", "#d7ebd3"),
+                   ("#9c755f", "#e9ddd5"), ("#76b7b2", "#d9ecea")]
+STEP_COLOURS = {READ: "#76b7b2", CALL: "#edc948", PUBLISH: "#8c6d31", RETRY_WAIT: "#bab0ac"}
+STATUS_COLOURS = {"done": "#2e7d32", "success": "#2e7d32", "failed": "#d62728", "killed": "#d62728",
+                  "skipped": "#757575", "not run": "#9e9e9e", "running": "#e65100", "interrupted": "#e65100"}
+FAILED_OUTLINE = "#d62728"
+FAILED_ATTEMPT, FAILED_STEP = "failed attempt", "failed step"  # legend entries: outlined red
+SKIPPED_FILL = "#eeeeee"
+FONT = "system-ui, -apple-system, Segoe UI, sans-serif"
+PLOTLY_CONFIG = {"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["select2d", "lasso2d"]}
+
+
+def backend_colour(backend: str, light: bool = False) -> str:
+    index = BUILT_IN.index(backend) if backend in BUILT_IN else len(BUILT_IN) + sum(map(ord, backend))
+    return BACKEND_COLOURS[index % len(BACKEND_COLOURS)][light]
+
+
+def status_colour(status: str) -> str:
+    return STATUS_COLOURS.get(status, "#424242")
+
+
+def plotly_script() -> str:
+    """Plotly's JavaScript bundle, as shipped inside the installed Python package."""
+    try:
+        from plotly.offline import get_plotlyjs
+    except ImportError as exc:
+        raise UnavailableError("the report's charts need the plotly package, which is not installed",
+                               hint="pip install plotly (or reinstall hybridflow)") from exc
+    return get_plotlyjs()
+
+
+def figure_html(element_id: str, figure: dict[str, Any]) -> str:
+    """A div and the call that draws `figure` into it; the figure's JSON is made safe inside <script>."""
+    spec = json.dumps(figure).replace("</", "<\\/")
+    return (f'<div id="{element_id}" class="chart"></div>\n<script>{{ const figure = {spec};\n'
+            f'Plotly.newPlot("{element_id}", figure.data, figure.layout, {json.dumps(PLOTLY_CONFIG)}); }}</script>')
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.2f}s" if value < 60 else f"{int(value // 60)}m{value % 60:04.1f}s"
+
+
+def _row_label(name: str, backend: str | None, status: str | None) -> str:
+    if status is None:
+        return f"<b>{escape(name)}</b>"
+    return (f"<b>{escape(name)}</b> <span style='color:{backend_colour(backend or '')}'>{escape(backend or '')}"
+            f"</span> <span style='color:{status_colour(status)}'>● {escape(status)}</span>")
+
+
+def gantt(started: float, ended: float, stages: list[dict[str, Any]], spans: list[dict[str, Any]]) -> dict[str, Any]:
+    """The timeline: one row per engine and per stage, seconds since the run started on x. A stage's
+    attempts are wide bars in its backend's colour (outlined red when it failed); its steps (input
+    read, function, publish, retry wait) narrow bars over them; a skipped or not-run stage a hatched
+    bar with the reason. Everything has a tooltip."""
+    start = min([s["started_at"] for s in spans] + [started])
+    end = max([s["ended_at"] or s["started_at"] for s in spans] + [ended, start + 1e-3])
+    engines = list(dict.fromkeys(s["detail"] for s in spans if s["kind"] in (ENGINE_START, ENGINE_STOP)))
+    rows = [(f"engine {e}", _row_label(f"engine {e}", None, None)) for e in engines]
+    rows += [(s["stage"], _row_label(s["stage"], s["backend"], s["status"])) for s in stages]
+    backend_of = {s["stage"]: s["backend"] for s in stages}
+    traces: dict[str, dict[str, Any]] = {}
+
+    def bar(trace: str, row: str, begin: float, finish: float, tip: str, colour: str, failed: bool = False,
+            **style) -> None:
+        """A bar on `row`; a failed attempt or step goes to a trace of failures, outlined red, in its own
+        colour (a trace has one width and one outline)."""
+        name = (FAILED_ATTEMPT if trace.endswith(" stage") else FAILED_STEP) if failed else trace
+        t = traces.setdefault(name, {"type": "bar", "orientation": "h", "name": name, "y": [], "x": [], "base": [],
+                                     "hovertext": [], "hovertemplate": "%{hovertext}<extra></extra>",
+                                     "marker": {"color": [], "line": {"color": FAILED_OUTLINE, "width": 2 * failed},
+                                                **style.pop("marker", {})}, **style})
+        t["y"].append(row)
+        t["base"].append(begin - start)
+        t["x"].append(max(finish - begin, (end - start) / 400))  # the shortest step still shows
+        t["hovertext"].append(tip)
+        t["marker"]["color"].append(colour)
+
+    for span in spans:
+        finish = span["ended_at"] or span["started_at"]
+        tip = (f"<b>{escape(span['stage'] or 'engine ' + (span['detail'] or ''))}</b><br>{escape(span['kind'])}"
+               f"{' ' + escape(span['detail']) if span['detail'] and span['stage'] else ''}"
+               f"{', attempt ' + str(span['attempt']) if span['attempt'] else ''}<br>"
+               f"{_seconds(finish - span['started_at'])}, from {span['started_at'] - start:.2f}s: {span['outcome']}")
+        failed = span["outcome"] != "ok"
+        if span["kind"] in (ENGINE_START, ENGINE_STOP):
+            backend = span["detail"] or ""
+            bar(span["kind"], f"engine {backend}", span["started_at"], finish, tip,
+                backend_colour(backend, light=span["kind"] == ENGINE_STOP), failed, width=0.6)
+        elif span["kind"] == ATTEMPT and span["stage"] in backend_of:
+            backend = backend_of[span["stage"]]
+            bar(f"{backend} stage", span["stage"], span["started_at"], finish, tip,
+                backend_colour(backend, light=True), failed, width=0.8)
+        elif span["kind"] in STEP_COLOURS and span["stage"] in backend_of:
+            pattern = {"pattern": {"shape": "."}} if span["kind"] == RETRY_WAIT else {}
+            bar(span["kind"], span["stage"], span["started_at"], finish, tip, STEP_COLOURS[span["kind"]], failed,
+                width=0.4, marker=pattern)
+    for stage in stages:
+        if stage["status"] in ("skipped", "not run"):
+            reason = stage.get("skip_reason") or "no reason recorded"
+            bar(stage["status"], stage["stage"], start, end,
+                f"<b>{escape(stage['stage'])}</b><br>{escape(stage['status'])}: {escape(reason)}", SKIPPED_FILL,
+                width=0.6, text=[], textposition="inside", insidetextanchor="start",
+                textfont={"color": "#424242", "size": 12}, marker={"pattern": {"shape": "/", "fgcolor": "#cccccc"}})
+            traces[stage["status"]]["text"].append(escape(reason))
+    order = [f"{b} stage" for b in dict.fromkeys(backend_of.values())] + [FAILED_ATTEMPT, ENGINE_START, ENGINE_STOP] + \
+        list(STEP_COLOURS) + [FAILED_STEP, "skipped", "not run"]
+    data = [traces[name] for name in order if name in traces]
+    layout = {
+        "barmode": "overlay", "height": 90 + 34 * max(len(rows), 1), "bargap": 0.2,
+        "margin": {"l": 10, "r": 20, "t": 10, "b": 40}, "font": {"family": FONT, "size": 12},
+        "plot_bgcolor": "white", "hoverlabel": {"align": "left"},
+        "legend": {"orientation": "h", "y": -0.12 - 1.2 / max(len(rows), 1), "x": 0, "traceorder": "normal"},
+        "xaxis": {"title": {"text": "seconds since the run started"}, "range": [0, (end - start) * 1.01],
+                  "gridcolor": "#eeeeee", "zeroline": False},
+        "yaxis": {"autorange": "reversed", "type": "category", "automargin": True,
+                  "categoryorder": "array", "categoryarray": [r for r, _ in rows],
+                  "tickvals": [r for r, _ in rows], "ticktext": [label for _, label in rows], "ticksuffix": "  "},
+    }
+    return {"data": data, "layout": layout}
+
+
+STAGE_BOX, DATASET_BOX, LAYER_PX, ROW_PX = (150, 44), (130, 28), 230, 70  # pixels
+
+
+def pipeline_graph(stages: list[dict[str, Any]], reads: list[tuple[str, str]], writes: list[tuple[str, str]],
+                   datasets: dict[str, str]) -> dict[str, Any]:
+    """The graph left to right: stages as boxes filled with their backend's colour and outlined in
+    their status's; a dataset passed from stage to stage labels its arrow, and one read from outside
+    or read by no stage is a box of its own (`datasets`: name -> what to say of it, on hover).
+    `reads`: (dataset, stage) pairs; `writes`: (stage, dataset) pairs."""
+    by_name = {s["stage"]: s for s in stages}
+    producer = {d: s for s, d in writes}
+    read = {d for d, _ in reads}
+    labels: dict[tuple, list[str]] = {}
+    for dataset, stage in reads:
+        source = ("stage", producer[dataset]) if dataset in producer else ("dataset", dataset)
+        labels.setdefault((source, ("stage", stage)), []).append(dataset if dataset in producer else "")
+    for stage, dataset in writes:
+        if dataset not in read:
+            labels.setdefault((("stage", stage), ("dataset", dataset)), []).append("")
+    boxed = dict.fromkeys(node for edge in labels for node in edge if node[0] == "dataset")
+    nodes = [("stage", s) for s in by_name] + list(boxed)
+    position = _layered(nodes, list(labels))
+    layers = max((x for x, _ in position.values()), default=0) + 1
+    depth = max((y for _, y in position.values()), default=0) + 1
+    width, height = max(LAYER_PX * layers, 400), ROW_PX * depth + 40
+    unit_x = layers / (width - 40)  # data units per pixel: the x range spans the width less the margins
+    annotations = []
+    for (kind, name), (x, y) in position.items():
+        stage = by_name.get(name) if kind == "stage" else None
+        if stage is not None:
+            text = f"<b>{escape(name)}</b><br>{escape(stage['backend'])} · {escape(stage['status'])}"
+            tip = stage.get("error") or stage.get("skip_reason") or stage["status"]
+            box = {"bgcolor": backend_colour(stage["backend"], light=True),
+                   "bordercolor": status_colour(stage["status"]),
+                   "borderwidth": 3 if stage["status"] in ("failed", "killed") else 2,
+                   "width": STAGE_BOX[0], "height": STAGE_BOX[1]}
+        else:
+            text, tip = f"<i>{escape(name)}</i>", datasets.get(name) or "dataset"
+            box = {"bgcolor": "white", "bordercolor": "#9e9e9e", "borderwidth": 1, "width": DATASET_BOX[0],
+                   "height": DATASET_BOX[1]}
+        annotations.append({"x": x, "y": y, "text": text, "hovertext": escape(tip), "showarrow": False,
+                            "font": {"size": 12}, "borderpad": 2, **box})
+    for (source, target), names in labels.items():
+        (sx, sy), (tx, ty) = position[source], position[target]
+        start = sx + ((STAGE_BOX if source[0] == "stage" else DATASET_BOX)[0] / 2 + 4) * unit_x
+        end = tx - ((STAGE_BOX if target[0] == "stage" else DATASET_BOX)[0] / 2 + 6) * unit_x
+        annotations.insert(0, {"x": end, "y": ty, "ax": start, "ay": sy, "xref": "x", "yref": "y", "axref": "x",
+                               "ayref": "y", "text": "", "showarrow": True, "arrowhead": 2, "arrowsize": 1,
+                               "arrowwidth": 1.3, "arrowcolor": "#616161"})
+        label = ", ".join(n for n in names if n)
+        if label:
+            annotations.append({"x": (start + end) / 2, "y": (sy + ty) / 2, "text": f"<i>{escape(label)}</i>",
+                                "showarrow": False, "font": {"size": 11, "color": "#455a64"},
+                                "bgcolor": "rgba(255,255,255,0.85)",
+                                "hovertext": "<br>".join(escape(datasets.get(n, n)) for n in names if n)})
+    invisible = {"visible": False, "fixedrange": True}
+    layout = {"width": width, "height": height, "margin": {"l": 20, "r": 20, "t": 20, "b": 20},
+              "font": {"family": FONT, "size": 12}, "plot_bgcolor": "white", "annotations": annotations,
+              "xaxis": {**invisible, "range": [-0.5, layers - 0.5]},
+              "yaxis": {**invisible, "range": [depth - 0.5, -0.5]}, "showlegend": False}
+    # one invisible point per node, so that Plotly draws the axes the boxes are placed on
+    xs, ys = zip(*position.values()) if position else ((), ())
+    data = [{"type": "scatter", "mode": "markers", "x": list(xs), "y": list(ys), "hoverinfo": "skip",
+             "marker": {"opacity": 0}}]
+    return {"data": data, "layout": layout}
+
+
+def _layered(nodes: list, edges: list[tuple]) -> dict[Any, tuple[int, float]]:
+    """(layer, row) of each node: the layer is the longest path from a source, the rows in a layer
+    follow the mean row of each node's predecessors (fewer crossings), in the given order otherwise."""
+    before: dict[Any, list] = {n: [] for n in nodes}
+    for source, target in edges:
+        if source in before and target in before:
+            before[target].append(source)
+    layer: dict[Any, int] = {}
+
+    def depth(node, seen: frozenset = frozenset()) -> int:
+        if node not in layer:
+            parents = [p for p in before[node] if p not in seen]  # a cycle (never valid) cannot recurse forever
+            layer[node] = 1 + max((depth(p, seen | {node}) for p in parents), default=-1)
+        return layer[node]
+
+    for node in nodes:
+        depth(node)
+    position: dict[Any, tuple[int, float]] = {}
+    for index in range(max(layer.values(), default=-1) + 1):
+        members = [n for n in nodes if layer[n] == index]
+        members.sort(key=lambda n: sum(position[p][1] for p in before[n]) / len(before[n]) if before[n] else 0)
+        for row, node in enumerate(members):
+            position[node] = (index, float(row))
+    return position
