@@ -310,16 +310,24 @@ def gc(
 @_guarded
 def graph(
     pipeline_file: Path = typer.Argument(..., metavar="PIPELINE.yaml"),
-    format: str = typer.Option("mermaid", "--format", help="mermaid or dot"),
+    format: str = typer.Option("mermaid", "--format", help="mermaid or dot (text on stdout), or svg or png "
+                               "(a picture drawn by Graphviz into --out)"),
+    out_file: Optional[Path] = typer.Option(None, "--out", "-o", help="The picture's file (svg and png)."),
     verbose: bool = VerboseOption,
 ) -> None:
-    """Print the pipeline's graph as Mermaid (default) or Graphviz DOT."""
+    """Print the pipeline's graph as Mermaid (default) or Graphviz DOT, or draw it as SVG or PNG."""
     from . import diagram
     from .config import load_pipeline
 
+    if format in diagram.PICTURES:
+        if out_file is None:
+            raise ConfigError(f"--format {format} draws a picture: say where with --out FILE")
+        drawn = diagram.picture(load_pipeline(pipeline_file), format, out_file)
+        out.print(str(drawn), markup=False, soft_wrap=True)
+        return
     render = {"mermaid": diagram.mermaid, "dot": diagram.dot}.get(format)
     if render is None:
-        raise ConfigError(f"--format must be mermaid or dot, not '{format}'")
+        raise ConfigError(f"--format must be mermaid, dot, svg or png, not '{format}'")
     sys.stdout.write(render(load_pipeline(pipeline_file)))
 
 

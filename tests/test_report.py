@@ -4,6 +4,8 @@ HTML file: a timeline, every stage with why it ran or was skipped, and nothing f
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -87,8 +89,6 @@ def test_the_timeline_is_recorded_and_reported_in_one_self_contained_file(projec
 
 def figure(html: str, element: str) -> dict:
     """The Plotly figure the report draws into `element`."""
-    import json
-
     start = html.index(f'<div id="{element}"')
     spec = html[start:].split("const figure = ", 1)[1].split(";\nPlotly.newPlot", 1)[0]
     return json.loads(spec.replace("<\\/", "</"))
@@ -169,7 +169,8 @@ def test_a_failed_run_with_a_retry_and_skipped_stages_is_reported(mixed):
     assert "upstream stage &#x27;broken&#x27; did not finish" in html or "an earlier stage failed" in html
     timeline = figure(html, "timeline")
     by_name = {trace["name"]: trace for trace in timeline["data"]}
-    assert set(by_name["skipped"]["y"]) == {"make", "summary"} and "unchanged since run" in by_name["skipped"]["text"][0]
+    assert set(by_name["skipped"]["y"]) == {"make", "summary"}
+    assert "unchanged since run" in by_name["skipped"]["text"][0]
     assert by_name["not run"]["y"] == ["after"]
     assert "broken" in by_name["failed attempt"]["y"] and "flaky" in by_name["failed attempt"]["y"]
     labels = dict(zip(timeline["layout"]["yaxis"]["tickvals"], timeline["layout"]["yaxis"]["ticktext"]))
@@ -258,3 +259,52 @@ def test_an_engine_no_later_stage_needs_is_stopped_before_the_next_stage(project
     stopped = [s for s in spans if s["kind"] == "engine stop" and s["detail"] == "dask"]
     called = [s for s in spans if s["kind"] == "function" and s["stage"] == "after"]
     assert stopped and called and stopped[0]["ended_at"] <= called[0]["started_at"]
+
+
+BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
+# a fresh profile, none of the browser's own background traffic, and a proxy on a closed port: a
+# request the page made would fail there, and the network log names it either way
+BROWSER_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-extensions", "--proxy-server=127.0.0.1:9", "--virtual-time-budget=8000")
+
+
+def browse(page: Path, tmp: Path, *action: str) -> tuple[str, list[str]]:
+    """Open `page` in headless Chromium; (its stdout, the URLs the page itself asked for)."""
+    net = tmp / f"{page.stem}-net.json"
+    done = subprocess.run([BROWSER, *BROWSER_FLAGS, f"--user-data-dir={tmp / 'profile'}", f"--log-net-log={net}",
+                           *action, page.resolve().as_uri()], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    log = json.loads(net.read_text())
+    start_job = log["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
+    requested = [e["params"]["url"] for e in log["events"] if e["type"] == start_job
+                 and str(e["params"].get("network_isolation_key", "")).startswith("file://")]  # the page's own
+    return done.stdout, requested
+
+
+@pytest.mark.skipif(BROWSER is None, reason="Chromium is not installed (apt-get install chromium; .ci/run does)")
+def test_the_report_draws_its_timeline_and_graph_in_a_real_browser_offline(mixed, tmp_path):
+    project, path = mixed
+    page = project.root / path
+    dom, requested = browse(page, tmp_path, "--dump-dom")
+    assert requested == []  # nothing fetched from the network: no script, style, font or image
+    timeline = dom.split('id="timeline"', 1)[1].split('id="graph"', 1)[0]
+    graph = dom.split('id="graph"', 1)[1]
+    assert 'class="main-svg"' in timeline and 'class="main-svg"' in graph  # Plotly drew both
+    spans = RunStore(project.root / ".hybridflow" / "runs.db").spans(path.parent.name)
+    skipped_or_not_run = 3  # make and summary skipped, after not run
+    assert timeline.count('class="point"') == len(spans) + skipped_or_not_run  # a bar for each
+    assert all(f">{stage}<" in graph for stage in ("make", "flaky", "broken", "after", "summary"))
+    assert "unchanged since run" in timeline  # a skipped stage's bar says why
+
+    shot = tmp_path / "report.png"
+    browse(page, tmp_path, "--window-size=1400,1800", f"--screenshot={shot}")
+    from PIL import Image
+
+    colours = Image.open(shot).convert("RGB").getcolors(maxcolors=1 << 20)
+    assert colours is not None and len(colours) > 200  # drawn, not a blank page
+
+    # the check itself: a page that loads a script from elsewhere is caught
+    elsewhere = tmp_path / "elsewhere.html"
+    elsewhere.write_text('<html><body><script src="http://127.0.0.1:9/plotly.js"></script></body></html>')
+    assert browse(elsewhere, tmp_path, "--dump-dom")[1] == ["http://127.0.0.1:9/plotly.js"]
