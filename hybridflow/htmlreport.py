@@ -19,6 +19,7 @@ from .progress import seconds_text, size_text, step_seconds
 from .stagelog import private_file
 
 LOG_TAIL = 20  # lines of each stage's log shown in the report
+REPORT_FILE = "report.html"  # in each run's directory
 
 
 def render(run: dict[str, Any], stages: list[dict[str, Any]], spans: list[dict[str, Any]],
@@ -239,7 +240,7 @@ def write(store, run: dict[str, Any], out: Path | None = None, pipeline=None) ->
     edges = pipeline_edges(pipeline) if pipeline is not None else _edges_from_file(run)
     html = render(run, store.stages(run["run_id"]), store.spans(run["run_id"]),
                   (previous, store.stages(previous["run_id"])) if previous else None, edges)
-    path = out or Path(run["run_dir"]) / "report.html"
+    path = out or Path(run["run_dir"]) / REPORT_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial")
     private_file(partial).write_text(html, encoding="utf-8")  # owner-only before a byte is in it
