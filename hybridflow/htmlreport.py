@@ -89,7 +89,7 @@ def _summary(run: dict[str, Any], stages: list[dict[str, Any]]) -> str:
         counts[stage["status"]] = counts.get(stage["status"], 0) + 1
     duration = ""
     if run.get("ended_at"):
-        duration = seconds_text(_epoch(run["ended_at"]) - _epoch(run["started_at"]))
+        duration = _seconds(_epoch(run["ended_at"]) - _epoch(run["started_at"]))
     facts = [f'<span class="badge" style="background:{reportcharts.status_colour(status)}">{escape(status)}</span>',
              f"trigger <b>{escape(run['trigger'])}</b>", f"started <b>{escape(run['started_at'])}</b>",
              f"took <b>{escape(duration or 'unfinished')}</b>",

@@ -63,6 +63,61 @@ def _row_label(name: str, backend: str | None, status: str | None) -> str:
             f"</span> <span style='color:{status_colour(status)}'>● {escape(status)}</span>")
 
 
+class _Bars:
+    """The timeline's bar traces, one per legend entry, in seconds since `start`."""
+
+    def __init__(self, start: float, end: float) -> None:
+        self.start, self.end, self.traces = start, end, {}
+
+    def add(self, trace: str, row: str, begin: float, finish: float, tip: str, colour: str, failed: bool = False,
+            **style) -> dict[str, Any]:
+        """A bar on `row`; a failed attempt or step goes to a trace of failures, outlined red, in its own
+        colour (a trace has one width and one outline). Returns its trace."""
+        name = (FAILED_ATTEMPT if trace.endswith(" stage") else FAILED_STEP) if failed else trace
+        t = self.traces.setdefault(name, {
+            "type": "bar", "orientation": "h", "name": name, "y": [], "x": [], "base": [], "hovertext": [],
+            "hovertemplate": "%{hovertext}<extra></extra>",
+            "marker": {"color": [], "line": {"color": FAILED_OUTLINE, "width": 2 * failed}, **style.pop("marker", {})},
+            **style})
+        t["y"].append(row)
+        t["base"].append(begin - self.start)
+        t["x"].append(max(finish - begin, (self.end - self.start) / 400))  # the shortest step still shows
+        t["hovertext"].append(tip)
+        t["marker"]["color"].append(colour)
+        return t
+
+    def span(self, span: dict[str, Any], backend_of: dict[str, str]) -> None:
+        """An engine's start or stop on its engine's row; a stage's attempt or step on the stage's."""
+        finish = span["ended_at"] or span["started_at"]
+        tip = (f"<b>{escape(span['stage'] or 'engine ' + (span['detail'] or ''))}</b><br>{escape(span['kind'])}"
+               f"{' ' + escape(span['detail']) if span['detail'] and span['stage'] else ''}"
+               f"{', attempt ' + str(span['attempt']) if span['attempt'] else ''}<br>"
+               f"{_seconds(finish - span['started_at'])}, from {span['started_at'] - self.start:.2f}s: "
+               f"{span['outcome']}")
+        failed, kind, stage = span["outcome"] != "ok", span["kind"], span["stage"]
+        if kind in (ENGINE_START, ENGINE_STOP):
+            backend = span["detail"] or ""
+            self.add(kind, f"engine {backend}", span["started_at"], finish, tip,
+                     backend_colour(backend, light=kind == ENGINE_STOP), failed, width=0.6)
+        elif kind == ATTEMPT and stage in backend_of:
+            self.add(f"{backend_of[stage]} stage", stage, span["started_at"], finish, tip,
+                     backend_colour(backend_of[stage], light=True), failed, width=0.8)
+        elif kind in STEP_COLOURS and stage in backend_of:
+            pattern = {"pattern": {"shape": "."}} if kind == RETRY_WAIT and not failed else {}
+            self.add(kind, stage, span["started_at"], finish, tip, STEP_COLOURS[kind], failed, width=0.4,
+                     marker=pattern)
+
+    def not_attempted(self, stage: dict[str, Any]) -> None:
+        """A skipped or not-run stage: a hatched bar across the run that says why."""
+        reason = stage.get("skip_reason") or "no reason recorded"
+        trace = self.add(stage["status"], stage["stage"], self.start, self.end,
+                         f"<b>{escape(stage['stage'])}</b><br>{escape(stage['status'])}: {escape(reason)}",
+                         SKIPPED_FILL, width=0.6, text=[], textposition="inside", insidetextanchor="start",
+                         constraintext="none", textfont={"color": "#424242", "size": 12},
+                         marker={"pattern": {"shape": "/", "fgcolor": "#cccccc"}})
+        trace["text"].append(escape(reason))
+
+
 def gantt(started: float, ended: float, stages: list[dict[str, Any]], spans: list[dict[str, Any]]) -> dict[str, Any]:
     """The timeline: one row per engine and per stage, seconds since the run started on x. A stage's
     attempts are wide bars in its backend's colour (outlined red when it failed); its steps (input
@@ -74,65 +129,26 @@ def gantt(started: float, ended: float, stages: list[dict[str, Any]], spans: lis
     rows = [(f"engine {e}", _row_label(f"engine {e}", None, None)) for e in engines]
     rows += [(s["stage"], _row_label(s["stage"], s["backend"], s["status"])) for s in stages]
     backend_of = {s["stage"]: s["backend"] for s in stages}
-    traces: dict[str, dict[str, Any]] = {}
-
-    def bar(trace: str, row: str, begin: float, finish: float, tip: str, colour: str, failed: bool = False,
-            **style) -> None:
-        """A bar on `row`; a failed attempt or step goes to a trace of failures, outlined red, in its own
-        colour (a trace has one width and one outline)."""
-        name = (FAILED_ATTEMPT if trace.endswith(" stage") else FAILED_STEP) if failed else trace
-        t = traces.setdefault(name, {"type": "bar", "orientation": "h", "name": name, "y": [], "x": [], "base": [],
-                                     "hovertext": [], "hovertemplate": "%{hovertext}<extra></extra>",
-                                     "marker": {"color": [], "line": {"color": FAILED_OUTLINE, "width": 2 * failed},
-                                                **style.pop("marker", {})}, **style})
-        t["y"].append(row)
-        t["base"].append(begin - start)
-        t["x"].append(max(finish - begin, (end - start) / 400))  # the shortest step still shows
-        t["hovertext"].append(tip)
-        t["marker"]["color"].append(colour)
-
+    bars = _Bars(start, end)
     for span in spans:
-        finish = span["ended_at"] or span["started_at"]
-        tip = (f"<b>{escape(span['stage'] or 'engine ' + (span['detail'] or ''))}</b><br>{escape(span['kind'])}"
-               f"{' ' + escape(span['detail']) if span['detail'] and span['stage'] else ''}"
-               f"{', attempt ' + str(span['attempt']) if span['attempt'] else ''}<br>"
-               f"{_seconds(finish - span['started_at'])}, from {span['started_at'] - start:.2f}s: {span['outcome']}")
-        failed = span["outcome"] != "ok"
-        if span["kind"] in (ENGINE_START, ENGINE_STOP):
-            backend = span["detail"] or ""
-            bar(span["kind"], f"engine {backend}", span["started_at"], finish, tip,
-                backend_colour(backend, light=span["kind"] == ENGINE_STOP), failed, width=0.6)
-        elif span["kind"] == ATTEMPT and span["stage"] in backend_of:
-            backend = backend_of[span["stage"]]
-            bar(f"{backend} stage", span["stage"], span["started_at"], finish, tip,
-                backend_colour(backend, light=True), failed, width=0.8)
-        elif span["kind"] in STEP_COLOURS and span["stage"] in backend_of:
-            pattern = {"pattern": {"shape": "."}} if span["kind"] == RETRY_WAIT else {}
-            bar(span["kind"], span["stage"], span["started_at"], finish, tip, STEP_COLOURS[span["kind"]], failed,
-                width=0.4, marker=pattern)
+        bars.span(span, backend_of)
     for stage in stages:
         if stage["status"] in ("skipped", "not run"):
-            reason = stage.get("skip_reason") or "no reason recorded"
-            bar(stage["status"], stage["stage"], start, end,
-                f"<b>{escape(stage['stage'])}</b><br>{escape(stage['status'])}: {escape(reason)}", SKIPPED_FILL,
-                width=0.6, text=[], textposition="inside", insidetextanchor="start",
-                textfont={"color": "#424242", "size": 12}, marker={"pattern": {"shape": "/", "fgcolor": "#cccccc"}})
-            traces[stage["status"]]["text"].append(escape(reason))
+            bars.not_attempted(stage)
     order = [f"{b} stage" for b in dict.fromkeys(backend_of.values())] + [FAILED_ATTEMPT, ENGINE_START, ENGINE_STOP] + \
         list(STEP_COLOURS) + [FAILED_STEP, "skipped", "not run"]
-    data = [traces[name] for name in order if name in traces]
     layout = {
-        "barmode": "overlay", "height": 90 + 34 * max(len(rows), 1), "bargap": 0.2,
-        "margin": {"l": 10, "r": 20, "t": 10, "b": 40}, "font": {"family": FONT, "size": 12},
-        "plot_bgcolor": "white", "hoverlabel": {"align": "left"},
-        "legend": {"orientation": "h", "y": -0.12 - 1.2 / max(len(rows), 1), "x": 0, "traceorder": "normal"},
+        "barmode": "overlay", "height": 130 + 34 * max(len(rows), 1), "bargap": 0.2,
+        "margin": {"l": 10, "r": 20, "t": 64, "b": 40}, "font": {"family": FONT, "size": 12},
+        "plot_bgcolor": "white", "hoverlabel": {"align": "left"}, "showlegend": True,
+        "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0, "traceorder": "normal"},
         "xaxis": {"title": {"text": "seconds since the run started"}, "range": [0, (end - start) * 1.01],
                   "gridcolor": "#eeeeee", "zeroline": False},
         "yaxis": {"autorange": "reversed", "type": "category", "automargin": True,
                   "categoryorder": "array", "categoryarray": [r for r, _ in rows],
                   "tickvals": [r for r, _ in rows], "ticktext": [label for _, label in rows], "ticksuffix": "  "},
     }
-    return {"data": data, "layout": layout}
+    return {"data": [bars.traces[name] for name in order if name in bars.traces], "layout": layout}
 
 
 STAGE_BOX, DATASET_BOX, LAYER_PX, ROW_PX = (150, 44), (130, 28), 230, 70  # pixels
@@ -155,7 +171,8 @@ def pipeline_graph(stages: list[dict[str, Any]], reads: list[tuple[str, str]], w
         if dataset not in read:
             labels.setdefault((("stage", stage), ("dataset", dataset)), []).append("")
     boxed = dict.fromkeys(node for edge in labels for node in edge if node[0] == "dataset")
-    nodes = [("stage", s) for s in by_name] + list(boxed)
+    others = dict.fromkeys(node for edge in labels for node in edge if node[0] == "stage" and node[1] not in by_name)
+    nodes = [("stage", s) for s in by_name] + list(others) + list(boxed)  # others: stages this run did not select
     position = _layered(nodes, list(labels))
     layers = max((x for x, _ in position.values()), default=0) + 1
     depth = max((y for _, y in position.values()), default=0) + 1
@@ -171,12 +188,16 @@ def pipeline_graph(stages: list[dict[str, Any]], reads: list[tuple[str, str]], w
                    "bordercolor": status_colour(stage["status"]),
                    "borderwidth": 3 if stage["status"] in ("failed", "killed") else 2,
                    "width": STAGE_BOX[0], "height": STAGE_BOX[1]}
+        elif kind == "stage":
+            text, tip = f"<b>{escape(name)}</b><br>not in this run", "not selected by this run"
+            box = {"bgcolor": "#f5f5f5", "bordercolor": "#bdbdbd", "borderwidth": 1, "width": STAGE_BOX[0],
+                   "height": STAGE_BOX[1], "font": {"size": 12, "color": "#9e9e9e"}}
         else:
             text, tip = f"<i>{escape(name)}</i>", datasets.get(name) or "dataset"
             box = {"bgcolor": "white", "bordercolor": "#9e9e9e", "borderwidth": 1, "width": DATASET_BOX[0],
                    "height": DATASET_BOX[1]}
         annotations.append({"x": x, "y": y, "text": text, "hovertext": escape(tip), "showarrow": False,
-                            "font": {"size": 12}, "borderpad": 2, **box})
+                            "font": {"size": 12}, "borderpad": 2, **box})  # box's own font, if any, wins
     for (source, target), names in labels.items():
         (sx, sy), (tx, ty) = position[source], position[target]
         start = sx + ((STAGE_BOX if source[0] == "stage" else DATASET_BOX)[0] / 2 + 4) * unit_x

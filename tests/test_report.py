@@ -87,6 +87,15 @@ def test_the_timeline_is_recorded_and_reported_in_one_self_contained_file(projec
     assert "No earlier successful run" in html and "Compared with" in path.read_text()
 
 
+def test_a_run_of_part_of_the_pipeline_still_draws_all_of_it(project):
+    project.stages(STAGES)
+    project.pipeline(PIPELINE)
+    assert cli(project, "run", "pipeline.yaml", "--only", "make").returncode == 0
+    html = (project.root / cli(project, "report", "--pipeline", "pipeline.yaml").stdout.strip()).read_text()
+    texts = {a["text"] for a in figure(html, "graph")["layout"]["annotations"]}
+    assert {"<b>make</b><br>python · done", "<b>flaky</b><br>not in this run", "<i>doubled</i>"} <= texts
+
+
 def figure(html: str, element: str) -> dict:
     """The Plotly figure the report draws into `element`."""
     start = html.index(f'<div id="{element}"')
