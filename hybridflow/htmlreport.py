@@ -101,6 +101,7 @@ def _summary(run: dict[str, Any], stages: list[dict[str, Any]]) -> str:
 
 STAGE_COLUMNS = ("stage", "backend", "device", "status", "duration", "attempts", "time went to", "rows in",
                  "bytes in", "rows out", "bytes out", "files written", "why it ran / was skipped")
+NUMBERS = {"duration", "attempts", "rows in", "bytes in", "rows out", "bytes out", "files written"}
 
 
 def _table(stages: list[dict[str, Any]], spans: list[dict[str, Any]], published: list[dict[str, Any]]) -> str:
@@ -121,7 +122,8 @@ def _table(stages: list[dict[str, Any]], spans: list[dict[str, Any]], published:
                  _seconds(s.get("duration")), str(s.get("attempts") or ""), escape(went_text),
                  _count(s.get("rows_in")), size_text(s.get("bytes_in")), _count(s.get("rows_out")),
                  size_text(s.get("bytes_out")), str(files.get(s["stage"], "")), escape(s.get("skip_reason") or "")]
-        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+        body.append("<tr>" + "".join(f"<td class='num'>{c}</td>" if STAGE_COLUMNS[i] in NUMBERS else f"<td>{c}</td>"
+                                     for i, c in enumerate(cells)) + "</tr>")
         if s.get("error"):
             body.append(f'<tr class="error-row"><td></td><td colspan="{len(STAGE_COLUMNS) - 1}">'
                         f"<b>error</b> {escape(s['error'])}</td></tr>")
@@ -144,8 +146,7 @@ def _datasets(published: list[dict[str, Any]]) -> str:
     rows = []
     for item in published:
         manifest = item["manifest"]
-        schema = "<br>".join(f"<code>{escape(k)}: {escape(str(v))}</code>"
-                             for k, v in (manifest.get("schema") or {}).items())
+        schema = _schema(manifest.get("schema") or {})
         lineage = "<br>".join(f"<code>{escape(k)}@{escape(str(v))}</code>"
                               for k, v in (manifest.get("inputs") or {}).items()) or "<span class='muted'>none</span>"
         files = manifest.get("files") or []
@@ -156,6 +157,17 @@ def _datasets(published: list[dict[str, Any]]) -> str:
     head = "".join(f"<th>{h}</th>" for h in ("dataset", "version", "stage", "rows", "files", "bytes", "schema",
                                               "made from (input versions)"))
     return f"<div class='scroll'><table><tr>{head}</tr>{''.join(rows)}</table></div>"
+
+
+SCHEMA_SHOWN = 6  # columns listed before the rest fold away
+
+
+def _schema(columns: dict[str, Any]) -> str:
+    lines = [f"<code>{escape(k)}: {escape(str(v))}</code>" for k, v in columns.items()]
+    if len(lines) <= SCHEMA_SHOWN + 1:
+        return "<br>".join(lines)
+    return ("<br>".join(lines[:SCHEMA_SHOWN]) + f"<details><summary>{len(lines) - SCHEMA_SHOWN} more columns"
+            f"</summary>{'<br>'.join(lines[SCHEMA_SHOWN:])}</details>")
 
 
 def _comparison(stages: list[dict[str, Any]], previous) -> str:
@@ -261,8 +273,10 @@ h1 { font-size: 22px; margin: 4px 0 6px; } h2 { font-size: 16px; margin: 26px 0 
 table { border-collapse: collapse; font-size: 13px; background: white; }
 td, th { border: 1px solid #e0e0e0; padding: 5px 9px; text-align: left; vertical-align: top; }
 th { background: #eceff1; font-weight: 600; }
+td.num { text-align: right; white-space: nowrap; }
 .error { color: #c62828; } .error-row td { color: #c62828; background: #fff5f5; border-top: none; }
 details { background: white; border: 1px solid #e0e0e0; border-radius: 6px; margin: 6px 0; padding: 4px 10px; }
+td details { border: none; margin: 0; padding: 0; } td summary { color: #546e7a; font-size: 12px; }
 summary { cursor: pointer; padding: 4px 0; }
 pre { background: #f5f5f5; padding: 8px; font-size: 12px; overflow-x: auto; white-space: pre-wrap; }
 code { font-size: 12px; }

@@ -151,16 +151,69 @@ def gantt(started: float, ended: float, stages: list[dict[str, Any]], spans: lis
     return {"data": [bars.traces[name] for name in order if name in bars.traces], "layout": layout}
 
 
-STAGE_BOX, DATASET_BOX, LAYER_PX, ROW_PX = (150, 44), (130, 28), 230, 70  # pixels
+STAGE_BOX, DATASET_BOX = (150, 44), (130, 28)  # pixels: width, height
+# pixels from one layer of the graph to the next, and between neighbours in a layer: left to right
+# where the layers fit the page's width, else top to bottom
+ACROSS, ALONG = {"lr": 230, "tb": 190}, {"lr": 70, "tb": 96}
+PAGE_WIDTH = 1300
 
 
 def pipeline_graph(stages: list[dict[str, Any]], reads: list[tuple[str, str]], writes: list[tuple[str, str]],
                    datasets: dict[str, str]) -> dict[str, Any]:
-    """The graph left to right: stages as boxes filled with their backend's colour and outlined in
-    their status's; a dataset passed from stage to stage labels its arrow, and one read from outside
-    or read by no stage is a box of its own (`datasets`: name -> what to say of it, on hover).
-    `reads`: (dataset, stage) pairs; `writes`: (stage, dataset) pairs."""
+    """The graph: stages as boxes filled with their backend's colour and outlined in their status's;
+    a dataset passed from stage to stage labels its arrow, and one read from outside or read by no
+    stage is a box of its own (`datasets`: name -> what to say of it, on hover). `reads`: (dataset,
+    stage) pairs; `writes`: (stage, dataset) pairs. An arrow that skips layers bends around the boxes
+    between (through points of its own in each layer)."""
     by_name = {s["stage"]: s for s in stages}
+    labels = _arrows(reads, writes)
+    boxed = dict.fromkeys(node for edge in labels for node in edge if node[0] == "dataset")
+    others = dict.fromkeys(node for edge in labels for node in edge if node[0] == "stage" and node[1] not in by_name)
+    nodes = [("stage", s) for s in by_name] + list(others) + list(boxed)  # others: stages this run did not select
+    layer_row, routes = _layered(nodes, list(labels))
+    layers = max((layer for layer, _ in layer_row.values()), default=0) + 1
+    rows = max((row for _, row in layer_row.values()), default=0) + 1
+    way = "lr" if layers * ACROSS["lr"] <= PAGE_WIDTH else "tb"
+    at = {node: ((layer, row) if way == "lr" else (row, layer)) for node, (layer, row) in layer_row.items()}
+    px = (ACROSS[way], ALONG[way]) if way == "lr" else (ALONG[way] * 2, ACROSS[way] / 2)  # per unit of x, of y
+    columns, lines = (layers, rows) if way == "lr" else (rows, layers)
+    width, height = max(int(px[0] * columns), 400), int(px[1] * lines) + 40
+    annotations = [_box(node, at[node], by_name, datasets) for node in nodes]
+    lanes: dict[str, list] = {"x": [], "y": []}
+    labelled: set[tuple] = set()
+    for (source, target), names in labels.items():
+        points = [_edge_point(source, at[source], way, px, leaving=True),
+                  *(at[via] for via in routes[(source, target)]),
+                  _edge_point(target, at[target], way, px, leaving=False)]
+        for axis, index in (("x", 0), ("y", 1)):
+            lanes[axis] += [p[index] for p in points[:-1]] + [None]
+        annotations.insert(0, {"x": points[-1][0], "y": points[-1][1], "ax": points[-2][0], "ay": points[-2][1],
+                               "xref": "x", "yref": "y", "axref": "x", "ayref": "y", "text": "", "showarrow": True,
+                               "arrowhead": 2, "arrowsize": 1, "arrowwidth": 1.3, "arrowcolor": "#616161"})
+        shown = [n for n in names if n and (source, n) not in labelled]  # a dataset named once per producer
+        labelled.update((source, n) for n in shown)
+        if shown:
+            annotations.append({"x": (points[0][0] + points[1][0]) / 2, "y": (points[0][1] + points[1][1]) / 2,
+                                "text": f"<i>{escape(', '.join(shown))}</i>", "showarrow": False,
+                                "font": {"size": 11, "color": "#455a64"}, "bgcolor": "rgba(255,255,255,0.9)",
+                                "hovertext": "<br>".join(escape(datasets.get(n, n)) for n in shown)})
+    invisible = {"visible": False, "fixedrange": True}
+    layout = {"width": width, "height": height, "margin": {"l": 20, "r": 20, "t": 20, "b": 20},
+              "font": {"family": FONT, "size": 12}, "plot_bgcolor": "white", "annotations": annotations,
+              "xaxis": {**invisible, "range": [-0.5, columns - 0.5]},
+              "yaxis": {**invisible, "range": [lines - 0.5, -0.5]}, "showlegend": False}
+    # the arrows' bends (under the boxes), and one invisible point per box: Plotly draws the axes they sit on
+    xs, ys = zip(*at.values()) if at else ((), ())
+    data = [{"type": "scatter", "mode": "lines", "x": lanes["x"], "y": lanes["y"], "hoverinfo": "skip",
+             "line": {"color": "#616161", "width": 1.3}},
+            {"type": "scatter", "mode": "markers", "x": list(xs), "y": list(ys), "hoverinfo": "skip",
+             "marker": {"opacity": 0}}]
+    return {"data": data, "layout": layout}
+
+
+def _arrows(reads: list[tuple[str, str]], writes: list[tuple[str, str]]) -> dict[tuple, list[str]]:
+    """(from, to) node pairs, each with the datasets it carries ('' for an arrow from or to a dataset's
+    own box). A node is ("stage", name) or ("dataset", name): a stage and a dataset may share a name."""
     producer = {d: s for s, d in writes}
     read = {d for d, _ in reads}
     labels: dict[tuple, list[str]] = {}
@@ -170,66 +223,50 @@ def pipeline_graph(stages: list[dict[str, Any]], reads: list[tuple[str, str]], w
     for stage, dataset in writes:
         if dataset not in read:
             labels.setdefault((("stage", stage), ("dataset", dataset)), []).append("")
-    boxed = dict.fromkeys(node for edge in labels for node in edge if node[0] == "dataset")
-    others = dict.fromkeys(node for edge in labels for node in edge if node[0] == "stage" and node[1] not in by_name)
-    nodes = [("stage", s) for s in by_name] + list(others) + list(boxed)  # others: stages this run did not select
-    position = _layered(nodes, list(labels))
-    layers = max((x for x, _ in position.values()), default=0) + 1
-    depth = max((y for _, y in position.values()), default=0) + 1
-    width, height = max(LAYER_PX * layers, 400), ROW_PX * depth + 40
-    unit_x = layers / (width - 40)  # data units per pixel: the x range spans the width less the margins
-    annotations = []
-    for (kind, name), (x, y) in position.items():
-        stage = by_name.get(name) if kind == "stage" else None
-        if stage is not None:
-            text = f"<b>{escape(name)}</b><br>{escape(stage['backend'])} · {escape(stage['status'])}"
-            tip = stage.get("error") or stage.get("skip_reason") or stage["status"]
-            box = {"bgcolor": backend_colour(stage["backend"], light=True),
-                   "bordercolor": status_colour(stage["status"]),
-                   "borderwidth": 3 if stage["status"] in ("failed", "killed") else 2,
-                   "width": STAGE_BOX[0], "height": STAGE_BOX[1]}
-        elif kind == "stage":
-            text, tip = f"<b>{escape(name)}</b><br>not in this run", "not selected by this run"
-            box = {"bgcolor": "#f5f5f5", "bordercolor": "#bdbdbd", "borderwidth": 1, "width": STAGE_BOX[0],
-                   "height": STAGE_BOX[1], "font": {"size": 12, "color": "#9e9e9e"}}
-        else:
-            text, tip = f"<i>{escape(name)}</i>", datasets.get(name) or "dataset"
-            box = {"bgcolor": "white", "bordercolor": "#9e9e9e", "borderwidth": 1, "width": DATASET_BOX[0],
-                   "height": DATASET_BOX[1]}
-        annotations.append({"x": x, "y": y, "text": text, "hovertext": escape(tip), "showarrow": False,
-                            "font": {"size": 12}, "borderpad": 2, **box})  # box's own font, if any, wins
-    for (source, target), names in labels.items():
-        (sx, sy), (tx, ty) = position[source], position[target]
-        start = sx + ((STAGE_BOX if source[0] == "stage" else DATASET_BOX)[0] / 2 + 4) * unit_x
-        end = tx - ((STAGE_BOX if target[0] == "stage" else DATASET_BOX)[0] / 2 + 6) * unit_x
-        annotations.insert(0, {"x": end, "y": ty, "ax": start, "ay": sy, "xref": "x", "yref": "y", "axref": "x",
-                               "ayref": "y", "text": "", "showarrow": True, "arrowhead": 2, "arrowsize": 1,
-                               "arrowwidth": 1.3, "arrowcolor": "#616161"})
-        label = ", ".join(n for n in names if n)
-        if label:
-            annotations.append({"x": (start + end) / 2, "y": (sy + ty) / 2, "text": f"<i>{escape(label)}</i>",
-                                "showarrow": False, "font": {"size": 11, "color": "#455a64"},
-                                "bgcolor": "rgba(255,255,255,0.85)",
-                                "hovertext": "<br>".join(escape(datasets.get(n, n)) for n in names if n)})
-    invisible = {"visible": False, "fixedrange": True}
-    layout = {"width": width, "height": height, "margin": {"l": 20, "r": 20, "t": 20, "b": 20},
-              "font": {"family": FONT, "size": 12}, "plot_bgcolor": "white", "annotations": annotations,
-              "xaxis": {**invisible, "range": [-0.5, layers - 0.5]},
-              "yaxis": {**invisible, "range": [depth - 0.5, -0.5]}, "showlegend": False}
-    # one invisible point per node, so that Plotly draws the axes the boxes are placed on
-    xs, ys = zip(*position.values()) if position else ((), ())
-    data = [{"type": "scatter", "mode": "markers", "x": list(xs), "y": list(ys), "hoverinfo": "skip",
-             "marker": {"opacity": 0}}]
-    return {"data": data, "layout": layout}
+    return labels
 
 
-def _layered(nodes: list, edges: list[tuple]) -> dict[Any, tuple[int, float]]:
-    """(layer, row) of each node: the layer is the longest path from a source, the rows in a layer
-    follow the mean row of each node's predecessors (fewer crossings), in the given order otherwise."""
+def _box(node: tuple, at: tuple[float, float], by_name: dict[str, dict[str, Any]], datasets: dict[str, str]) -> dict:
+    """A node's box: a stage in its backend's colour outlined in its status's, a stage this run did
+    not select in grey, a dataset in white."""
+    kind, name = node
+    stage = by_name.get(name) if kind == "stage" else None
+    if stage is not None:
+        text = f"<b>{escape(name)}</b><br>{escape(stage['backend'])} · {escape(stage['status'])}"
+        tip = stage.get("error") or stage.get("skip_reason") or stage["status"]
+        box = {"bgcolor": backend_colour(stage["backend"], light=True), "bordercolor": status_colour(stage["status"]),
+               "borderwidth": 3 if stage["status"] in ("failed", "killed") else 2}
+    elif kind == "stage":
+        text, tip = f"<b>{escape(name)}</b><br>not in this run", "not selected by this run"
+        box = {"bgcolor": "#f5f5f5", "bordercolor": "#bdbdbd", "borderwidth": 1}
+    else:
+        text, tip = f"<i>{escape(name)}</i>", datasets.get(name) or "dataset"
+        box = {"bgcolor": "white", "bordercolor": "#9e9e9e", "borderwidth": 1}
+    size = STAGE_BOX if kind == "stage" else DATASET_BOX
+    return {"x": at[0], "y": at[1], "text": text, "hovertext": escape(tip), "showarrow": False, "borderpad": 2,
+            "font": {"size": 12, "color": "#9e9e9e" if kind == "stage" and stage is None else "#212121"},
+            "width": size[0], "height": size[1], **box}
+
+
+def _edge_point(node: tuple, at: tuple[float, float], way: str, px: tuple[float, float],
+                leaving: bool) -> tuple[float, float]:
+    """Where an arrow leaves or reaches a node's box: its right or left side (left to right), its
+    bottom or top (top to bottom); a few pixels off, so an arrowhead is not hidden by the border."""
+    width, height = STAGE_BOX if node[0] == "stage" else DATASET_BOX
+    sign = 1 if leaving else -1
+    if way == "lr":
+        return at[0] + sign * (width / 2 + (4 if leaving else 6)) / px[0], at[1]
+    return at[0], at[1] + sign * (height / 2 + (4 if leaving else 6)) / px[1]
+
+
+def _layered(nodes: list, edges: list[tuple]) -> tuple[dict[Any, tuple[int, int]], dict[tuple, list]]:
+    """(layer, row) of each node, and for each edge the points it passes through in the layers it
+    skips (Sugiyama's dummy nodes: placed like nodes, so an arrow never crosses a box). The layer is
+    the longest path from a source; the rows in a layer follow the mean row of each node's
+    predecessors (fewer crossings), in the given order otherwise."""
     before: dict[Any, list] = {n: [] for n in nodes}
     for source, target in edges:
-        if source in before and target in before:
-            before[target].append(source)
+        before[target].append(source)
     layer: dict[Any, int] = {}
 
     def depth(node, seen: frozenset = frozenset()) -> int:
@@ -240,10 +277,20 @@ def _layered(nodes: list, edges: list[tuple]) -> dict[Any, tuple[int, float]]:
 
     for node in nodes:
         depth(node)
-    position: dict[Any, tuple[int, float]] = {}
+    placed, routes = list(nodes), {}
+    for source, target in edges:
+        previous, routes[(source, target)] = source, []
+        for hop in range(layer[source] + 1, layer[target]):
+            via = ("via", source, target, hop)
+            layer[via], before[via] = hop, [previous]
+            placed.append(via)
+            routes[(source, target)].append(via)
+            previous = via
+        before[target] = [previous if p == source else p for p in before[target]]
+    position: dict[Any, tuple[int, int]] = {}
     for index in range(max(layer.values(), default=-1) + 1):
-        members = [n for n in nodes if layer[n] == index]
+        members = [n for n in placed if layer[n] == index]
         members.sort(key=lambda n: sum(position[p][1] for p in before[n]) / len(before[n]) if before[n] else 0)
         for row, node in enumerate(members):
-            position[node] = (index, float(row))
-    return position
+            position[node] = (index, row)
+    return position, routes
