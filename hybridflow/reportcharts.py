@@ -138,8 +138,8 @@ def gantt(started: float, ended: float, stages: list[dict[str, Any]], spans: lis
     order = [f"{b} stage" for b in dict.fromkeys(backend_of.values())] + [FAILED_ATTEMPT, ENGINE_START, ENGINE_STOP] + \
         list(STEP_COLOURS) + [FAILED_STEP, "skipped", "not run"]
     layout = {
-        "barmode": "overlay", "height": 130 + 34 * max(len(rows), 1), "bargap": 0.2,
-        "margin": {"l": 10, "r": 20, "t": 64, "b": 40}, "font": {"family": FONT, "size": 12},
+        "barmode": "overlay", "height": 150 + 34 * max(len(rows), 1), "bargap": 0.2,
+        "margin": {"l": 10, "r": 20, "t": 84, "b": 40}, "font": {"family": FONT, "size": 12},
         "plot_bgcolor": "white", "hoverlabel": {"align": "left"}, "showlegend": True,
         "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0, "traceorder": "normal"},
         "xaxis": {"title": {"text": "seconds since the run started"}, "range": [0, (end - start) * 1.01],
