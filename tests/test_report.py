@@ -317,3 +317,24 @@ def test_the_report_draws_its_timeline_and_graph_in_a_real_browser_offline(mixed
     elsewhere = tmp_path / "elsewhere.html"
     elsewhere.write_text('<html><body><script src="http://127.0.0.1:9/plotly.js"></script></body></html>')
     assert browse(elsewhere, tmp_path, "--dump-dom")[1] == ["http://127.0.0.1:9/plotly.js"]
+
+
+def test_the_graph_layout_bends_long_arrows_around_boxes_and_turns_when_deep():
+    from hybridflow.reportcharts import _layered, pipeline_graph
+
+    a, b, c = ("stage", "a"), ("stage", "b"), ("stage", "c")
+    position, routes = _layered([a, b, c], [(a, b), (b, c), (a, c)])
+    assert [position[n][0] for n in (a, b, c)] == [0, 1, 2] and routes[(a, b)] == []
+    [via] = routes[(a, c)]
+    assert position[via][0] == 1 and position[via] != position[b]  # its own place in b's layer
+
+    def stage(name: str) -> dict:
+        return {"stage": name, "backend": "python", "status": "done"}
+
+    chain = [f"s{i}" for i in range(8)]
+    writes = [(name, f"d{i}") for i, name in enumerate(chain)]
+    reads = [(f"d{i}", name) for i, name in enumerate(chain[1:])]
+    deep = pipeline_graph([stage(n) for n in chain], reads, writes, {})
+    assert deep["layout"]["height"] > deep["layout"]["width"]  # eight stages: top to bottom
+    short = pipeline_graph([stage(n) for n in chain[:3]], reads[:2], writes[:3], {})
+    assert short["layout"]["width"] > short["layout"]["height"]  # three: left to right
