@@ -175,6 +175,8 @@ def test_a_failed_run_with_a_retry_and_skipped_stages_is_reported(mixed):
     assert offline(html)
     assert "no column named &#x27;z&#x27; (mypkg/steps.py:" in html  # the error and where it was raised
     assert "forced; succeeded on attempt 2" in html
+    failed_row = html.split("<b>broken</b>", 1)[1].split("</tr>", 2)
+    assert "<td>failed in run " in failed_row[0] and "no column named" in failed_row[1]  # why it ran, its error
     assert "upstream stage &#x27;broken&#x27; did not finish" in html or "an earlier stage failed" in html
     timeline = figure(html, "timeline")
     by_name = {trace["name"]: trace for trace in timeline["data"]}
