@@ -293,13 +293,14 @@ def report(run_id: str = "last", pipeline: PipelineLike | None = None, *, workdi
     report.html in the run's directory)."""
     from . import htmlreport
 
-    store, name = _records(pipeline, workdir)
+    loaded = _pipeline(pipeline) if pipeline is not None else None
+    store, name = _records(loaded, workdir)
     if store is None:
         raise UsageError(f"no run records in {workdir}", hint="pass workdir=, or the pipeline")
     run = store.last_run(name) if run_id == "last" else store.run(run_id)
     if run is None:
         raise UsageError(f"no run matches '{run_id}' in {store.path}", hint="hybridflow runs lists them")
-    return htmlreport.write(store, run, Path(out) if out else None)
+    return htmlreport.write(store, run, Path(out) if out else None, pipeline=loaded)
 
 
 def _records(pipeline: PipelineLike | None, workdir: str | os.PathLike):

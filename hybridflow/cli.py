@@ -18,11 +18,11 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperGroup
 
+from .completion import LAST_RUN, run_ids, stage_lists, stage_names
 from .errors import ConfigError, ExitCode, HybridflowError, UsageError, counted, is_out_of_space, out_of_space
 
 # what a --force value looks like: stage names (identifiers), comma-separated
 STAGE_LIST = re.compile(r"\s*[A-Za-z_]\w*(\s*,\s*[A-Za-z_]\w*)*\s*,?\s*", re.ASCII)
-LAST_RUN = "last"  # in place of a run id: the newest run
 
 
 def _bare_force(argv: list[str]) -> list[str]:
@@ -53,7 +53,7 @@ app = typer.Typer(
     cls=_Commands,
     help="Run each stage of a pipeline on the engine that suits it: Spark, Dask, Ray or plain Python.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion: commands, options, stages, run ids
     pretty_exceptions_enable=False,
 )
 out = Console(highlight=False, emoji=False)
@@ -153,10 +153,10 @@ def validate(
         raise typer.Exit(int(ExitCode.CONFIG))
 
 
-OnlyOption = typer.Option(None, "--only", help="Run only this stage (repeatable).")
-FromOption = typer.Option(None, "--from", help="Run this stage and everything after it.")
-ToOption = typer.Option(None, "--to", help="Run this stage and everything before it.")
-ForceOption = typer.Option(None, "--force", metavar="[STAGE,...]",
+OnlyOption = typer.Option(None, "--only", help="Run only this stage (repeatable).", autocompletion=stage_names)
+FromOption = typer.Option(None, "--from", help="Run this stage and everything after it.", autocompletion=stage_names)
+ToOption = typer.Option(None, "--to", help="Run this stage and everything before it.", autocompletion=stage_names)
+ForceOption = typer.Option(None, "--force", metavar="[STAGE,...]", autocompletion=stage_lists,
                            help="Run stages even if they are up to date: all of them (a bare --force, anywhere "
                                 "on the line), or the stages named (comma-separated).")
 
@@ -310,16 +310,24 @@ def gc(
 @_guarded
 def graph(
     pipeline_file: Path = typer.Argument(..., metavar="PIPELINE.yaml"),
-    format: str = typer.Option("mermaid", "--format", help="mermaid or dot"),
+    format: str = typer.Option("mermaid", "--format", help="mermaid or dot (text on stdout), or svg or png "
+                               "(a picture drawn by Graphviz into --out)"),
+    out_file: Optional[Path] = typer.Option(None, "--out", "-o", help="The picture's file (svg and png)."),
     verbose: bool = VerboseOption,
 ) -> None:
-    """Print the pipeline's graph as Mermaid (default) or Graphviz DOT."""
+    """Print the pipeline's graph as Mermaid (default) or Graphviz DOT, or draw it as SVG or PNG."""
     from . import diagram
     from .config import load_pipeline
 
+    if format in diagram.PICTURES:
+        if out_file is None:
+            raise ConfigError(f"--format {format} draws a picture: say where with --out FILE")
+        drawn = diagram.picture(load_pipeline(pipeline_file), format, out_file)
+        out.print(str(drawn), markup=False, soft_wrap=True)
+        return
     render = {"mermaid": diagram.mermaid, "dot": diagram.dot}.get(format)
     if render is None:
-        raise ConfigError(f"--format must be mermaid or dot, not '{format}'")
+        raise ConfigError(f"--format must be mermaid, dot, svg or png, not '{format}'")
     sys.stdout.write(render(load_pipeline(pipeline_file)))
 
 
@@ -366,8 +374,9 @@ def _find_run(store, run_id: str, pipeline: str | None) -> dict:
     return run
 
 
-RunArgument = typer.Argument(..., metavar="RUN", help=f"A run id, a unique prefix of one, or '{LAST_RUN}': the newest "
-                             "run (of --pipeline's pipeline, or of the workdir).")
+RunArgument = typer.Argument(..., metavar="RUN", autocompletion=run_ids,
+                             help=f"A run id, a unique prefix of one, or '{LAST_RUN}': the newest run (of "
+                             "--pipeline's pipeline, or of the workdir).")
 
 
 @app.command()
@@ -405,8 +414,9 @@ def show(
 @app.command()
 @_guarded
 def report(
-    run_id: str = typer.Argument(LAST_RUN, metavar="[RUN]", help=f"A run id, a unique prefix of one, or "
-                                 f"'{LAST_RUN}' (the default): the newest run."),
+    run_id: str = typer.Argument(LAST_RUN, metavar="[RUN]", autocompletion=run_ids,
+                                 help=f"A run id, a unique prefix of one, or '{LAST_RUN}' (the default): the "
+                                 "newest run."),
     pipeline_file: Optional[Path] = PipelineOption,
     workdir: Path = WorkdirOption,
     out_file: Optional[Path] = typer.Option(None, "--out", "-o", help="Where to write it (default: report.html "
@@ -431,7 +441,7 @@ def report(
 @_guarded
 def logs(
     run_id: str = RunArgument,
-    stage: Optional[str] = typer.Argument(None, help="Only this stage's log."),
+    stage: Optional[str] = typer.Argument(None, help="Only this stage's log.", autocompletion=stage_names),
     pipeline_file: Optional[Path] = PipelineOption,
     workdir: Path = WorkdirOption,
     verbose: bool = VerboseOption,

@@ -19,6 +19,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 from urllib.parse import urlsplit
 
@@ -50,9 +51,13 @@ def run_summary(pipeline: Pipeline, result: RunResult, trigger: str) -> dict[str
     stages = [{"name": s.name, "backend": s.backend, "status": s.status,
                "duration": None if s.duration is None else round(s.duration, 3),
                "error": s.error, "reason": s.reason, "log_path": s.log_path} for s in result.stages.values()]
+    from .htmlreport import REPORT_FILE
+
+    report = Path(result.run_dir) / REPORT_FILE  # written before the run's listeners hear it ended
     return _summary(pipeline, run_id=result.run_id, status=result.status, trigger=trigger,
                     started_at=result.started_at, duration=result.duration, error=result.error,
-                    stages=stages, resume_command=result.resume_command)
+                    stages=stages, resume_command=result.resume_command,
+                    report=str(report.resolve()) if report.is_file() else None)
 
 
 def failed_start_summary(pipeline: Pipeline, error: HybridflowError, *, run_id: str | None, trigger: str,
@@ -64,18 +69,18 @@ def failed_start_summary(pipeline: Pipeline, error: HybridflowError, *, run_id: 
               for name in stages]
     return _summary(pipeline, run_id=run_id, status="failed", trigger=trigger,
                     started_at=started_at.isoformat(timespec="seconds"), duration=duration, error=error,
-                    stages=listed, resume_command=None)
+                    stages=listed, resume_command=None, report=None)
 
 
 def _summary(pipeline: Pipeline, *, run_id, status, trigger, started_at, duration, error, stages,
-             resume_command) -> dict[str, Any]:
+             resume_command, report) -> dict[str, Any]:
     summary = {
         "pipeline": pipeline.name, "pipeline_file": str(pipeline.file), "run_id": run_id, "status": status,
         "exit_code": int(error.exit_code) if error is not None else 0, "trigger": trigger,
         "started_at": started_at, "duration": round(duration, 3), "host": socket.gethostname(),
         "error": error.one_line() if error is not None else None,
         "failed_stages": [{k: s[k] for k in ("name", "error", "log_path")} for s in stages if s["status"] == "failed"],
-        "stages": stages, "resume_command": resume_command,
+        "stages": stages, "resume_command": resume_command, "report": report,
     }
     return _redacted(summary, pipeline.redact)
 
@@ -105,6 +110,8 @@ def deliver(pipeline: Pipeline, summary: dict[str, Any]) -> list[Delivery]:
     if spec.command:
         env = {"HYBRIDFLOW_RUN_ID": summary["run_id"] or "", "HYBRIDFLOW_STATUS": summary["status"],
                "HYBRIDFLOW_PIPELINE": summary["pipeline"]}
+        if summary.get("report"):  # for a command that attaches it (mail -A "$HYBRIDFLOW_REPORT") or uploads it
+            env["HYBRIDFLOW_REPORT"] = summary["report"]
         deliveries.append(_safely("command", scrub,
                                    lambda: run_command(spec.argv, body, env, timeout, str(pipeline.root))))
     return deliveries

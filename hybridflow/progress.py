@@ -91,7 +91,7 @@ def listener_for(console: Console) -> LiveListener | PlainListener:
     return LiveListener(console) if console.is_terminal else PlainListener(console)
 
 
-def _size(n: int | None) -> str:
+def size_text(n: int | None) -> str:
     if n is None:
         return ""
     for unit in ("B", "KB", "MB", "GB"):
@@ -122,7 +122,7 @@ def summary_table(result: RunResult) -> Table:
         table.add_row(stage.name, _engine_cell(stage.backend, stage.gpu),
                       Text(stage.status, style=STYLES.get(stage.status, "")),
                       f"{stage.duration:.1f}s" if stage.duration is not None else "",
-                      f"{stage.rows_out:,}" if stage.rows_out is not None else "", _size(stage.bytes_out),
+                      f"{stage.rows_out:,}" if stage.rows_out is not None else "", size_text(stage.bytes_out),
                       Text(why, style="dim"))
     return table
 
@@ -235,7 +235,7 @@ def run_details(run: dict, stages: list[dict], spans: list[dict] = ()) -> list:
                       seconds(stage["duration"]), seconds(stage["engine_start"]),
                       *(_milliseconds(steps.get(stage["stage"], {}).get(step)) for step in timed),
                       count(stage["rows_in"]),
-                      count(stage["rows_out"]), _size(stage["bytes_out"]),
+                      count(stage["rows_out"]), size_text(stage["bytes_out"]),
                       Text(stage["error"] or stage["skip_reason"] or ""))
         for dataset, version in json.loads(stage["outputs"] or "{}").items():
             manifest = home / "datasets" / dataset / "versions" / version / "_manifest.json" if home else None

@@ -219,7 +219,7 @@ class Runner:
         from . import htmlreport
 
         try:
-            htmlreport.write(self.store, self.store.run(run_id))
+            htmlreport.write(self.store, self.store.run(run_id), pipeline=self.pipeline)
         except Exception as exc:  # noqa: BLE001
             logging.getLogger("hybridflow").warning("the run's report was not written: %s", first_line(exc))
 
@@ -282,6 +282,7 @@ class Runner:
             if first_error and not self.keep_going:
                 self._finish(result, "not run", reason="an earlier stage failed")
                 continue
+            decision = None
             try:
                 try:
                     decision = self.planner.decide(stage)
@@ -298,7 +299,8 @@ class Runner:
                              f"{decision.reason}; succeeded on attempt {result.attempts}")
             except HybridflowError as exc:
                 first_error = first_error or exc
-                self._finish(result, "failed", error=self.pipeline.redact(exc.one_line()))
+                self._finish(result, "failed", error=self.pipeline.redact(exc.one_line()),
+                             reason=decision.reason if decision else None)  # why it ran, kept for the report
             finally:
                 # an engine no stage still to come runs on gives its memory back now, not at the end
                 self._engines.keep_only({results[s].backend for s in self.stages if results[s].status == "waiting"})

@@ -19,8 +19,8 @@ print(" ".join(m for m in {heavy!r} if m in sys.modules))
 """
 
 
-def loaded_after(*commands: list[str]) -> str:
-    code = PROBE.format(commands=list(commands), heavy=HEAVY)
+def loaded_after(*commands: list[str], watched: tuple[str, ...] = HEAVY) -> str:
+    code = PROBE.format(commands=list(commands), heavy=watched)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
@@ -28,6 +28,11 @@ def loaded_after(*commands: list[str]) -> str:
 
 def test_help_validate_graph_import_no_engine():
     assert loaded_after(["--help"], ["validate", "configs"], ["graph", "configs/quickstart.yaml"]) == ""
+
+
+def test_the_report_and_picture_libraries_load_only_to_draw():
+    assert loaded_after(["--help"], ["validate", "configs"], ["graph", "configs/quickstart.yaml"],
+                        watched=("plotly", "graphviz")) == ""
 
 
 def test_python_only_run_imports_no_engine(tmp_path):

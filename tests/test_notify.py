@@ -186,7 +186,9 @@ def test_command_gets_the_summary_on_stdin_and_the_run_in_its_environment(projec
     summary = record["stdin"]
     assert summary["status"] == "failed" and summary["failed_stages"][0]["name"] == "bad"
     assert record["env"] == {"HYBRIDFLOW_RUN_ID": summary["run_id"], "HYBRIDFLOW_STATUS": "failed",
-                             "HYBRIDFLOW_PIPELINE": "demo"}
+                             "HYBRIDFLOW_PIPELINE": "demo", "HYBRIDFLOW_REPORT": summary["report"]}
+    assert summary["report"].endswith(f"/runs/{summary['run_id']}/report.html")  # to attach or upload
+    assert Path(summary["report"]).read_text().startswith("<!DOCTYPE html>")
     assert f"notified by command: {Path(sys.executable).name} exited with 0" in done.stderr
 
 
