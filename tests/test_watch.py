@@ -116,7 +116,7 @@ def test_a_saved_stage_module_reruns_it_and_downstream_on_the_warm_engine(projec
         watching.wait_for("watching", 1)
         first = runs(project)[0]
         assert {s["status"] for s in first["stages"].values()} == {"done"}
-        assert first["engine_starts"] == ["dask"]
+        assert "dask" in first["engine_starts"]
         assert summed(project) == 90
 
         saved(steps, "FACTOR = 2", "FACTOR = 3")  # only the helper the Dask workers run changes
