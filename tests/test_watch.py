@@ -149,3 +149,12 @@ def test_a_yaml_that_does_not_load_is_reported_and_the_next_save_runs(project):
         code = watching.stop()
     assert code == 130, watching.text()
     assert_nothing_left(watching.marker, 30)
+
+
+def test_the_library_entry_point_runs_and_returns_the_last_result(project):
+    import hybridflow
+
+    project.stages(STEPS)
+    project.pipeline(PIPELINE.format(backend="python"))
+    result = hybridflow.watch(project.root / "pipeline.yaml", runs=1)
+    assert result.status == "success" and summed(project) == 90
