@@ -25,7 +25,7 @@ STEPS = """
 import pandas as pd
 
 
-def scaled(part):  # runs on the Dask workers, which import it from this module
+def scaled(part):  # runs on the engine's workers, which import it from this module
     return part.assign(y=part.x * 2)
 
 
@@ -33,8 +33,12 @@ def make(ctx):
     return pd.DataFrame({"x": range(10)})
 
 
-def double(numbers):  # a Dask frame, or pandas where the stage runs on python
-    return numbers.map_partitions(scaled) if hasattr(numbers, "map_partitions") else scaled(numbers)
+def double(numbers):
+    if hasattr(numbers, "mapInPandas"):  # Spark: scaled runs in its Python workers
+        return numbers.mapInPandas(lambda batches: (scaled(b) for b in batches), "x long, y long")
+    if hasattr(numbers, "map_partitions"):  # Dask: on its workers
+        return numbers.map_partitions(scaled)
+    return scaled(numbers)
 
 
 def total(doubled):
@@ -49,6 +53,7 @@ stages:
   total: {{run: mypkg.steps:total, inputs: [doubled], outputs: [summed]}}
 backends:
   dask: {{n_workers: 1, threads_per_worker: 1, processes: true}}
+  spark: {{master: "local[1]", conf: {{spark.sql.shuffle.partitions: 1}}}}
 """
 
 
@@ -106,15 +111,16 @@ def summed(project) -> int:
     return int(hybridflow.read(project.root / "pipeline.yaml", "summed")["s"][0])
 
 
-def test_a_saved_stage_module_reruns_it_and_downstream_on_the_warm_engine(project):
+@pytest.mark.parametrize("backend", ["dask", "spark"])
+def test_a_saved_stage_module_reruns_it_and_downstream_on_the_warm_engine(project, backend):
     steps = project.stages(STEPS)
-    project.pipeline(PIPELINE.format(backend="dask"))
+    project.pipeline(PIPELINE.format(backend=backend))
     watching = Watching(project)
     try:
         watching.wait_for("watching", 1)
         first = runs(project)[0]
         assert {s["status"] for s in first["stages"].values()} == {"done"}
-        assert "dask" in first["engine_starts"]
+        assert backend in first["engine_starts"]
         assert summed(project) == 90
 
         saved(steps, "part.x * 2", "part.x * 3")  # only the helper the Dask workers run changes
