@@ -73,10 +73,10 @@ class WatchSession:
                 if runs is not None and count >= runs:
                     return self.last
                 self._wait_for_change()
-        except KeyboardInterrupt:
-            raise InterruptedRun(signal.SIGINT) from None
-        except Terminated as exc:
-            raise InterruptedRun(exc.signum) from None
+        except (KeyboardInterrupt, Terminated) as exc:  # between runs: nothing was running
+            stopped = InterruptedRun(stopped_signal(exc))
+            stopped.message = f"watch stopped by {signal.Signals(stopped_signal(exc)).name}; every engine stopped"
+            raise stopped from None
         finally:
             interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the stop short
             try:
@@ -164,6 +164,10 @@ def _snapshot(files: list[Path]) -> dict[Path, tuple[int, int] | None]:
         except OSError:
             state[file] = None  # removed, or replaced by a rename under way
     return state
+
+
+def stopped_signal(exc: BaseException) -> int:
+    return getattr(exc, "signum", signal.SIGINT)
 
 
 def _raise_terminated(signum, frame) -> None:
