@@ -71,6 +71,9 @@ def bench(scratch: Path, customers: int, weeks: int) -> None:
     noop_seconds = timed([sys.executable, "-m", "hybridflow.cli", "run", CONFIG], scratch, env)
     noop_starts = engine_starts(scratch)
     watch_seconds, watch_starts, watch_stages = watched_edit(scratch, env)
+    edit(scratch / EDITED, 3)  # the same kind of edit, for comparison, run without --watch
+    cold_seconds = timed([sys.executable, "-m", "hybridflow.cli", "run", CONFIG], scratch, env)
+    cold_starts = engine_starts(scratch)
 
     rows = [
         ("(1) hybridflow run, from nothing", full_seconds, f"(1)/(2) = {full_seconds / glue_seconds:.2f}",
@@ -80,6 +83,8 @@ def bench(scratch: Path, customers: int, weeks: int) -> None:
          "< 1 s, none"),
         (f"(4) --watch rerun after a save of {EDITED}", watch_seconds,
          f"ran {', '.join(watch_stages)}; engines started: {', '.join(watch_starts) or 'none'}", "none"),
+        ("    the same edit, hybridflow run without --watch", cold_seconds,
+         f"(4)/this = {watch_seconds / cold_seconds:.2f}; engines started: {', '.join(cold_starts) or 'none'}", ""),
     ]
     width = max(len(r[0]) for r in rows)
     print(f"\n{'measure':<{width}}  {'seconds':>8}  {'result':<60}  target")
