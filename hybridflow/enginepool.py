@@ -8,17 +8,27 @@ import contextlib
 import signal
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from . import backends, processes
-from .backends.base import EngineOutput
+from .backends.base import EngineOutput, TerminalStreams
 from .pipeline import Pipeline
 from .stagecode import module_file
 from .stopping import SignalState, Terminated
 from .timeline import ENGINE_START, ENGINE_STOP, Timeline
 
 STOP_WAIT = 90.0  # seconds the engines of a run may take to stop before their processes are killed
+
+
+@dataclass
+class EarlyStart:
+    """An engine starting in the background: set `done` once started (seconds) or failed (error)."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    seconds: float | None = None
+    error: BaseException | None = None
 
 
 class EnginePool:
@@ -37,38 +47,110 @@ class EnginePool:
         self.output = EngineOutput(log_dir / "engines.log", pipeline.secrets)  # redacted engines.log
         self._given = dict(given or {})
         self._started: dict[str, Any] = {}
+        self._one_start = threading.Lock()  # starts redirect this process's fds: one at a time
+        self._early: dict[str, EarlyStart] = {}
+        self._early_thread: threading.Thread | None = None
+        self._early_started = threading.Event()  # the background thread has started all it will
+        self._engines_stopped = threading.Event()  # ... and may end once they are stopped
+        self._streams: TerminalStreams | None = None
+
+    def start_early(self, names: list[str]) -> None:
+        """Start these engines now, in the background and in this order (the order stages need them):
+        a JVM comes up while earlier stages compute, and a stage waits only for its own engine.
+        Engines a caller gave, in-process engines and attached clusters (cheap to reach) are left to
+        start on first use. Must be called before the progress display takes over the terminal."""
+        todo = [name for name in dict.fromkeys(names) if name not in self._given and name not in self._started
+                and backends.engine(name).starts and not backends.engine(name).attached(self._settings(name))]
+        if not todo:
+            return
+        # While an engine starts, fds 1 and 2 point at engines.log (so do its processes' for good).
+        # This process's own writes (the display, the summary) keep going to the terminal.
+        self._streams = TerminalStreams()
+        self._early = {name: EarlyStart() for name in todo}
+        self._early_thread = threading.Thread(target=self._start_early, args=(todo,), daemon=True,
+                                              name="hybridflow-engine-start")
+        self._early_thread.start()
+
+    def _start_early(self, names: list[str]) -> None:
+        for name in names:
+            early = self._early[name]
+            if self.signals.signum is not None:  # the run is stopping: start nothing more
+                early.error = Terminated(self.signals.signum)
+            else:
+                try:
+                    early.seconds = self._start_engine(name)
+                except BaseException as exc:  # handed to the stage that needs this engine
+                    early.error = exc
+            early.done.set()
+        self._early_started.set()
+        # Engines tie their daemons' lives to the thread that launched them (Ray's GCS and raylet
+        # get PR_SET_PDEATHSIG, which fires when that thread ends): this one lasts until they stop.
+        self._engines_stopped.wait()
 
     def get(self, name: str):
-        """The engine `name`, started on first use."""
+        """The engine `name`, started on first use (or waited for, when it is starting early)."""
         if name in self._given:
             return self._given[name]
-        if name not in self._started:
-            self._start(name)
+        early = self._early.pop(name, None)
+        if early is not None:
+            while not early.done.wait(0.2):
+                self.signals.check()  # a stop request is not held up by an engine that is starting
+            self._started_now(name, early.seconds, early.error)
+        elif name not in self._started:
+            try:
+                seconds, error = self._start_engine(name), None
+            except BaseException as exc:
+                seconds, error = None, exc
+            self._started_now(name, seconds, error)
         return self._started[name]
 
-    def _start(self, name: str) -> None:
-        engine = backends.create(name, getattr(self.pipeline.spec.backends, name, None), self.log_dir,
+    def _settings(self, name: str):
+        return getattr(self.pipeline.spec.backends, name, None)
+
+    def _start_engine(self, name: str) -> float:
+        """Create and start an engine (any thread); its seconds to start. A failed start stops it."""
+        engine = backends.create(name, self._settings(name), self.log_dir,
                                  gpu=self.gpu(name), secrets=self.pipeline.secrets)
         clock = time.monotonic()
         self._started[name] = engine  # stopped at the end even if it only half started
         try:
-            with self.output.redirected(), self.timeline.span(ENGINE_START, detail=name):
+            with self._launching(name), self.timeline.span(ENGINE_START, detail=name):
                 engine.start(self._stage_code())
                 # a cluster on other hosts must see the workdir before any stage moves data there
                 engine.check_shared_workdir(self.pipeline.workdir)
-            self.signals.reclaim()
-        except BaseException as exc:
+        except BaseException:
             with contextlib.suppress(Exception):
                 engine.stop()
-            del self._started[name]  # a later stage (--keep-going) tries again rather than reuse it
+            self._started.pop(name, None)  # a later stage (--keep-going) tries again rather than reuse it
+            raise
+        return time.monotonic() - clock
+
+    @contextlib.contextmanager
+    def _launching(self, name: str):
+        """fds 1 and 2 at engines.log while an engine launches its processes, one engine at a time (the
+        redirect is process-wide); an in-process engine launches nothing and waits for no other."""
+        if not backends.engine(name).starts:
+            yield
+            return
+        with self._one_start, self.output.redirected():
+            yield
+
+    def _started_now(self, name: str, seconds: float | None, error: BaseException | None) -> None:
+        """In the main thread, once an engine's start ended: take back the signal handlers an engine
+        installs, and report the start (or raise its failure, as the stage's)."""
+        try:
+            self.signals.reclaim()
+            if error is not None:
+                raise error
+        except BaseException as exc:
             if isinstance(exc, SystemExit) and exc.code == signal.SIGTERM:
                 # SIGTERM while ray.init's own handler was in place: it exits; we stop cleanly
                 self.signals.signum = signal.SIGTERM
                 raise Terminated(signal.SIGTERM) from None
             raise
         if backends.engine(name).starts:  # an in-process engine starts nothing
-            self.seconds[name] = time.monotonic() - clock
-            self.on_started(name, self.seconds[name])
+            self.seconds[name] = seconds
+            self.on_started(name, seconds)
 
     def _stage_code(self) -> list[Path]:
         """The top-level packages (or module files) under root that hold the stages' functions."""
@@ -90,7 +172,7 @@ class EnginePool:
     def keep_only(self, needed: set[str]) -> None:
         """Stop every engine this run started that is not in `needed` (the engines of the stages
         still to come): on a small machine the next engine wants that memory."""
-        for name in [n for n in self._started if n not in needed]:
+        for name in [n for n in self._started if n not in needed and n not in self._early]:
             engine = self._started.pop(name)
             with contextlib.suppress(Exception), self.timeline.span(ENGINE_STOP, detail=name):
                 engine.stop()
@@ -104,15 +186,24 @@ class EnginePool:
     def stop_all(self) -> None:
         # An engine whose stop hangs (a cluster client waiting on workers that died under it) must not
         # hold the run: past STOP_WAIT seconds, every process the run started is killed, which ends
-        # the wait.
+        # the wait. So does an engine still starting in the background.
         watchdog = threading.Timer(STOP_WAIT, processes.end_all)
         watchdog.daemon = True
         watchdog.start()
         try:
+            if self._early_thread is not None:
+                self._early_started.wait()  # an engine half started cannot be stopped from here
             for name, engine in self._started.items():
                 with contextlib.suppress(Exception), self.timeline.span(ENGINE_STOP, detail=name):
                     engine.stop()
         finally:
             watchdog.cancel()
         self._started.clear()
+        if self._early_thread is not None:
+            self._engines_stopped.set()
+            self._early_thread.join()
+            self._early_thread = None
+        if self._streams is not None:
+            self._streams.restore()
+            self._streams = None
         self.output.close()  # after the engines: their last words are copied too

@@ -201,7 +201,7 @@ def _files_note(files: list[dict] | None) -> str:
     sizes = sorted(f["size"] for f in files or [] if f["path"].endswith(".parquet"))
     if not sizes:
         return ""
-    return f" ({counted(len(sizes), 'file')}, median {_size(sizes[len(sizes) // 2])})"
+    return f" ({counted(len(sizes), 'file')}, median {size_text(sizes[len(sizes) // 2])})"
 
 
 def run_details(run: dict, stages: list[dict], spans: list[dict] = ()) -> list:

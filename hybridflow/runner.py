@@ -104,6 +104,18 @@ class Runner:
                     rebuilt.setdefault(ds, stage)
         return decisions
 
+    def _engines_ahead(self) -> list[str]:
+        """The engines of the stages this run expects to execute, in the order they are first needed
+        (a stage whose inputs are rebuilt first counts as executing): those worth starting early."""
+        wanted = [self.pipeline.stages[s].backend for s in self.stages]
+        if not any(backends.engine(name).starts and name not in self._given for name in wanted):
+            return []  # nothing to start: no need to fingerprint every stage twice
+        try:
+            decisions = self.decisions()
+        except (HybridflowError, OSError):  # the stage that meets it reports it, as without early starts
+            return []
+        return [self.pipeline.stages[s].backend for s in self.stages if decisions[s].action != SKIP]
+
     def _plan_input(self, dataset: str, produced_here: set[str]) -> PlannedInput:
         if dataset in produced_here:
             return PlannedInput(dataset, "produced in this run", f"by stage {self.pipeline.dag.producer[dataset]}")
@@ -175,6 +187,7 @@ class Runner:
                 self.store.save_run(**record, status="failed", error=exc.one_line(), ended_at=now())
                 raise
             private_dir(run_dir / "logs")  # 0700: logs may quote data
+            self._engines.start_early(self._engines_ahead())  # before the display takes the terminal
             self.listener.run_started(run_id, list(results.values()))
             self._live = _LiveRun(run_dir, results, record, started, clock)
             with signals_as_exceptions(self._signals):

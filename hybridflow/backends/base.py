@@ -192,6 +192,32 @@ class EngineOutput:
         self._pump.start()
 
 
+class TerminalStreams:
+    """sys.stdout and sys.stderr on copies of fds 1 and 2, until restore(): while engines start in
+    the background, fds 1 and 2 point at engines.log (for the processes they launch), and this
+    process's own output must still reach the terminal. Output already buffered is flushed first."""
+
+    def __init__(self) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self._saved = (sys.stdout, sys.stderr)
+        sys.stdout = _copy_of(sys.stdout, 1)
+        sys.stderr = _copy_of(sys.stderr, 2)
+
+    def restore(self) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        sys.stdout, sys.stderr = self._saved
+
+
+def _copy_of(stream, fd: int):
+    """A text stream like `stream` writing to a duplicate of `fd` (line buffered, as a terminal is)."""
+    copy = os.fdopen(os.dup(fd), "w", buffering=1, encoding=getattr(stream, "encoding", None) or "utf-8",
+                     errors=getattr(stream, "errors", None) or "strict")
+    return copy
+
+
 def _start_lasting_helpers() -> None:
     """Start now, with this process's own stdout and stderr, the helpers that outlive every engine:
     started during a redirect they would hold the pipe until the interpreter exits and close() could

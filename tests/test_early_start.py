@@ -1,0 +1,77 @@
+"""Engines start early: as soon as the plan is known, in the background, while earlier stages
+compute; a stage waits only for its own engine, a skipped stage starts nothing, and a start that
+fails fails the stage that needs the engine, after the stages before it ran."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from hybridflow.config import load_pipeline
+from hybridflow.errors import ExitCode
+from hybridflow.runner import Runner
+from hybridflow.state import RunStore
+from hybridflow.timeline import CALL, ENGINE_START
+
+from .engines import child_pids
+
+pytestmark = pytest.mark.engine
+
+STAGES = '''
+import time
+import pandas as pd
+
+
+def slow():
+    time.sleep(8)
+    return pd.DataFrame({"id": [1, 2, 3]})
+
+
+def total(numbers):
+    return numbers.assign(id=numbers["id"] * 2)
+'''
+
+PIPELINE = '''
+name: early
+backends:
+  dask: {n_workers: 1, threads_per_worker: 1}
+  spark: {master: "local[1]", conf: {spark.driver.memory: "%s"}}
+stages:
+  slow: {run: "mypkg.steps:slow", outputs: [numbers]}
+  total: {run: "mypkg.steps:total", backend: %s, inputs: [numbers], outputs: [doubled]}
+'''
+
+
+def spans(project, run_id: str) -> list[dict]:
+    return RunStore(project.root / ".hybridflow" / "runs.db").spans(run_id)
+
+
+def test_an_engine_starts_while_the_stages_before_it_compute(project):
+    project.stages(STAGES)
+    path = project.pipeline(PIPELINE % ("1g", "dask"))
+    before = child_pids()
+    result = Runner(load_pipeline(path)).run()
+    assert result.status == "success", result.error
+    recorded = spans(project, result.run_id)
+    start = next(s for s in recorded if s["kind"] == ENGINE_START and s["detail"] == "dask")
+    slow = next(s for s in recorded if s["kind"] == CALL and s["stage"] == "slow")
+    assert start["started_at"] < slow["ended_at"] and start["ended_at"] < slow["ended_at"], (start, slow)
+    deadline = time.monotonic() + 60
+    while child_pids() - before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not child_pids() - before  # the engine started early is stopped with the run
+
+    again = Runner(load_pipeline(path)).run()  # nothing changed: every stage skips, no engine starts
+    assert {s.status for s in again.stages.values()} == {"skipped"}
+    assert not [s for s in spans(project, again.run_id) if s["kind"] == ENGINE_START]
+
+
+def test_an_engine_that_cannot_start_fails_the_stage_that_needs_it(project):
+    project.stages(STAGES)
+    path = project.pipeline(PIPELINE % ("not-a-size", "spark"))
+    result = Runner(load_pipeline(path)).run()
+    assert result.stages["slow"].status == "done"  # the stage before it is not held up by the failure
+    assert result.stages["total"].status == "failed"
+    assert result.error.exit_code == ExitCode.UNAVAILABLE
+    assert "spark" in result.error.one_line()
