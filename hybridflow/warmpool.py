@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -27,23 +28,39 @@ class WarmPool(EnginePool):
         super().__init__(pipeline, list(pipeline.stages), log_dir, signals=SignalState())
         self.notice = notice  # says when an engine is restarted, and why
         self._code: dict[str, str] = {}  # engine -> digest of the code its stages reached when it got it
-        self._settings: dict[str, Any] = {}  # engine -> its backends.<name> settings when it started
+        self._started_with: dict[str, Any] = {}  # engine -> its backends.<name> settings when it started
+        self._launchers: list[threading.Thread] = []  # earlier runs' background-start threads
 
     def for_run(self, pipeline: Pipeline, stages: list[str], log_dir: Path, *, signals: SignalState,
                 given: dict[str, Any] | None = None, gpu: Callable[[str], Any] = lambda name: None,
                 on_started: Callable[[str, float], None] = lambda name, seconds: None, timeline=None) -> WarmPool:
         """The pool for one run (Runner's `pool`, called as EnginePool would be): its pipeline as loaded
         now, its listener and timeline; engine start seconds count only for the run that paid them."""
+        self._settle_early_starts()
         self.pipeline, self.stages, self.signals, self.gpu = pipeline, stages, signals, gpu
         self.on_started, self.seconds = on_started, {}
         self._given = dict(given or {})
         if timeline is not None:
             self.timeline = timeline
         for name in list(self._started):
-            if self._settings.get(name) != _settings(pipeline, name):
+            if self._started_with.get(name) != _settings(pipeline, name):
                 self.notice(f"restarting {name}: its settings changed")
                 self._stop(name)
         return self
+
+    def _settle_early_starts(self) -> None:
+        """Between runs: the last run's background starts are over (one may outlive a failed run), so
+        this process's streams go back to the terminal's fds, and the next run starts afresh. The
+        starting threads themselves stay until shutdown: engines' daemons may die with them (Ray)."""
+        if self._early_thread is not None:
+            self._early_started.wait()
+            self._early_started = threading.Event()
+            self._launchers.append(self._early_thread)
+            self._early_thread = None
+        self._early = {}
+        if self._streams is not None:
+            self._streams.restore()
+            self._streams = None
 
     def get(self, name: str):
         if name in self._started and self._code.get(name) != self._code_digest(name):
@@ -55,7 +72,7 @@ class WarmPool(EnginePool):
                 self.notice(f"restarting {name}: its workers cannot load the changed stage code")
                 self._stop(name)
         if name not in self._started and name not in self._given:
-            self._settings[name] = _settings(self.pipeline, name)
+            self._started_with[name] = _settings(self.pipeline, name)
             self._code[name] = self._code_digest(name)
         return super().get(name)
 
@@ -79,8 +96,12 @@ class WarmPool(EnginePool):
         """A run ends; its engines stay for the next one (shutdown() stops them)."""
 
     def shutdown(self) -> None:
-        """The session ends: every engine it started stops."""
+        """The session ends: every engine it started stops, and the threads that started them end."""
         super().stop_all()
+        self._engines_stopped.set()  # only now: the engines they launched are stopped
+        for thread in self._launchers:
+            thread.join()
+        self._launchers.clear()
 
 
 def _settings(pipeline: Pipeline, name: str):
