@@ -62,8 +62,14 @@ class WarmPool(EnginePool):
             self._streams.restore()
             self._streams = None
 
+    def _start_engine(self, name: str) -> float:
+        self._started_with[name] = _settings(self.pipeline, name)  # what it starts with: compared later
+        self._code[name] = self._code_digest(name)
+        return super()._start_engine(name)
+
     def get(self, name: str):
-        if name in self._started and self._code.get(name) != self._code_digest(name):
+        warm = name in self._started and name not in self._early  # not one this run is starting
+        if warm and self._code.get(name) != self._code_digest(name):
             engine = self._started[name]
             with contextlib.suppress(Exception):
                 if engine.reload_code(self._stage_code()):
@@ -71,9 +77,6 @@ class WarmPool(EnginePool):
             if self._code.get(name) != self._code_digest(name):
                 self.notice(f"restarting {name}: its workers cannot load the changed stage code")
                 self._stop(name)
-        if name not in self._started and name not in self._given:
-            self._started_with[name] = _settings(self.pipeline, name)
-            self._code[name] = self._code_digest(name)
         return super().get(name)
 
     def _code_digest(self, name: str) -> str:
