@@ -8,6 +8,7 @@ The Python API (see hybridflow.api and the README's "From Python"):
     hybridflow.plan("pipeline.yaml").to_run          # what a run would do, and why
     hybridflow.read("pipeline.yaml", "features")     # a published dataset as a pandas DataFrame
     hybridflow.runs("pipeline.yaml")                 # run records, newest first
+    hybridflow.watch("pipeline.yaml")                # run again on each save, engines kept warm
 
 Importing this package is cheap on purpose: the API is imported on first use, and engines (pyspark,
 dask, ray, cudf) only by the backend module that runs a stage on them.
@@ -15,7 +16,7 @@ dask, ray, cudf) only by the backend module that runs a stage on them.
 
 __version__ = "0.1.0"
 
-_API = ("load", "run", "plan", "read", "runs", "report", "collect_garbage", "Plan")
+_API = ("load", "run", "watch", "plan", "read", "runs", "report", "collect_garbage", "Plan")
 _RESULTS = ("RunResult", "StageResult", "Listener")  # from hybridflow.results
 _ERRORS = ("HybridflowError", "ConfigError", "DataError", "StageError", "StageTimeout", "StorageError",
            "UnavailableError", "LockedError", "UsageError", "InterruptedRun", "ExitCode")

@@ -144,6 +144,23 @@ def run(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | Non
     return _run_notifying_failed_start(runner, notify)
 
 
+def watch(pipeline: str | os.PathLike, *, only: Names | None = None, from_: Names | None = None,
+          to: Names | None = None, force: bool | Names | None = False, params: Params = None,
+          keep_going: bool = False, report=None, runs: int | None = None) -> RunResult | None:
+    """Run a pipeline file, then run it again on every save of the file or of the stage code it
+    reaches, with its engines kept running between runs; each run executes only the stages whose
+    fingerprint changed and those downstream. Ends on SIGINT or SIGTERM (raising InterruptedRun)
+    with every engine stopped, or after `runs` runs. report: a watch.WatchReport, told each run and
+    each wait. force: for the first run only. Returns the last run's result."""
+    from .watch import WatchReport, WatchSession
+
+    loaded = load(pipeline, params)  # a file that does not load at the start is an error, as for run
+    session = WatchSession(loaded.file, {"params": _param_strings(params)},
+                           selection=Selection(_names(only), _names(from_), _names(to)),
+                           force=forced(loaded, force), keep_going=keep_going, report=report or WatchReport())
+    return session.loop(runs)
+
+
 def _force_argument(force: bool | Names | None) -> str | None:
     """`force` as the CLI's --force value, which runs.db keeps for --resume."""
     if force is None or force is False:

@@ -196,11 +196,23 @@ def run(
     trigger: str = typer.Option("manual", "--trigger", help="Recorded with the run: manual or cron."),
     if_due: bool = typer.Option(False, "--if-due", help="Exit 0 without running unless schedule.cron is due "
                                 "this minute in schedule.timezone (the cron lines use it)."),
+    watch: bool = typer.Option(False, "--watch", help="Keep the engines running and run again on each save of "
+                               "the pipeline file or of the stage code it reaches; Ctrl-C stops."),
     verbose: bool = VerboseOption,
 ) -> None:
     """Validate a pipeline, then run its stages in dependency order."""
     from . import api
     from .progress import listener_for
+
+    if watch:
+        clashing = [flag for flag, given in (("--resume", resume), ("--dry-run", dry_run), ("--if-due", if_due),
+                                             ("--wait", wait), ("--trigger cron", trigger != "manual")) if given]
+        if clashing:
+            raise UsageError(f"--watch cannot be combined with {clashing[0]}",
+                             hint="--watch runs on each save; run without it for a one-off run")
+        api.watch(pipeline_file, only=only, from_=start, to=end, params=params, force=force,
+                  keep_going=keep_going, report=_WatchReport())
+        return
 
     if if_due:
         from .config import load_pipeline
@@ -254,6 +266,32 @@ class _RunReport:
             err.print(f"  log: {stage.log_path}", soft_wrap=True, markup=False)
         if result.resume_command:
             err.print(f"resume with: {result.resume_command}", soft_wrap=True, markup=False)
+
+
+class _WatchReport:
+    """A watch session in the terminal: each run's progress and summary as `run` prints them, and
+    what the session waits for between runs."""
+
+    def listener(self):
+        from .progress import listener_for
+
+        return _RunReport(listener_for(err))
+
+    def waiting(self, files) -> None:
+        err.print(f"[dim]watching {len(files)} files for changes (Ctrl-C stops)[/]")
+
+    def changed(self, files) -> None:
+        names = ", ".join(str(f) for f in files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+        err.print(f"changed: {escape(names)}", soft_wrap=True)
+
+    def invalid(self, error) -> None:
+        if isinstance(error, ConfigError) and error.located:  # file:line:col: error: ..., labelled already
+            err.print(escape(error.one_line()), soft_wrap=True)
+        else:
+            err.print(f"[bold red]error:[/] {escape(error.one_line())}", soft_wrap=True)
+
+    def notice(self, text: str) -> None:
+        err.print(f"[dim]{escape(text)}[/]", soft_wrap=True)
 
 
 def _print_plan(plan) -> None:

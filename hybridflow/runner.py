@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from . import backends, gpu, processes
 from .catalog import Catalog
@@ -50,7 +50,8 @@ class Runner:
     def __init__(self, pipeline: Pipeline, selection: Selection | None = None, *, keep_going: bool = False,
                  listener: Listener | None = None, wait_for_lock: bool = False, trigger: str = "manual",
                  engines: dict[str, Any] | None = None, force: bool | set[str] = False,
-                 arguments: dict[str, Any] | None = None) -> None:
+                 arguments: dict[str, Any] | None = None, pool: Callable[..., EnginePool] = EnginePool) -> None:
+        """pool: makes the run's engine pool; a watch session's (warmpool.py) keeps its engines between runs."""
         self.pipeline = pipeline
         self.selection = selection or Selection()
         self.keep_going = keep_going
@@ -66,6 +67,7 @@ class Runner:
         self.inputs = StageInputs(pipeline, self.catalog, self.planner)
         self._given = dict(engines or {})  # started by the caller: used, never stopped here
         self._signals = SignalState()
+        self._pool = pool
         self._engines: EnginePool | None = None  # made for each run: its engines log to the run's directory
         self._executor: StageExecutor | None = None
         self._run_id: str | None = None
@@ -169,7 +171,7 @@ class Runner:
                   "trigger": self.trigger, "started_at": started.isoformat(timespec="milliseconds"),
                   "run_dir": str(run_dir), "arguments": json.dumps(self.arguments)}
         self.store.save_run(**record, status="running")
-        self._engines = EnginePool(self.pipeline, self.stages, run_dir / "logs", signals=self._signals,
+        self._engines = self._pool(self.pipeline, self.stages, run_dir / "logs", signals=self._signals,
                                    given=self._given, gpu=lambda name: self._gpu.engine(name) if self._gpu else None,
                                    on_started=self.listener.engine_started, timeline=Timeline(self.store, run_id))
         self._executor = self._stage_executor()

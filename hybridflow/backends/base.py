@@ -31,6 +31,12 @@ class Backend(ABC):
         `code`: the stage packages (directories or .py files under the pipeline root) that the
         engine's worker processes must be able to import to run functions defined in them."""
 
+    def reload_code(self, code: Sequence[Path]) -> bool:
+        """The stage code changed while the engine runs (hybridflow run --watch): make its workers
+        import the new `code` (as in start) from now on. Returns False where the engine cannot (its
+        workers keep modules they imported): then it is restarted."""
+        return False
+
     @abstractmethod
     def read(self, source: TableSource) -> Any:
         """A dataset as this engine's native frame."""

@@ -144,6 +144,24 @@ class DaskBackend(Backend):
             self.stop()
             raise UnavailableError(f"dask failed to start ({self.address}): {exc}") from exc
 
+    def reload_code(self, code: Sequence[Path]) -> bool:
+        if self.client is None:
+            return False
+        tops = [path.stem if path.is_file() else path.name for path in code]
+
+        def forget(names: list[str]) -> None:  # runs on every worker; nested, so it is shipped by value
+            import sys
+
+            for module in [m for m in sys.modules if m.split(".")[0] in names]:
+                del sys.modules[module]
+
+        # workers drop the stage modules they imported, then import them from the new archive, which
+        # upload_file puts first on their sys.path (and on the workers of a later restart)
+        self.client.run(forget, tops)
+        for path in code:
+            self.client.upload_file(str(code_archive(path, self.log_dir)))
+        return True
+
     def handles(self) -> dict[str, Any]:
         return {"dask": self.client}
 

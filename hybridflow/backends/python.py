@@ -59,6 +59,9 @@ class PythonBackend(Backend):
     def start(self, code=()) -> None:
         pass  # nothing to start: stages run in this process, which imports their code itself
 
+    def reload_code(self, code) -> bool:
+        return True  # the watch session imports the changed modules again in this process
+
     def begin_stage(self, on_gpu: bool, params, log) -> None:
         super().begin_stage(on_gpu, params, log)
         if on_gpu and self.rmm_pool_size:

@@ -239,6 +239,9 @@ def gpu_operators(plan: str) -> tuple[list[str], list[str]]:
     return [n for n in names if n.startswith("Gpu")], [n for n in names if not n.startswith("Gpu")]
 
 
+CODE_VERSION = "HYBRIDFLOW_STAGE_CODE"  # in the Python workers' environment: which stage code they import
+
+
 class SparkBackend(Backend):
     name = ENGINE.name
     frame_types = ENGINE.frame_types
@@ -302,6 +305,20 @@ class SparkBackend(Backend):
                 "com.nvidia.spark.rapids", jvm.org.apache.logging.log4j.Level.WARN)
         for path in code:  # Python UDFs run in worker processes, which import the stage modules
             self.session.sparkContext.addPyFile(str(code_archive(path, self.log_dir)))
+
+    def reload_code(self, code: Sequence[Path]) -> bool:
+        if self.session is None:
+            return False
+        context = self.session.sparkContext
+        archives = [code_archive(path, self.log_dir) for path in code]
+        for archive in archives:
+            if archive.name not in context._python_includes:  # the same file twice is refused
+                context.addPyFile(str(archive))
+        # Spark keeps Python workers per environment of the functions it runs (a reused worker keeps
+        # the modules it imported): a new value here gives the next UDFs fresh workers, which find
+        # the newest archive first on their sys.path
+        context.environment[CODE_VERSION] = "-".join(archive.stem for archive in archives)
+        return True
 
     def handles(self) -> dict[str, Any]:
         return {"spark": self.session}

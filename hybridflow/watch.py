@@ -1,0 +1,174 @@
+"""Warm iteration (hybridflow run --watch): run the pipeline, then again on every save of its YAML or
+of the project code its stages reach, on engines kept running between runs (warmpool.py). Skipping
+does the rest: a run re-executes exactly the stages whose fingerprint changed and those downstream.
+
+Saves are found by polling modification times: no dependency, and it works on every filesystem.
+A changed module is imported again in this process before the next run; engines' workers get the
+new code from the pool. A YAML that does not load is reported in one line and the session waits
+for the next save. SIGINT or SIGTERM ends the session with every engine stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .codereach import CodeIndex
+from .errors import HybridflowError, InterruptedRun
+from .pipeline import Pipeline
+from .results import Listener, RunResult, Selection, new_run_id
+from .stagelog import private_dir
+from .stopping import Terminated
+from .warmpool import WarmPool
+
+POLL_SECONDS = 0.5
+SETTLE_SECONDS = 0.2  # an editor's save may be several writes: read the files once they are done
+
+
+class WatchReport:
+    """What a watch session tells its user (the CLI prints it); every method may be left as is."""
+
+    def listener(self) -> Listener:
+        """A fresh listener for the next run's progress and summary."""
+        return Listener()
+
+    def waiting(self, files: list[Path]) -> None:
+        """The session waits for one of `files` to change."""
+
+    def changed(self, files: list[Path]) -> None:
+        """Files that changed: a run follows."""
+
+    def invalid(self, error: HybridflowError) -> None:
+        """The pipeline did not load, or a run could not start: the session waits for the next save."""
+
+    def notice(self, text: str) -> None:
+        """Something the session did on its own (an engine restarted, and why)."""
+
+
+class WatchSession:
+    def __init__(self, file: Path, load_args: dict[str, Any], *, selection: Selection, force: bool | set[str],
+                 keep_going: bool, report: WatchReport, poll: float = POLL_SECONDS) -> None:
+        self.file = file
+        self.load_args = load_args  # load(file, **load_args): the params given on the command line
+        self.selection, self.force, self.keep_going = selection, force, keep_going
+        self.report, self.poll = report, poll
+        self.pool: WarmPool | None = None
+        self.files: set[Path] = {file}  # what is watched: the YAML and the code its stages reach
+        self.last: RunResult | None = None
+
+    def loop(self, runs: int | None = None) -> RunResult | None:
+        """Run, then wait for a change and run again, until a signal (or `runs` runs: for tests)."""
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+        try:
+            count = 0
+            while True:
+                self._run_once()
+                count += 1
+                if runs is not None and count >= runs:
+                    return self.last
+                self._wait_for_change()
+        except (KeyboardInterrupt, Terminated) as exc:  # between runs: nothing was running
+            stopped = InterruptedRun(stopped_signal(exc))
+            stopped.message = f"watch stopped by {signal.Signals(stopped_signal(exc)).name}; every engine stopped"
+            raise stopped from None
+        finally:
+            interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the stop short
+            try:
+                if self.pool is not None:
+                    self.pool.shutdown()
+            finally:
+                signal.signal(signal.SIGINT, interrupt)
+                signal.signal(signal.SIGTERM, previous)
+
+    def _run_once(self) -> None:
+        from .api import load
+        from .runner import Runner
+
+        try:
+            pipeline = load(self.file, **self.load_args)
+        except HybridflowError as exc:
+            self.report.invalid(exc)
+            return
+        self._forget_modules(pipeline)
+        if self.pool is None:
+            logs = private_dir(pipeline.workdir / pipeline.name / "watch" / new_run_id() / "logs")
+            self.pool = WarmPool(pipeline, logs, notice=self.report.notice)
+        runner = Runner(pipeline, self.selection, keep_going=self.keep_going, force=self.force,
+                        listener=self.report.listener(), pool=self.pool.for_run,
+                        arguments={"only": list(self.selection.only), "from": list(self.selection.start),
+                                   "to": list(self.selection.end), "params": list(pipeline.param_args)})
+        self.force = False  # --force is for the first run; later ones run what changed
+        try:
+            try:
+                self.last = runner.run()
+            finally:
+                runner.listener.close()
+        except HybridflowError as exc:  # a missing input, another run holding the lock: wait for a save
+            self.report.invalid(exc)
+        self.files = watched_files(pipeline)
+        if self.last is not None and self.last.status == "interrupted" and runner.run_id == self.last.run_id:
+            raise self.last.error
+
+    def _wait_for_change(self) -> None:
+        files = sorted(self.files)
+        self.report.waiting(files)
+        before = _snapshot(files)
+        while (now := _snapshot(files)) == before:
+            time.sleep(self.poll)
+        time.sleep(SETTLE_SECONDS)
+        changed = [f for f in files if before[f] != now[f]]
+        for file in changed:  # a save within the same second may keep the size: never trust the .pyc
+            if file.suffix == ".py":
+                with contextlib.suppress(OSError, ValueError):
+                    Path(importlib.util.cache_from_source(str(file))).unlink(missing_ok=True)
+        self.report.changed(changed)
+
+    def _forget_modules(self, pipeline: Pipeline) -> None:
+        """Stage modules imported by an earlier run are imported again: the stage packages, and every
+        watched module (a helper another package of the project holds)."""
+        root = pipeline.root.resolve()
+        tops = {spec.run.split(":")[0].split(".")[0] for spec in pipeline.stages.values()}
+        watched = {f.resolve() for f in self.files}
+        for name, module in list(sys.modules.items()):
+            file = getattr(module, "__file__", None)
+            if not file:
+                continue
+            path = Path(file).resolve()
+            if path in watched or (name.split(".")[0] in tops and path.is_relative_to(root)):
+                del sys.modules[name]
+        importlib.invalidate_caches()
+
+
+def watched_files(pipeline: Pipeline) -> set[Path]:
+    """The pipeline's YAML and every project file whose code a stage reaches (codereach.py)."""
+    index = CodeIndex(pipeline.root)
+    files = {Path(pipeline.file)}
+    for spec in pipeline.stages.values():
+        for unit in index.reach(spec.run).digests:
+            files.add(pipeline.root / unit.rsplit(":", 1)[0])
+    return files
+
+
+def _snapshot(files: list[Path]) -> dict[Path, tuple[int, int] | None]:
+    state: dict[Path, tuple[int, int] | None] = {}
+    for file in files:
+        try:
+            stat = file.stat()
+            state[file] = (stat.st_mtime_ns, stat.st_size)
+        except OSError:
+            state[file] = None  # removed, or replaced by a rename under way
+    return state
+
+
+def stopped_signal(exc: BaseException) -> int:
+    return getattr(exc, "signum", signal.SIGINT)
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated(signum)

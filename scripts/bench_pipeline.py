@@ -1,0 +1,240 @@
+"""hybridflow against the glue script a user would otherwise write, on the weekly retrain example.
+
+On the same generated data (scripts/generate_retrain_data.py), in a scratch copy of configs/ and
+stages/, each in a fresh Python process as a user runs it:
+
+  (1) hybridflow run configs/weekly_retrain.yaml, from nothing (no published data, no run record);
+  (2) the glue script: the same stage functions (stages/retrain/*.py) called in order, each engine
+      started when its first stage comes (Spark, then Dask, then Ray; Dask kept for training),
+      Parquet written and read directly by each engine;
+  (3) hybridflow's no-op rerun: every stage skipped, no engine started;
+  (4) hybridflow run --watch: a save of one stage (the features function, made to add a column)
+      re-runs it and the stages downstream (tune on Ray, train on Dask, evaluate) on the engines the
+      session keeps running (a first save started them); timed from the save to the summary.
+
+Prints each wall time and the ratios, with the targets: (1)/(2) <= 0.85, (3) < 1 s and no engine
+start, (4) no engine start. Wrap it in `flock /tmp/hf-heavy.lock` on a shared machine.
+
+    python scripts/bench_pipeline.py                    # 2,000 customers, 12 weeks (the generator's default)
+    python scripts/bench_pipeline.py --customers 50000  # bigger
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIG = "configs/weekly_retrain.yaml"
+EDITED = "stages/retrain/features.py"
+# the edit: the features function (only) adds a column, so its output changes and the stages after it
+# run again (tune on Ray, train on Dask, evaluate)
+EDIT_AT = ".map_partitions(_customer_features, meta=meta, **options)"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--customers", type=int, default=2000)
+    parser.add_argument("--weeks", type=int, default=12)
+    parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    parser.add_argument("--glue", type=Path, help=argparse.SUPPRESS)  # internal: run the glue script there
+    args = parser.parse_args()
+    if args.glue:
+        glue(args.glue)
+        return
+    scratch = Path(tempfile.mkdtemp(prefix="hybridflow-bench-pipeline-"))
+    try:
+        bench(scratch, args.customers, args.weeks)
+    finally:
+        if not args.keep:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def bench(scratch: Path, customers: int, weeks: int) -> None:
+    for part in ("configs", "stages"):
+        shutil.copytree(REPO / part, scratch / part, ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run([sys.executable, str(REPO / "scripts" / "generate_retrain_data.py"), "--customers",
+                    str(customers), "--weeks", str(weeks), "--out", str(scratch / "data" / "retrain")],
+                   check=True, capture_output=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    print(f"weekly retrain, {customers:,} customers, {weeks} weeks, in {scratch}", flush=True)
+
+    glue_seconds = timed([sys.executable, str(Path(__file__).resolve()), "--glue", str(scratch)], scratch, env)
+    full_seconds = timed([sys.executable, "-m", "hybridflow.cli", "run", CONFIG], scratch, env)
+    noop_seconds = timed([sys.executable, "-m", "hybridflow.cli", "run", CONFIG], scratch, env)
+    noop_starts = engine_starts(scratch)
+    watch_seconds, watch_starts, watch_stages = watched_edit(scratch, env)
+    edit(scratch / EDITED, 3)  # the same kind of edit, for comparison, run without --watch
+    cold_seconds = timed([sys.executable, "-m", "hybridflow.cli", "run", CONFIG], scratch, env)
+    cold_starts = engine_starts(scratch)
+
+    rows = [
+        ("(1) hybridflow run, from nothing", full_seconds, f"(1)/(2) = {full_seconds / glue_seconds:.2f}",
+         "<= 0.85"),
+        ("(2) glue script", glue_seconds, "", ""),
+        ("(3) no-op rerun", noop_seconds, f"engines started: {', '.join(noop_starts) or 'none'}",
+         "< 1 s, none"),
+        (f"(4) --watch rerun after a save of {EDITED}", watch_seconds,
+         f"ran {', '.join(watch_stages)}; engines started: {', '.join(watch_starts) or 'none'}", "none"),
+        ("    the same edit, hybridflow run without --watch", cold_seconds,
+         f"(4)/this = {watch_seconds / cold_seconds:.2f}; engines started: {', '.join(cold_starts) or 'none'}", ""),
+    ]
+    width = max(len(r[0]) for r in rows)
+    print(f"\n{'measure':<{width}}  {'seconds':>8}  {'result':<60}  target")
+    for name, seconds, result, target in rows:
+        print(f"{name:<{width}}  {seconds:8.2f}  {result:<60}  {target}")
+
+
+def timed(command: list[str], cwd: Path, env: dict) -> float:
+    clock = time.monotonic()
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+    seconds = time.monotonic() - clock
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return seconds
+
+
+def last_run(scratch: Path) -> tuple[dict, list[dict]]:
+    sys.path.insert(0, str(REPO))
+    from hybridflow.state import RunStore
+
+    store = RunStore(scratch / ".hybridflow" / "runs.db")
+    run = store.last_run("weekly-retrain")
+    return run, store.spans(run["run_id"])
+
+
+def engine_starts(scratch: Path) -> list[str]:
+    from hybridflow.timeline import ENGINE_START
+
+    return [span["detail"] for span in last_run(scratch)[1] if span["kind"] == ENGINE_START]
+
+
+def watched_edit(scratch: Path, env: dict) -> tuple[float, list[str], list[str]]:
+    """Seconds from a save of the features function to the end of the run it causes, on a watch
+    session whose engines a first save already started; that run's engine starts and stages run."""
+    from hybridflow.state import RunStore
+
+    output = scratch / "watch.out"
+    with output.open("w") as sink:
+        process = subprocess.Popen([sys.executable, "-m", "hybridflow.cli", "run", "--watch", CONFIG],
+                                   cwd=scratch, env=env, stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        wait_for(output, process, 1)
+        edit(scratch / EDITED, 1)  # the first save starts the engines the rerun needs
+        wait_for(output, process, 2)
+        clock = time.monotonic()
+        edit(scratch / EDITED, 2)
+        wait_for(output, process, 3)
+        seconds = time.monotonic() - clock
+    finally:
+        process.send_signal(signal.SIGINT)
+        code = process.wait(timeout=180)
+    if code != 130:
+        sys.exit(f"--watch ended with {code}, not 130:\n{output.read_text()[-3000:]}")
+    store = RunStore(scratch / ".hybridflow" / "runs.db")
+    run = store.last_run("weekly-retrain")
+    ran = [s["stage"] for s in store.stages(run["run_id"]) if s["status"] == "done"]
+    return seconds, engine_starts(scratch), ran
+
+
+def edit(path: Path, number: int) -> None:
+    text = path.read_text()
+    if number > 1:
+        text = text.replace(f"{EDIT_AT}.assign(edit={number - 1})", EDIT_AT)
+    assert EDIT_AT in text, f"{path} changed: the benchmark's edit no longer applies"
+    path.write_text(text.replace(EDIT_AT, f"{EDIT_AT}.assign(edit={number})", 1))
+
+
+def wait_for(output: Path, process: subprocess.Popen, runs: int, seconds: float = 900) -> None:
+    """Until the session has finished `runs` runs (it says it is watching after each)."""
+    deadline = time.monotonic() + seconds
+    while output.read_text().count("watching") < runs:
+        if process.poll() is not None or time.monotonic() > deadline:
+            sys.exit(f"--watch did not finish run {runs}:\n{output.read_text()[-3000:]}")
+        time.sleep(0.1)
+
+
+# -- the glue script a user would write ---------------------------------------------------------------
+
+class GlueContext:
+    """What the stage functions ask of ctx, as a user would stub it."""
+
+    def __init__(self, out: Path, **engines) -> None:
+        import logging
+
+        self.out, self.run_id, self.log = out, "glue", logging.getLogger("glue")
+        self.gpus_per_trial = 0
+        self.__dict__.update(engines)
+
+    def output_path(self, name: str) -> Path:
+        path = self.out / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def previous_output(self, name: str) -> Path | None:
+        return None
+
+
+def glue(scratch: Path) -> None:
+    import yaml
+
+    sys.path.insert(0, str(scratch))
+    from stages.retrain.etl import weekly_etl
+    from stages.retrain.evaluate import evaluate
+    from stages.retrain.features import features
+    from stages.retrain.train import train
+    from stages.retrain.tune import tune_xgboost
+
+    params = yaml.safe_load((scratch / CONFIG).read_text())["params"]
+    data, out = scratch / "data" / "retrain", scratch / "glue"
+
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").config("spark.sql.shuffle.partitions", 4)
+             .config("spark.driver.memory", "2g").config("spark.ui.enabled", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    etl = weekly_etl(raw_events=spark.read.parquet(str(data / "events")),
+                     customers=spark.read.parquet(str(data / "customers.parquet")), ctx=GlueContext(out, spark=spark))
+    etl["customer_weeks"].write.partitionBy("delivery_week").parquet(str(out / "customer_weeks"))
+    etl["etl_quality"].write.parquet(str(out / "etl_quality"))
+    spark.stop()
+
+    import dask.dataframe as dd
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None, host="127.0.0.1")
+    client = Client(cluster)
+    client.upload_file(str(shutil.make_archive(str(out / "code"), "zip", scratch, "stages")))
+    customer_weeks = dd.read_parquet(str(out / "customer_weeks"))
+    features(customer_weeks=customer_weeks, horizon=params["horizon"], test_weeks=params["test_weeks"],
+             valid_weeks=params["valid_weeks"]).to_parquet(str(out / "customer_features"))
+
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"py_modules": [str(scratch / "stages")]})
+    tuned = tune_xgboost(customer_features=ray.data.read_parquet(str(out / "customer_features")),
+                         num_samples=params["num_samples"], search=params["search"], seed=params["seed"],
+                         ctx=GlueContext(out, ray=ray))
+    for name, dataset in tuned.items():
+        dataset.write_parquet(str(out / name))
+    ray.shutdown()
+
+    train(customer_features=dd.read_parquet(str(out / "customer_features")),
+          best_params=dd.read_parquet(str(out / "best_params")), seed=params["seed"], ctx=GlueContext(out, dask=client))
+    client.close()
+    cluster.close()
+
+    import pandas as pd
+
+    evaluate(customer_features=pd.read_parquet(out / "customer_features"), model=out / "model", ctx=GlueContext(out))
+
+
+if __name__ == "__main__":
+    main()
