@@ -180,6 +180,9 @@ def step_seconds(spans: list[dict]) -> dict[str, dict[str, float]]:
     rest of the attempt ("overhead": engine and device choice, counting, records), from its timeline.
     Spark, Dask and Ray compute lazily, while their output is written: that time is in "publish"."""
     steps: dict[str, dict[str, float]] = {}
+    attempts: dict[str, list[tuple[float, float]]] = {}
+    # an engine started early is waited for inside the stage's attempt: engine time, not overhead
+    starts = [(s["started_at"], s["ended_at"]) for s in spans if s["kind"] == "engine start" and s["ended_at"]]
     for span in spans:
         if span["stage"] is None or span["ended_at"] is None:
             continue
@@ -187,8 +190,11 @@ def step_seconds(spans: list[dict]) -> dict[str, dict[str, float]]:
         if kind:
             totals = steps.setdefault(span["stage"], {"read": 0.0, "call": 0.0, "publish": 0.0, "attempt": 0.0})
             totals[kind] += span["ended_at"] - span["started_at"]
-    for totals in steps.values():
-        totals["overhead"] = max(0.0, totals["attempt"] - totals["read"] - totals["call"] - totals["publish"])
+            if kind == "attempt":
+                attempts.setdefault(span["stage"], []).append((span["started_at"], span["ended_at"]))
+    for stage, totals in steps.items():
+        waited = sum(max(0.0, min(end, e) - max(start, s)) for start, end in attempts.get(stage, []) for s, e in starts)
+        totals["overhead"] = max(0.0, totals["attempt"] - totals["read"] - totals["call"] - totals["publish"] - waited)
     return steps
 
 
