@@ -43,7 +43,7 @@ def asked(backend) -> str | None:
     """The backend's progress phrase; None when it has none or failed to give one."""
     try:
         phrase = backend.progress()
-    except Exception as exc:  # an engine shutting down, a scheduler busy: no phrase this time
+    except BaseException as exc:  # an engine shutting down (Ray's raises SystemExit), a scheduler busy
         logging.getLogger("hybridflow").debug("progress of %s: %s", backend.name, exc)
         return None
     return phrase if isinstance(phrase, str) and phrase else None

@@ -77,6 +77,7 @@ def run_plain(project, stages: str) -> str:
     out = io.StringIO()
     listener = PlainListener(Console(file=out, width=200), progress_every=1.0)
     hybridflow.run(path, listener=listener).raise_for_status()
+    print(out.getvalue())  # shown with -s, and by pytest when a test fails
     return out.getvalue()
 
 
