@@ -19,6 +19,7 @@ from hybridflow.results import StageResult
 TASKS = 8  # each sleeps NAP seconds; two at a time (local[2], one Dask worker with 2 threads)
 NAP = 1.0
 TRIALS = 4
+RAY_NAP = 2.5  # Ray Data reports to its stats actor every 5 s: a Ray Data stage runs 10 s
 
 STAGES = f'''
 import tempfile
@@ -44,6 +45,14 @@ def dask_slow(ctx):
     client = ctx.dask
     done = client.gather(client.map(nap, range({TASKS})))
     return dd.from_pandas(pd.DataFrame({{"n": [len(done)]}}), npartitions=1)
+
+
+def ray_slow(ctx):
+    def nap_batch(batch):
+        time.sleep({RAY_NAP})
+        return batch
+
+    return ctx.ray.data.range({TASKS}, override_num_blocks={TASKS}).map_batches(nap_batch, batch_size=None)
 
 
 def tuned(ctx):
@@ -109,9 +118,10 @@ def test_spark_and_dask_stages_show_their_tasks_done_out_of_the_total(project):
 
 @pytest.mark.engine
 @pytest.mark.timeout(600)
-def test_a_tune_stage_shows_trials_finished_and_the_best_score(project):
+def test_ray_stages_show_tune_trials_with_the_best_score_and_data_blocks(project):
     output = run_plain(project, '''
   tuned: {run: "mypkg.steps:tuned", backend: ray, outputs: [best]}
+  ray_slow: {run: "mypkg.steps:ray_slow", backend: ray, outputs: [c]}
 ''')
     phrases = progress_of(output, "tuned")
     found = counts(phrases, "trials")
@@ -119,6 +129,8 @@ def test_a_tune_stage_shows_trials_finished_and_the_best_score(project):
     assert all(0 <= done <= TRIALS for done, _ in found), found
     scores = [float(m[1]) for p in phrases if (m := re.search(r"best score (\S+)", p))]
     assert scores == sorted(scores) and all(1 <= s <= TRIALS for s in scores), phrases
+    blocks = counts(progress_of(output, "ray_slow"), "blocks")
+    assert blocks and all(total == TASKS and 0 <= done < TASKS for done, total in blocks), output
 
 
 def test_plain_lines_only_for_long_stages_at_most_once_per_interval_and_when_changed():
