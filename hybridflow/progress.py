@@ -86,6 +86,7 @@ class PlainListener(Listener):
 
     def run_started(self, run_id: str, stages: list[StageResult]) -> None:
         self.console.print(f"run {run_id}: {counted(len(stages), 'stage')}", markup=False)
+        self.close()  # a listener used for a second run: one ticker
         self._ticker = ProgressTicker(stages, self.progress_every, self._progress_line)
 
     def _progress_line(self, stage: StageResult, phrase: str) -> None:
