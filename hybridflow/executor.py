@@ -31,6 +31,7 @@ from .results import StageResult
 from .stagecode import import_function
 from .stageerrors import StageErrors
 from .stagelog import stage_log
+from .stageprogress import watched
 from .stopping import SignalState, Terminated, time_limit
 from .timeline import ATTEMPT, CALL, PUBLISH, READ, RETRY_WAIT, Timeline
 
@@ -105,7 +106,7 @@ class StageExecutor:
         self.signals.check()
         self.signals.running = backend
         try:
-            with time_limit(spec.timeout, backend, result.name, self.end_run):
+            with watched(backend, result), time_limit(spec.timeout, backend, result.name, self.end_run):
                 if decision.action == INCREMENTAL and not decision.changes.changed:
                     produced = {}  # partitions were only removed: nothing to compute
                 else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import datetime, timezone
 
@@ -31,7 +32,9 @@ def _stage_line(stage: StageResult) -> Text:
     detail = stage.error or stage.reason or ""
     line = Text.assemble((f"{stage.status:<8}", STYLES.get(stage.status, "")), " ",
                          (f"{stage.name:<24}", "bold"), f" {stage.backend:<7} {_elapsed(stage):>7}")
-    if detail:
+    if stage.status == "running" and stage.progress:  # what its engine is doing, in place of why it runs
+        line.append(f"  {stage.progress}", style="cyan")
+    elif detail:
         line.append(f"  {detail}", style="red" if stage.status == "failed" else "dim")
     return line
 
@@ -68,14 +71,27 @@ class LiveListener(Listener):
             self.live = None
 
 
-class PlainListener(Listener):
-    """A line per change, for logs and cron mail where a live display would be noise."""
+PLAIN_PROGRESS_SECONDS = 10.0
 
-    def __init__(self, console: Console) -> None:
+
+class PlainListener(Listener):
+    """A line per change, for logs and cron mail where a live display would be noise; and for a stage
+    that runs long, a line with what its engine is doing every `progress_every` seconds (none for a
+    stage that ends sooner, none while the engine has nothing new to say)."""
+
+    def __init__(self, console: Console, progress_every: float = PLAIN_PROGRESS_SECONDS) -> None:
         self.console = console
+        self.progress_every = progress_every
+        self._ticker: ProgressTicker | None = None
 
     def run_started(self, run_id: str, stages: list[StageResult]) -> None:
         self.console.print(f"run {run_id}: {counted(len(stages), 'stage')}", markup=False)
+        self.close()  # a listener used for a second run: one ticker
+        self._ticker = ProgressTicker(stages, self.progress_every, self._progress_line)
+
+    def _progress_line(self, stage: StageResult, phrase: str) -> None:
+        self.console.print(f"progress {stage.name} {_elapsed(stage)}: {phrase}", markup=False,
+                           highlight=False, soft_wrap=True)
 
     def engine_started(self, backend: str, seconds: float) -> None:
         self.console.print(f"engine {backend} started in {seconds:.1f}s", markup=False)
@@ -84,7 +100,39 @@ class PlainListener(Listener):
         self.console.print(_stage_line(stage), highlight=False, soft_wrap=True)
 
     def close(self) -> None:
-        pass
+        if self._ticker is not None:
+            self._ticker.stop()
+            self._ticker = None
+
+
+class ProgressTicker:
+    """A thread that hands `say` each running stage with a progress phrase, at most once per `every`
+    seconds per stage, the first time once it has run that long, and only when the phrase changed."""
+
+    def __init__(self, stages: list[StageResult], every: float, say) -> None:
+        self.stages, self.every, self.say = stages, every, say
+        self._said: dict[str, tuple[float, str]] = {}  # stage -> (when, phrase) of its last line
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="hybridflow-progress-lines")
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(min(1.0, self.every)):
+            for stage in list(self.stages):
+                self._maybe_say(stage, time.monotonic())
+
+    def _maybe_say(self, stage: StageResult, now: float) -> None:
+        phrase = stage.progress
+        if stage.status != "running" or not phrase or stage.started_at is None:
+            return
+        last, said = self._said.get(stage.name, (stage.started_at, None))
+        if now - last >= self.every and phrase != said:
+            self._said[stage.name] = (now, phrase)
+            self.say(stage, phrase)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def listener_for(console: Console) -> LiveListener | PlainListener:

@@ -40,6 +40,7 @@ class StageResult:
     outputs: dict[str, str] = field(default_factory=dict)  # dataset -> published version
     gpu: bool | None = None  # ran on the GPU (gpu: true or auto); None: the stage never asked for one
     gpu_reason: str | None = None  # why it ran where it did
+    progress: str | None = None  # while running: what its engine is doing ("job 2 · tasks 120/200")
 
 
 @dataclass

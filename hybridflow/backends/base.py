@@ -86,6 +86,12 @@ class Backend(ABC):
         when the engine has GPU resources), its params, and its log."""
         self.stage_on_gpu = on_gpu
 
+    def progress(self) -> str | None:
+        """What the engine is doing for the running stage, as a short phrase ("job 2 · tasks 120/200"),
+        or None when it has nothing to say. Polled about once a second from another thread while a stage
+        runs (see hybridflow.stageprogress): it must be cheap, and must not wait on the stage's work."""
+        return None
+
     def release_gpu_memory(self) -> None:
         """Free GPU memory the previous stage left behind, so it cannot starve the next one."""
 

@@ -268,6 +268,28 @@ class DaskBackend(Backend):
             return frame.shuffle(on=list(partition_by), npartitions=files)
         return frame if files == frame.npartitions else frame.repartition(npartitions=files)
 
+    def progress(self) -> str | None:
+        """Tasks done out of all the tasks of the scheduler's current computation (what one compute or
+        persist, or several submitted while it ran, asked for): one small call to the scheduler."""
+        if self.client is None:
+            return None
+
+        def counts(dask_scheduler) -> tuple[int, int] | None:  # runs on the scheduler: shipped by value
+            """(done, total) of the newest computation while it runs; a task is done once it computed
+            (even if released since) or erred."""
+            if not dask_scheduler.computations:
+                return None
+            states: dict[str, int] = {}
+            for group in dask_scheduler.computations[-1].groups:
+                for state, count in group.states.items():
+                    states[state] = states.get(state, 0) + count
+            total = sum(states.values())
+            done = sum(states.get(state, 0) for state in ("memory", "erred", "released", "forgotten"))
+            return None if total == 0 or done == total else (done, total)
+
+        found = self.client.run_on_scheduler(counts)
+        return None if found is None else "tasks {}/{}".format(*found)
+
     def cancel(self) -> None:
         if self.client is not None:
             from distributed import Future

@@ -31,6 +31,7 @@ from ..settings import EngineSection, GpuMode, Params
 from ..tables import SAMPLE_ROWS, TableSource, add_partitions_from_paths, parquet_files, rows_per_file
 from . import Engine
 from .base import Backend, check_reachable, driver_address, require_shared_workdir, split_host_port
+from .raytune import CALLBACKS_VARIABLE, TUNING, TrialCounter, with_callback
 
 
 class RaySettings(EngineSection):
@@ -95,6 +96,7 @@ class RayBackend(Backend):
         self._unroute = None  # puts back what _route_raylet_messages changed
         self._driver: str | None = None  # attached to a head on another host: this node's address
         self._node = None  # the raynode.DriverNode started for that, if this host had none
+        self._tune_callbacks: str | None = None  # RAY_TUNE_CALLBACKS before start() named ours
 
     def start(self, code: Sequence[Path] = ()) -> None:
         if not self.settings.address:
@@ -144,6 +146,10 @@ class RayBackend(Backend):
         for name in ("ray", "ray.data", "ray.tune", "ray.train"):
             logging.getLogger(name).setLevel(logging.ERROR)  # engine chatter belongs in Ray's own log files
         self._unroute = _route_raylet_messages()
+        # set after ray.init: Ray's workers keep the environment they started with, so only Tune runs
+        # in this process (a stage's Tuner.fit) make the callback that counts trials for progress()
+        self._tune_callbacks = os.environ.get(CALLBACKS_VARIABLE, "")
+        os.environ[CALLBACKS_VARIABLE] = with_callback(self._tune_callbacks, f"{__name__}.TrialProgress")
         self.ray = ray
 
     def _join_cluster(self) -> None:
@@ -182,6 +188,29 @@ class RayBackend(Backend):
     def begin_stage(self, on_gpu: bool, params, log) -> None:
         super().begin_stage(on_gpu, params, log)
         self._gpus_per_trial = gpus_per_trial(on_gpu, params)
+        TUNING.clear()  # a Tune run that an earlier stage left unfinished says nothing now
+
+    def progress(self) -> str | None:
+        """Tune trials finished out of all, with the best score so far, while a Tune run goes on in
+        this stage; else the blocks done out of the estimated total of the running Ray Data
+        executions, as Ray Data reports them to its stats actor (every few seconds)."""
+        if self.ray is None:
+            return None
+        return TUNING.phrase() or self._data_progress()
+
+    def _data_progress(self) -> str | None:
+        from ray.data._internal.stats import STATS_ACTOR_NAME, STATS_ACTOR_NAMESPACE
+
+        try:
+            actor = self.ray.get_actor(STATS_ACTOR_NAME, namespace=STATS_ACTOR_NAMESPACE)
+        except ValueError:
+            return None  # no Dataset has run yet (and none is made here)
+        job = self.ray.get_runtime_context().get_job_id()
+        datasets = self.ray.get(actor.get_datasets.remote(job), timeout=2).values()
+        running = [d for d in datasets if d.get("state") == "RUNNING" and d.get("total")]
+        if not running:
+            return None
+        return f"blocks {sum(d.get('progress', 0) for d in running)}/{sum(d['total'] for d in running)}"
 
     def is_frame(self, value: Any) -> bool:
         return isinstance(value, self.ray.data.Dataset)
@@ -259,6 +288,12 @@ class RayBackend(Backend):
         if self.ray is not None:
             self.ray.shutdown()
             self.ray = None
+        if self._tune_callbacks is not None:
+            if self._tune_callbacks:
+                os.environ[CALLBACKS_VARIABLE] = self._tune_callbacks
+            else:
+                os.environ.pop(CALLBACKS_VARIABLE, None)
+            self._tune_callbacks = None
         if self._unroute is not None:
             self._unroute()
             self._unroute = None
@@ -268,6 +303,17 @@ class RayBackend(Backend):
         if self._node is not None:
             self._node.stop()
             self._node = None
+
+
+def __getattr__(name: str):
+    """TrialProgress, the Tune callback that RAY_TUNE_CALLBACKS names: a class with Tune's Callback
+    as a base, so it is made when Tune first asks for it (this module imports Ray only when used)."""
+    if name != "TrialProgress":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from ray.tune import Callback
+
+    made = globals()[name] = type(name, (TrialCounter, Callback), {"__module__": __name__})
+    return made
 
 
 def _as_schema(batch: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -252,6 +252,7 @@ class SparkBackend(Backend):
         self.master = settings.master or "local[*]"
         self.session = None
         self._log = None  # the current stage's log
+        self._first_job = 0  # the id of the running stage's first Spark job
         self._driver: str | None = None  # attached to a master on another host: the driver's address
 
     def start(self, code: Sequence[Path] = ()) -> None:
@@ -343,6 +344,10 @@ class SparkBackend(Backend):
     def begin_stage(self, on_gpu: bool, params, log) -> None:
         super().begin_stage(on_gpu, params, log)
         self._log = log
+        if self.session is not None:  # jobs are numbered from here in progress()
+            with contextlib.suppress(Exception):
+                known = self.session.sparkContext.statusTracker().getJobIdsForGroup(None)
+                self._first_job = max(known, default=-1) + 1
         if self.gpu is not None and self.session is not None:
             self.session.conf.set("spark.rapids.sql.enabled", "true" if on_gpu else "false")
 
@@ -444,6 +449,19 @@ class SparkBackend(Backend):
         self._log.info("RAPIDS: %d operators on the GPU, %d on the CPU%s\n%s", len(on_gpu), len(on_cpu),
                        f" ({', '.join(sorted(set(on_cpu)))})" if on_cpu else "", plan)
 
+    def progress(self) -> str | None:
+        """The stage's newest running job, counted from its first, and the tasks of its running stages
+        (Spark's status tracker: a read of the driver's status store, no work for the executors)."""
+        if self.session is None:
+            return None
+        tracker = self.session.sparkContext.statusTracker()
+        jobs = tracker.getActiveJobsIds()
+        if not jobs:
+            return None
+        stages = [info for stage in tracker.getActiveStageIds() if (info := tracker.getStageInfo(stage))]
+        return spark_progress(max(jobs) - self._first_job + 1, len(stages),
+                              sum(s.numCompletedTasks for s in stages), sum(s.numTasks for s in stages))
+
     def cancel(self) -> None:
         if self.session is not None:
             self.session.sparkContext.cancelAllJobs()  # one stage at a time: all jobs are the stage's
@@ -474,6 +492,12 @@ class SparkBackend(Backend):
                 process.wait()
             SparkContext._gateway = None
             SparkContext._jvm = None
+
+
+def spark_progress(job: int, stages: int, done: int, total: int) -> str:
+    """'job 3 · tasks 120/200', naming the number of stages when several run at once."""
+    running = f" · {stages} stages" if stages > 1 else ""
+    return f"job {max(job, 1)}{running} · tasks {done}/{total}"
 
 
 # Adaptive execution sizes tasks by shuffle bytes (rows, lz4-compressed), which take about this many
