@@ -66,6 +66,7 @@ class Runner:
         self.arguments = arguments or {}  # how the run was asked for, so --resume can ask again
         self.inputs = StageInputs(pipeline, self.catalog, self.planner)
         self._given = dict(engines or {})  # started by the caller: used, never stopped here
+        self._foreseen: dict[str, Decision] = {}  # decisions taken before the run, still valid
         self._signals = SignalState()
         self._pool = pool
         self._engines: EnginePool | None = None  # made for each run: its engines log to the run's directory
@@ -114,6 +115,11 @@ class Runner:
             decisions = self.decisions()
         except (HybridflowError, OSError):  # the stage that meets it reports it, as without early starts
             return []
+        # the leading stages that skip need not be fingerprinted again (a no-op rerun decides once)
+        for stage in self.stages:
+            if decisions[stage].action != SKIP:
+                break
+            self._foreseen[stage] = decisions[stage]
         return [self.pipeline.stages[s].backend for s in self.stages if decisions[s].action != SKIP]
 
     def _plan_input(self, dataset: str, produced_here: set[str]) -> PlannedInput:
@@ -300,7 +306,8 @@ class Runner:
             decision = None
             try:
                 try:
-                    decision = self.planner.decide(stage)
+                    # decided before the run began (for early starts): still true while no stage has executed
+                    decision = self._foreseen.pop(stage, None) or self.planner.decide(stage)
                 except OSError as exc:  # an input changed while it was being hashed
                     raise DataError(f"cannot fingerprint the inputs of stage '{stage}': {exc}",
                                     hint="run again once the input is complete") from exc
@@ -309,6 +316,7 @@ class Runner:
                 if decision.action == SKIP:
                     self._finish(result, "skipped", reason=decision.reason)
                     continue
+                self._foreseen.clear()  # from here on outputs change: decide each stage when it comes
                 self._executor.run_stage(run_id, run_dir, result, decision)
                 self._finish(result, "done", reason=decision.reason if result.attempts == 1 else
                              f"{decision.reason}; succeeded on attempt {result.attempts}")
