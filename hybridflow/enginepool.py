@@ -59,10 +59,17 @@ class EnginePool:
         a JVM comes up while earlier stages compute, and a stage waits only for its own engine.
         Engines a caller gave, in-process engines and attached clusters (cheap to reach) are left to
         start on first use. Must be called before the progress display takes over the terminal."""
-        todo = [name for name in dict.fromkeys(names) if name not in self._given and name not in self._started
-                and backends.engine(name).starts and not backends.engine(name).attached(self._settings(name))]
+        names = [name for name in dict.fromkeys(names) if name not in self._given and name not in self._started]
+        todo = [name for name in names
+                if backends.engine(name).starts and not backends.engine(name).attached(self._settings(name))]
         if not todo:
             return
+        # An in-process engine starts at once, here, before the background thread takes the start lock:
+        # its stages would otherwise wait behind a JVM's start.
+        for name in names:
+            if not backends.engine(name).starts:
+                with contextlib.suppress(Exception):  # a failure is met again when a stage needs it
+                    self._start_engine(name)
         # While an engine starts, fds 1 and 2 point at engines.log (so do its processes' for good).
         # This process's own writes (the display, the summary) keep going to the terminal.
         self._streams = TerminalStreams()
@@ -127,11 +134,8 @@ class EnginePool:
 
     @contextlib.contextmanager
     def _launching(self, name: str):
-        """fds 1 and 2 at engines.log while an engine launches its processes, one engine at a time (the
-        redirect is process-wide); an in-process engine launches nothing and waits for no other."""
-        if not backends.engine(name).starts:
-            yield
-            return
+        """fds 1 and 2 at engines.log while an engine launches its processes, one engine at a time:
+        the redirect is process-wide."""
         with self._one_start, self.output.redirected():
             yield
 

@@ -78,7 +78,9 @@ class Topology:
         if hide is not None:
             script = f"mount -t tmpfs hidden {hide} && exec \"$@\""
             args = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *args]
-        process = subprocess.Popen(["ip", "netns", "exec", self.netns(host), *args], env={**os.environ, **(env or {})},
+        # an embedded Ray of an earlier test may have left its single-node switch in this environment
+        inherited = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+        process = subprocess.Popen(["ip", "netns", "exec", self.netns(host), *args], env={**inherited, **(env or {})},
                                    stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
         self.processes.append(process)
         return process

@@ -97,11 +97,14 @@ class RayBackend(Backend):
         self._driver: str | None = None  # attached to a head on another host: this node's address
         self._node = None  # the raynode.DriverNode started for that, if this host had none
         self._tune_callbacks: str | None = None  # RAY_TUNE_CALLBACKS before start() named ours
+        self._set_single_node = False  # start() set SINGLE_NODE in this process's environment
 
     def start(self, code: Sequence[Path] = ()) -> None:
-        if not self.settings.address:
-            # Without this Ray swaps 127.0.0.1 for the machine's "reachable" address.
-            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        if not self.settings.address and SINGLE_NODE not in os.environ:
+            # Without this Ray swaps 127.0.0.1 for the machine's "reachable" address. Taken back at
+            # stop: the processes this one launches later (a `ray start` of a cluster) must not inherit it.
+            os.environ[SINGLE_NODE] = "0"
+            self._set_single_node = True
         import ray
 
         options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
@@ -288,6 +291,9 @@ class RayBackend(Backend):
         if self.ray is not None:
             self.ray.shutdown()
             self.ray = None
+        if self._set_single_node:
+            os.environ.pop(SINGLE_NODE, None)
+            self._set_single_node = False
         if self._tune_callbacks is not None:
             if self._tune_callbacks:
                 os.environ[CALLBACKS_VARIABLE] = self._tune_callbacks
@@ -314,6 +320,9 @@ def __getattr__(name: str):
 
     made = globals()[name] = type(name, (TrialCounter, Callback), {"__module__": __name__})
     return made
+
+
+SINGLE_NODE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray keeps a local instance on 127.0.0.1
 
 
 def _as_schema(batch: pa.Table, schema: pa.Schema) -> pa.Table:
