@@ -60,7 +60,13 @@ def child_pids(pid: int | None = None) -> set[int]:
                 continue
             if fields[0] != "Z" and b"resource_tracker" not in _cmdline(entry):
                 parents[int(entry.name)] = int(fields[1])
-    found, todo = set(), [pid]
+    return descendants([pid], parents)
+
+
+def descendants(roots: list[int], parents: dict[int, int]) -> set[int]:
+    """Every process below `roots` in a {pid: parent pid} map (the roots themselves not included)."""
+    found: set[int] = set()
+    todo = list(roots)
     while todo:
         current = todo.pop()
         for child, parent in parents.items():

@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .engines import descendants
+
 SUBNET = ipaddress.ip_network("10.213.0.0/24")
 DRIVER_ADDRESS = "10.213.0.1"
 
@@ -161,11 +163,4 @@ def process_tree(roots: list[int]) -> set[int]:
         if entry.name.isdigit():
             with contextlib.suppress(OSError, IndexError):
                 parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-    found, todo = set(roots), list(roots)
-    while todo:
-        current = todo.pop()
-        for child, parent in parents.items():
-            if parent == current and child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
+    return set(roots) | descendants(roots, parents)

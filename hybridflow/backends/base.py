@@ -219,9 +219,8 @@ class TerminalStreams:
 
 def _copy_of(stream, fd: int):
     """A text stream like `stream` writing to a duplicate of `fd` (line buffered, as a terminal is)."""
-    copy = os.fdopen(os.dup(fd), "w", buffering=1, encoding=getattr(stream, "encoding", None) or "utf-8",
+    return os.fdopen(os.dup(fd), "w", buffering=1, encoding=getattr(stream, "encoding", None) or "utf-8",
                      errors=getattr(stream, "errors", None) or "strict")
-    return copy
 
 
 def _start_lasting_helpers() -> None:

@@ -152,14 +152,11 @@ def _submitted_privately(conf: dict[str, str], scratch: Path):
     with os.fdopen(fd, "w", encoding="utf-8") as out:
         out.writelines(f"{_property(key, True)}={_property(value, False)}\n" for key, value in conf.items())
     previous = os.environ.get("PYSPARK_SUBMIT_ARGS")
-    os.environ["PYSPARK_SUBMIT_ARGS"] = f"--properties-file {shlex.quote(path)} {previous or 'pyspark-shell'}"
     try:
-        yield
+        with _environment("PYSPARK_SUBMIT_ARGS",
+                          f"--properties-file {shlex.quote(path)} {previous or 'pyspark-shell'}"):
+            yield
     finally:
-        if previous is None:
-            os.environ.pop("PYSPARK_SUBMIT_ARGS", None)
-        else:
-            os.environ["PYSPARK_SUBMIT_ARGS"] = previous
         with contextlib.suppress(OSError):
             os.unlink(path)
 
@@ -529,15 +526,22 @@ def _local_ip(address: str | None):
     if address is None:
         yield
         return
-    previous = os.environ.get("SPARK_LOCAL_IP")
-    os.environ["SPARK_LOCAL_IP"] = address
+    with _environment("SPARK_LOCAL_IP", address):
+        yield
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str):
+    """This process's environment variable `name` is `value` while the block runs, then what it was."""
+    previous = os.environ.get(name)
+    os.environ[name] = value
     try:
         yield
     finally:
         if previous is None:
-            os.environ.pop("SPARK_LOCAL_IP", None)
+            os.environ.pop(name, None)
         else:
-            os.environ["SPARK_LOCAL_IP"] = previous
+            os.environ[name] = previous
 
 
 def _check_representable(dataset: str, schema: pa.Schema) -> None:
