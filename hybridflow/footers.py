@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -19,7 +19,16 @@ from .contract import standard_schema
 from .errors import DataError, first_line
 
 MAGIC = b"PAR1"
-PIECE_BYTES = 256 * 2**20  # Dask reads consecutive row groups up to about this much data per task
+PIECE_BYTES = 256 * 2**20  # engines read consecutive row groups up to about this much data per task
+
+
+class Piece(NamedTuple):
+    """Consecutive row groups of one file: what one read task of an engine reads."""
+
+    file: Path
+    row_groups: tuple[int, ...]
+    rows: int
+    bytes: int  # uncompressed, as the footer says: about what the rows take in memory
 
 
 @dataclass(frozen=True)
@@ -27,7 +36,7 @@ class Footers:
     schema: pa.Schema  # the files' common schema, physical variants (large_string, ...) normalised
     rows: int
     nullable: frozenset[str]  # top-level columns that hold nulls, or whose footers do not say
-    pieces: tuple[tuple[Path, tuple[int, ...]], ...]  # (file, row groups) of about PIECE_BYTES each
+    pieces: tuple[Piece, ...]  # of about PIECE_BYTES each, in file order
     variants: bool = False  # some file stores a physical variant (string_view, large_list, ...)
 
 
@@ -38,7 +47,7 @@ def read_footers(dataset: str, files: Sequence[Path]) -> Footers:
     reference: tuple[Path, pa.Schema] | None = None
     rows = 0
     nullable: set[str] = set()
-    pieces: list[tuple[Path, tuple[int, ...]]] = []
+    pieces: list[Piece] = []
     variants = False
     for file in files:
         metadata = _metadata(dataset, file)
@@ -120,14 +129,15 @@ def _nullable_columns(metadata: pq.FileMetaData) -> set[str]:
     return found
 
 
-def _pieces(file: Path, metadata: pq.FileMetaData) -> list[tuple[Path, tuple[int, ...]]]:
-    pieces, current, size = [], [], 0
+def _pieces(file: Path, metadata: pq.FileMetaData) -> list[Piece]:
+    pieces, current, rows, size = [], [], 0, 0
     for group in range(metadata.num_row_groups):
-        group_bytes = metadata.row_group(group).total_byte_size
-        if current and size + group_bytes > PIECE_BYTES:
-            pieces.append((file, tuple(current)))
-            current, size = [], 0
+        row_group = metadata.row_group(group)
+        if current and size + row_group.total_byte_size > PIECE_BYTES:
+            pieces.append(Piece(file, tuple(current), rows, size))
+            current, rows, size = [], 0, 0
         current.append(group)
-        size += group_bytes
-    pieces.append((file, tuple(current)))  # a file of no row groups is still one (empty) piece
+        rows += row_group.num_rows
+        size += row_group.total_byte_size
+    pieces.append(Piece(file, tuple(current), rows, size))  # a file of no row groups is still one (empty) piece
     return pieces

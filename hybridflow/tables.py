@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 
 from .contract import check_schema, standard_schema
 from .errors import DataError, first_line
+from .footers import Piece
 from .settings import TARGET_FILE_SIZE
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
@@ -98,27 +99,30 @@ def partition_values(file: Path, base: Path, partition_by: tuple[str, ...]) -> d
 
 def read_partitioned_file(file: Path, source: TableSource) -> pa.Table:
     """One file of a partitioned dataset, with its partition columns restored in their recorded types."""
-    table = pq.read_table(file)
-    base = source.base or source.files[0]
-    values = partition_values(file, base, source.partition_by)
+    return _with_partition_columns(pq.read_table(file), file, source, source.partition_by)
+
+
+def read_piece(piece: Piece, source: TableSource, schema: pa.Schema, columns=None) -> pa.Table:
+    """Some row groups of one file, as `schema` says (its order and exact types), partition columns
+    restored from the file's path; only `columns` of them, in that order, when given."""
+    names = list(columns) if columns is not None else schema.names
+    partitions = [name for name in names if name in source.partition_by]
+    stored = [name for name in names if name not in source.partition_by]
+    table = pq.ParquetFile(piece.file).read_row_groups(list(piece.row_groups), columns=stored)
+    table = _with_partition_columns(standard_types(table), piece.file, source, partitions)
+    wanted = pa.schema([schema.field(name) for name in names])
+    return table.select(names).cast(wanted)
+
+
+def _with_partition_columns(table: pa.Table, file: Path, source: TableSource, columns) -> pa.Table:
+    if not columns:
+        return table
+    values = partition_values(file, source.base or source.files[0], source.partition_by)
     types = dict(zip(source.schema.names, source.schema.types)) if source.schema else {}
-    for column in source.partition_by:
+    for column in columns:
         raw = pa.array([values.get(column)] * table.num_rows, pa.string())
         table = table.append_column(column, raw.cast(types.get(column, pa.string())))
     return table
-
-
-def add_partitions_from_paths(table: pa.Table, source: TableSource, path_column: str = "path") -> pa.Table:
-    """For engines that read files with their path as a column (Ray): the partition columns, typed, in
-    place of that path column."""
-    paths = table.column(path_column).combine_chunks().dictionary_encode()
-    files = [Path(p) for p in paths.dictionary.to_pylist()]
-    base = source.base or source.files[0]
-    for column in source.partition_by:
-        values = pa.array([partition_values(f, base, source.partition_by).get(column) for f in files], pa.string())
-        typed = pa.DictionaryArray.from_arrays(paths.indices, values.cast(source.schema.field(column).type))
-        table = table.append_column(column, typed.cast(source.schema.field(column).type))
-    return standard_types(table.select(source.schema.names))
 
 
 def write_arrow(table: pa.Table, directory: Path, partition_by: tuple[str, ...] = (),

@@ -123,8 +123,11 @@ def watched_edit(scratch: Path, env: dict) -> tuple[float, list[str], list[str]]
 
     output = scratch / "watch.out"
     with output.open("w") as sink:
+        # with Ctrl-C's default action, even when this benchmark runs in the background of a shell
+        # (which starts it with SIGINT ignored, and a child would inherit that)
         process = subprocess.Popen([sys.executable, "-m", "hybridflow.cli", "run", "--watch", CONFIG],
-                                   cwd=scratch, env=env, stdout=sink, stderr=subprocess.STDOUT)
+                                   cwd=scratch, env=env, stdout=sink, stderr=subprocess.STDOUT,
+                                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         wait_for(output, process, 1)
         edit(scratch / EDITED, 1)  # the first save starts the engines the rerun needs

@@ -73,12 +73,14 @@ def launch(args: list[str], env: dict, log: Path) -> subprocess.Popen:
 
 
 def stop(processes: list[subprocess.Popen]) -> None:
+    """SIGTERM, then SIGKILL to what is left after 3 s: Spark's and Dask's daemons end within half a
+    second, and `ray start --block` often not within 30 (it was killed at that deadline anyway)."""
     for process in processes:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGTERM)
     for process in processes:
         try:
-            process.wait(30)
+            process.wait(3)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(10)

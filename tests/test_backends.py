@@ -63,10 +63,24 @@ def assert_same(actual: pa.Table, expected: pa.Table) -> None:
         assert actual.column(name).to_pylist() == expected.column(name).to_pylist(), name
 
 
+@pytest.fixture(scope="module")
+def written_by(engines, tmp_path_factory):
+    """What each engine writes of EXPECTED, handed off once per writer for the module: the four
+    readers' tests of a writer start from the same write (one code path, not four)."""
+    written: dict[str, pa.Table] = {}
+
+    def write(writer: str) -> pa.Table:
+        if writer not in written:
+            base = tmp_path_factory.mktemp(f"written-{writer}")
+            written[writer] = hand_off(engines[writer], source_of(base / "src", EXPECTED), base / "written")
+        return written[writer]
+    return write
+
+
 @pytest.mark.parametrize("writer", ENGINES)
 @pytest.mark.parametrize("reader", ENGINES)
-def test_every_type_survives_every_writer_reader_pair(engines, tmp_path, writer, reader):
-    written = hand_off(engines[writer], source_of(tmp_path / "src", EXPECTED), tmp_path / "written")
+def test_every_type_survives_every_writer_reader_pair(engines, written_by, tmp_path, writer, reader):
+    written = written_by(writer)
     assert_same(written, EXPECTED)
     again = hand_off(engines[reader], source_of(tmp_path / "mid", written), tmp_path / "read")
     assert_same(again, EXPECTED)
@@ -92,18 +106,34 @@ PARTITIONED = pa.table({
 })
 
 
+@pytest.fixture(scope="module")
+def published_by(engines, tmp_path_factory):
+    """PARTITIONED written by each engine and published, once per writer for the module (as
+    written_by): the partition directories the writer made, and the published version."""
+    published: dict[str, tuple[list[str], object]] = {}
+
+    def publish(writer: str):
+        if writer not in published:
+            base = tmp_path_factory.mktemp(f"partitioned-{writer}")
+            catalog = Catalog(base / "home")
+            staging = catalog.new_staging("run1", "weekly")
+            source = source_of(base / "src", PARTITIONED)
+            written = engines[writer].write(engines[writer].read(source), staging, ("week",))
+            directories = sorted(p.name for p in staging.iterdir() if p.is_dir())
+            version = catalog.publish("weekly", staging, kind="table", stage="s", run_id="run1", inputs={},
+                                      partition_by=("week",), written=written, declared={"week": pa.date32(),
+                                      "customer": pa.int64(), "spend": pa.decimal128(10, 2)})
+            published[writer] = directories, version
+        return published[writer]
+    return publish
+
+
 @pytest.mark.parametrize("writer", ENGINES)
 @pytest.mark.parametrize("reader", ENGINES)
-def test_partitioned_dataset_keeps_the_partition_type_on_every_engine(engines, tmp_path, writer, reader):
-    catalog = Catalog(tmp_path / "home")
-    staging = catalog.new_staging("run1", "weekly")
-    source = source_of(tmp_path / "src", PARTITIONED)
-    written = engines[writer].write(engines[writer].read(source), staging, ("week",))
-    assert sorted(p.name for p in staging.iterdir() if p.is_dir()) == [
-        "week=2026-11-09", "week=2026-11-16", "week=__HIVE_DEFAULT_PARTITION__"]
-    version = catalog.publish("weekly", staging, kind="table", stage="s", run_id="run1", inputs={},
-                              partition_by=("week",), written=written, declared={"week": pa.date32(),
-                              "customer": pa.int64(), "spend": pa.decimal128(10, 2)})
+def test_partitioned_dataset_keeps_the_partition_type_on_every_engine(engines, published_by, tmp_path, writer,
+                                                                      reader):
+    directories, version = published_by(writer)
+    assert directories == ["week=2026-11-09", "week=2026-11-16", "week=__HIVE_DEFAULT_PARTITION__"]
     assert version.rows == 4 and version.manifest["schema"]["week"] == "date32[day]"
     back = hand_off(engines[reader], version.source(), tmp_path / "read")
     assert back.schema.field("week").type == pa.date32()
@@ -360,3 +390,39 @@ def test_outputs_are_written_as_files_of_the_target_size_not_one_per_task(engine
     if name != "spark":  # Spark never splits one task's output: this input is one task there
         assert len(files) >= 2
     assert pq.read_table([str(f) for f in files]).num_rows == 192_000
+
+
+def with_unreadable_column(path, table: pa.Table, column: str) -> None:
+    """Write `table` to `path`, then overwrite the data of `column` with bytes no reader can decode."""
+    pq.write_table(table, path, compression="snappy")
+    meta = pq.ParquetFile(path).metadata.row_group(0).column(table.schema.get_field_index(column))
+    start = meta.dictionary_page_offset or meta.data_page_offset
+    with open(path, "r+b") as handle:
+        handle.seek(start)
+        handle.write(b"\xff" * meta.total_compressed_size)
+
+
+@pytest.mark.parametrize("name", ["dask", "ray"])
+def test_a_stage_using_some_columns_reads_only_those_from_the_files(engines, tmp_path, name):
+    """Column projection reaches the files: a column the stage does not use is never decoded (here
+    it could not be), partition columns still come from the paths."""
+    table = pa.table({"customer": pa.array(range(6), pa.int64()), "junk": pa.array([f"x{i}" * 50 for i in range(6)]),
+                      "spend": pa.array([i * 1.5 for i in range(6)])})
+    for week in ("2026-11-09", "2026-11-16"):
+        (tmp_path / f"week={week}").mkdir()
+        with_unreadable_column(tmp_path / f"week={week}" / "part-0.parquet", table, "junk")
+    schema = pa.schema([("customer", pa.int64()), ("junk", pa.string()), ("spend", pa.float64()),
+                        ("week", pa.date32())])
+    source = TableSource("t", tuple(sorted(tmp_path.rglob("*.parquet"))), "parquet", schema, ("week",), tmp_path)
+    frame = engines[name].read(source)
+    if name == "ray":
+        picked = pa.Table.from_pandas(frame.select_columns(["week", "spend"]).to_pandas(), preserve_index=False)
+        with pytest.raises((OSError, pa.ArrowException)):  # the column cannot be decoded
+            frame.materialize()
+    else:
+        picked = pa.Table.from_pandas(frame[["week", "spend"]].compute(), preserve_index=False)
+        with pytest.raises((OSError, pa.ArrowException)):  # the column cannot be decoded
+            frame.compute()
+    rows = sorted(zip(picked.column("week").to_pylist(), picked.column("spend").to_pylist()))
+    assert rows == sorted((dt.date.fromisoformat(week), i * 1.5) for week in ("2026-11-09", "2026-11-16")
+                          for i in range(6))

@@ -4,14 +4,18 @@ fails fails the stage that needs the engine, after the stages before it ran."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
 
+from hybridflow.catalog import Catalog
 from hybridflow.config import load_pipeline
+from hybridflow.enginepool import BACKGROUND_NICENESS
 from hybridflow.errors import ExitCode
 from hybridflow.runner import Runner
 from hybridflow.state import RunStore
+from hybridflow.tables import read_arrow
 from hybridflow.timeline import CALL, ENGINE_START
 
 from .engines import child_pids
@@ -19,17 +23,19 @@ from .engines import child_pids
 pytestmark = pytest.mark.engine
 
 STAGES = '''
+import os
 import time
 import pandas as pd
 
 
 def slow():
-    time.sleep(8)
-    return pd.DataFrame({"id": [1, 2, 3]})
+    time.sleep(4)  # dask starts in under 1.5 s here, and well within this on a loaded machine
+    return pd.DataFrame({"id": [1, 2, 3], "stage_nice": os.nice(0)})
 
 
 def total(numbers):
-    return numbers.assign(id=numbers["id"] * 2)
+    # where this runs: a worker of the engine that started in the background
+    return numbers.assign(id=numbers["id"] * 2).map_partitions(lambda part: part.assign(worker_nice=os.nice(0)))
 '''
 
 PIPELINE = '''
@@ -57,6 +63,9 @@ def test_an_engine_starts_while_the_stages_before_it_compute(project):
     start = next(s for s in recorded if s["kind"] == ENGINE_START and s["detail"] == "dask")
     slow = next(s for s in recorded if s["kind"] == CALL and s["stage"] == "slow")
     assert start["started_at"] < slow["ended_at"] and start["ended_at"] < slow["ended_at"], (start, slow)
+    # the engine started behind the running stage got a lower CPU priority; the stage kept its own
+    [niceness] = read_arrow(Catalog(project.home("early")).current("doubled").source()).to_pylist()[:1]
+    assert niceness["stage_nice"] == os.nice(0) and niceness["worker_nice"] == max(os.nice(0), BACKGROUND_NICENESS)
     deadline = time.monotonic() + 60
     while child_pids() - before and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -185,7 +185,9 @@ def test_sigterm_during_a_ray_stage_stops_cleanly(project):
 @pytest.mark.parametrize("backend, function", [("spark", "spark_slow"), ("dask", "dask_slow"),
                                                ("ray", "ray_slow"), ("python", "python_slow")])
 def test_a_stage_past_its_timeout_is_cancelled_and_fails(project, backend, function):
-    pipeline(project, backend, function, work="timeout: 8s")
+    # 4 s: past an engine's first tasks, so running work is what the timeout cancels (engine start-up
+    # is not counted), and ample for the python stage that sleeps 1 s to finish in time
+    pipeline(project, backend, function, work="timeout: 4s")
     # The engines' work takes 5 s a row (400 rows: far past the 300 s this test waits for it).
     process, marker = start(project, "-p", "slow=1" if backend == "python" else "slow=5", "-p", "rows=400")
     if backend == "python":  # 1 s: in time. Then the same stage asked to sleep an hour.
@@ -198,12 +200,12 @@ def test_a_stage_past_its_timeout_is_cancelled_and_fails(project, backend, funct
     try:
         output, _ = process.communicate(timeout=300)
     except subprocess.TimeoutExpired:
-        pytest.fail("the run did not end within 300 s: its stage's 8s timeout did not stop the work")
+        pytest.fail("the run did not end within 300 s: its stage's 4s timeout did not stop the work")
     assert process.returncode == 124, output
-    assert "work failed: stage 'work' timed out after 8s; its engine work was cancelled" in output
+    assert "work failed: stage 'work' timed out after 4s; its engine work was cancelled" in output
     record, stages = last_run_record(project.root / ".hybridflow")
     assert record["status"] == "failed" and stages["work"]["status"] == "failed"
-    assert "timed out after 8s" in stages["work"]["error"]
+    assert "timed out after 4s" in stages["work"]["error"]
     catalog = Catalog(project.home("faults"))
     if backend == "python":
         assert assert_complete(catalog, "result", 400) == 0  # the run that finished in time

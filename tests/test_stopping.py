@@ -110,10 +110,10 @@ def test_a_ray_stage_blocked_in_ray_get_is_stopped(project, function, stop, code
 
 
 def stopped(project, backend: str, function: str, stop, code: int, waiting: str, seconds: float) -> str:
-    """Run `function` as the one stage, stop it (by its 5 s timeout, or by sending `stop` once it
+    """Run `function` as the one stage, stop it (by its 3 s timeout, or by sending `stop` once it
     works), and check what every stop must give: `code` within `seconds`, no process left, the run
     and the stage recorded as stopped, nothing published. Returns what the run printed."""
-    pipeline(project, backend, function, ", timeout: 5" if stop == "timeout" else "")
+    pipeline(project, backend, function, ", timeout: 3" if stop == "timeout" else "")
     process, marker = start(project)
     wait_for(stage_waiting(project), waiting, process, seconds=300)
     if stop != "timeout":

@@ -24,16 +24,15 @@ from pydantic import Field
 
 from ..contract import standard_schema
 from ..errors import DataError, UnavailableError
-from ..footers import read_footers
+from ..footers import Piece, read_footers
 from ..settings import EngineSection, GpuMode
 from ..tables import (
     SAMPLE_ROWS,
     TableSource,
     parquet_files,
     partition_values,
-    read_partitioned_file,
+    read_piece,
     rows_per_file,
-    standard_types,
 )
 from . import Engine
 from .base import (
@@ -217,20 +216,16 @@ class DaskBackend(Backend):
             return dd.from_map(_read_text_pandas, list(source.files), fmt=source.format, schema=source.schema,
                                kinds=kinds, meta=pandas_frames.to_pandas(source.schema.empty_table(), kinds),
                                label=f"read-{source.format}")
-        files = parquet_files(source)
-        footers = read_footers(source.name, files)
-        if source.partition_by:  # one task per file, partition columns restored from its path
-            base = source.base or source.files[0]
-            nullable = set(footers.nullable) | {
-                column for column in source.partition_by
-                if any(partition_values(f, base, source.partition_by).get(column) is None for f in source.files)}
-            kinds = pandas_frames.schema_kinds(source.schema, nullable)
-            return dd.from_map(_read_partitioned_pandas, files, source=source, kinds=kinds,
-                               meta=pandas_frames.to_pandas(source.schema.empty_table(), kinds),
-                               label="read-parquet")
+        footers = read_footers(source.name, parquet_files(source))
         schema = source.schema or footers.schema
-        kinds = pandas_frames.schema_kinds(schema, footers.nullable)
-        return dd.from_map(_read_piece, list(footers.pieces), schema=schema, kinds=kinds,
+        nullable = set(footers.nullable)
+        if source.partition_by:  # partition values come from the paths: a null is __HIVE_DEFAULT_PARTITION__
+            base = source.base or source.files[0]
+            nullable |= {column for column in source.partition_by
+                         if any(partition_values(p.file, base, source.partition_by).get(column) is None
+                                for p in footers.pieces)}
+        kinds = pandas_frames.schema_kinds(schema, nullable)
+        return dd.from_map(_read_piece, list(footers.pieces), source=source, schema=schema, kinds=kinds,
                            meta=pandas_frames.to_pandas(schema.empty_table(), kinds), label="read-parquet")
 
     def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...],
@@ -338,19 +333,14 @@ def _require_gpu_workers(client, address: str) -> None:
                                hint="start them with dask cuda worker, or set gpu: false on its stages")
 
 
-def _read_piece(piece: tuple[Path, tuple[int, ...]], schema: pa.Schema, kinds: list[str], columns=None):
+def _read_piece(piece: Piece, source: TableSource, schema: pa.Schema, kinds: list[str], columns=None):
     """Some row groups of one file as a pandas frame of the dtypes every partition shares. Dask
     passes `columns` when the stage uses only some (column projection)."""
-    import pyarrow.parquet as pq
-
     from .. import pandas_frames
 
-    file, row_groups = piece
     if columns is not None:
-        chosen = [schema.get_field_index(c) for c in columns]
-        schema, kinds = pa.schema([schema.field(i) for i in chosen]), [kinds[i] for i in chosen]
-    table = pq.ParquetFile(file).read_row_groups(list(row_groups), columns=schema.names)
-    return pandas_frames.to_pandas(standard_types(table).select(schema.names).cast(schema), kinds)
+        kinds = [kinds[schema.get_field_index(c)] for c in columns]
+    return pandas_frames.to_pandas(read_piece(piece, source, schema, columns), kinds)
 
 
 def _read_text_pandas(file: Path, fmt: str, schema: pa.Schema, kinds: list[str], columns=None):
@@ -361,13 +351,6 @@ def _read_text_pandas(file: Path, fmt: str, schema: pa.Schema, kinds: list[str],
     if columns is not None:
         chosen = [schema.get_field_index(c) for c in columns]
         table, kinds = table.select(list(columns)), [kinds[i] for i in chosen]
-    return pandas_frames.to_pandas(table, kinds)
-
-
-def _read_partitioned_pandas(file: Path, source: TableSource, kinds: list[str]):
-    from .. import pandas_frames
-
-    table = standard_types(read_partitioned_file(file, source)).select(source.schema.names).cast(source.schema)
     return pandas_frames.to_pandas(table, kinds)
 
 

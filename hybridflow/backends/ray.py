@@ -28,7 +28,7 @@ from pydantic import Field
 from ..errors import ConfigError, UnavailableError, first_line
 from ..footers import read_footers
 from ..settings import EngineSection, GpuMode, Params
-from ..tables import SAMPLE_ROWS, TableSource, add_partitions_from_paths, parquet_files, rows_per_file
+from ..tables import SAMPLE_ROWS, TableSource, parquet_files, rows_per_file
 from . import Engine
 from .base import Backend, check_reachable, driver_address, require_shared_workdir, split_host_port
 from .raytune import CALLBACKS_VARIABLE, TUNING, TrialCounter, with_callback
@@ -221,19 +221,10 @@ class RayBackend(Backend):
     def read(self, source: TableSource):
         if source.format != "parquet":  # external text: Ray's workers parse it with pyarrow, typed as declared
             return self._read_text(source)
-        paths = parquet_files(source)
-        files = [str(f) for f in paths]
-        if not source.partition_by:
-            footers = read_footers(source.name, paths)
-            # Ray holds no string_view and friends: an explicit schema has the scan cast them
-            standard = {"schema": footers.schema} if footers.variants else {}
-            if source.schema is not None and source.schema.names != footers.schema.names:
-                standard["columns"] = source.schema.names  # a declared order that the files do not have
-            return self.ray.data.read_parquet(files, file_extensions=None, partitioning=None, **standard)
-        # Partition values come from each file's path, typed as recorded: Ray's own hive parsing
-        # would hand them over as strings.
-        dataset = self.ray.data.read_parquet(files, file_extensions=None, partitioning=None, include_paths=True)
-        return dataset.map_batches(add_partitions_from_paths, batch_format="pyarrow", fn_kwargs={"source": source})
+        from .rayfiles import ParquetPieces  # imports Ray Data
+
+        footers = read_footers(source.name, parquet_files(source))
+        return self.ray.data.read_datasource(ParquetPieces(source, footers))
 
     def _read_text(self, source: TableSource):
         import pyarrow.csv as pacsv

@@ -367,8 +367,11 @@ class SparkBackend(Backend):
             reader = reader.option("basePath", str(source.base)).schema(from_arrow_schema(source.schema))
             return reader.parquet(*paths).select(*source.schema.names)
         if source.format == "parquet":
-            frame = reader.parquet(*paths)
-            return frame.select(*source.schema.names) if source.schema is not None else frame
+            if source.schema is None:
+                return reader.parquet(*paths)
+            # the schema given (the footers were checked against it), Spark does not infer one: on a
+            # fresh session that inference is a second of footer reading (a job beyond 32 files)
+            return reader.schema(from_arrow_schema(source.schema)).parquet(*paths).select(*source.schema.names)
         # text: typed as declared (or as the first blocks said) while Spark parses; a bad value fails
         # the job (FAILFAST), and the stage's error then names the file (textfiles.find_bad_value)
         reader = reader.option("mode", "FAILFAST")
