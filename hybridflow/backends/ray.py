@@ -280,6 +280,8 @@ class RayBackend(Backend):
 
     def stop(self) -> None:
         if self.ray is not None:
+            if not self.settings.address:
+                _end_autoscaler_monitor(self.ray)
             self.ray.shutdown()
             self.ray = None
         if self._set_single_node:
@@ -314,6 +316,18 @@ def __getattr__(name: str):
 
 
 SINGLE_NODE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray keeps a local instance on 127.0.0.1
+
+
+def _end_autoscaler_monitor(ray) -> None:
+    """Kill the local instance's autoscaler monitor before ray.shutdown(). Shutdown sends each of its
+    processes SIGTERM and waits up to a second for it to exit; the monitor never does, so every
+    stop of an embedded Ray took a second longer than it needs (on the run's critical path when the
+    engine stops early). The monitor holds no state a local instance needs."""
+    with contextlib.suppress(Exception):  # private API: where it is not as expected, shutdown does it all
+        node = ray._private.worker._global_node
+        for info in node.all_processes.get(ray._private.ray_constants.PROCESS_TYPE_MONITOR, []):
+            info.process.kill()
+            info.process.wait(5)
 
 
 def _as_schema(batch: pa.Table, schema: pa.Schema) -> pa.Table:
