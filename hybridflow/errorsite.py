@@ -42,7 +42,7 @@ def _user_frame(exc: BaseException, root: Path) -> str | None:
     """file:line in function of the deepest frame inside the pipeline root: from the traceback, or
     from a traceback an engine carried over as text (a Ray task, a Spark Python worker)."""
     root = root.resolve()
-    frames = [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(exc.__traceback__)]
+    frames = [(_source_file(frame), line, frame.f_code.co_name) for frame, line in traceback.walk_tb(exc.__traceback__)]
     frames += [(m[0], int(m[1]), m[2]) for m in _REMOTE_FRAME.findall(str(exc))]
     where = None
     for filename, line, function in frames:
@@ -54,6 +54,16 @@ def _user_frame(exc: BaseException, root: Path) -> str | None:
     return where
 
 
+def _source_file(frame) -> str:
+    """The file a frame's code came from. A function that an engine shipped by value (cloudpickle,
+    which Dask uses, names such code "<dynamic-code>" since 3.1.3) keeps its module's __file__ in
+    its globals, and the traceback a worker sends back keeps that too (tblib)."""
+    filename = frame.f_code.co_filename
+    if filename.startswith("<"):
+        return frame.f_globals.get("__file__") or filename
+    return filename
+
+
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
@@ -61,6 +71,8 @@ def _root_relative(filename: str, root: Path) -> Path | None:
     """A frame's file relative to root, also when an engine ran a shipped copy of it (a Spark worker
     imports stages/etl.py from .../userFiles-.../stages-1a2b.zip/stages/etl.py): then the longest
     trailing package/module path that exists under root."""
+    if filename.startswith("<"):
+        return None  # "<string>", "<dynamic-code>": no file (and not one of that name in the working directory)
     path = Path(filename)
     if any(part in ("site-packages", "dist-packages") for part in path.parts):
         return None  # a library, even inside a virtualenv under root

@@ -1,6 +1,7 @@
 """Error text quotes no more of the data than it needs: errors go to cron mail, notifications and
 run records, and a malformed row can hold anything (an e-mail address, a card number, a megabyte)."""
 
+import pickle
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,32 @@ def test_an_error_built_from_an_engines_whole_text_is_cut_too():
     assert error.one_line() == f"cannot convert the frame to Arrow: Failed to parse string: '{'z' * QUOTE_CHARS}…' " \
                                "as a scalar of type int64"
     assert str(error) == error.message
+
+
+def test_a_function_shipped_by_value_is_placed_in_the_users_file(tmp_path: Path, monkeypatch):
+    """Engines ship a stage's nested functions by value (cloudpickle, which since 3.1.3 names their code
+    "<dynamic-code>"); the error still names the user's file and line, as a worker reports it back."""
+    import importlib
+
+    import cloudpickle
+    import tblib.pickling_support
+
+    (tmp_path / "shipped_stages").mkdir()
+    (tmp_path / "shipped_stages" / "__init__.py").write_text("")
+    (tmp_path / "shipped_stages" / "limits.py").write_text(
+        "def stage(limit):\n"
+        "    def per_partition(rows):\n"
+        "        if len(rows) > limit:\n"
+        "            raise ValueError(f'{len(rows)} rows, more than {limit}')\n"
+        "        return rows\n"
+        "    return per_partition\n")
+    monkeypatch.chdir(tmp_path)  # where a file named "<dynamic-code>" would seem to be
+    monkeypatch.syspath_prepend(str(tmp_path))
+    shipped = cloudpickle.loads(cloudpickle.dumps(importlib.import_module("shipped_stages.limits").stage(1)))
+    tblib.pickling_support.install()
+    try:
+        shipped([1, 2])
+    except ValueError as raised:
+        returned = pickle.loads(pickle.dumps(raised))  # the traceback as it comes back from a worker
+    assert describe_user_error(returned, tmp_path) == \
+        "ValueError: 2 rows, more than 1 (shipped_stages/limits.py:4 in per_partition)"
