@@ -98,9 +98,12 @@ class StageExecutor:
                    log: logging.Logger, log_stream) -> None:
         spec = self.pipeline.stages[result.name]
         started_engines = set(self.engines.seconds)
+        clock = time.monotonic()
         backend = self.engines.get(spec.backend)
-        if spec.backend not in started_engines:
-            result.engine_start = self.engines.seconds.get(spec.backend)
+        if spec.backend not in started_engines and spec.backend in self.engines.seconds:
+            # what this stage paid: the whole start on first use, or only what was left of a start
+            # that began early (0 when it finished while earlier stages computed)
+            result.engine_start = time.monotonic() - clock
         result.gpu, result.gpu_reason = self.gpu().start_stage(result.name, backend, self.engines.started(), log)
         result.rows_in, result.bytes_in = self.inputs.size(spec.inputs)
         self.signals.check()

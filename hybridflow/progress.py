@@ -274,9 +274,9 @@ def run_details(run: dict, stages: list[dict], spans: list[dict] = ()) -> list:
     table = Table()
     steps = step_seconds(list(spans))
     timed = ("read", "call", "publish", "overhead")
-    for column in ("stage", "backend", "status", "tries", "duration", "engine start", *timed, "rows in", "rows out",
+    for column in ("stage", "backend", "status", "tries", "duration", "engine wait", *timed, "rows in", "rows out",
                    "bytes out", "note"):
-        table.add_column(column, justify="right" if column in ("duration", "engine start", *timed, "rows in",
+        table.add_column(column, justify="right" if column in ("duration", "engine wait", *timed, "rows in",
                                                                 "rows out", "bytes out") else "left", overflow="fold")
     lineage = [Text("published (dataset version <- input versions it read):", style="bold")]
     home = Path(run["run_dir"]).parent.parent if run["run_dir"] else None

@@ -27,7 +27,7 @@ class StageResult:
     status: str = "waiting"  # waiting | running | done | failed | skipped (up to date) | not run
     started_at: float | None = None
     duration: float | None = None
-    engine_start: float | None = None  # seconds, when this stage was the one that started its engine
+    engine_start: float | None = None  # seconds this stage waited for its engine to start, when it took it first
     rows_in: int | None = None
     bytes_in: int | None = None
     rows_out: int | None = None

@@ -237,7 +237,7 @@ def print_report(results: list[dict], checks: list[dict]) -> None:
     stages = sorted({s for r in results for s in r["stages"]}, key=lambda s: min(
         list(r["stages"]).index(s) for r in results if s in r["stages"]))
     print(f"engines: {json.dumps(ENGINES)}")
-    header = ["size", "events", "customers", "gen s", *[f"{s} s" for s in stages], "engine start s",
+    header = ["size", "events", "customers", "gen s", *[f"{s} s" for s in stages], "engine wait s",
               "stages s", "s/M events", "wall s", "own RSS MiB", "tree RSS MiB"]
     rows = [[f"{r['size_m']:g}M", f"{r['events']:,}", f"{r['customers']:,}", f"{r['generate_s']:.1f}",
              *[f"{r['stages'][s]['seconds']:.1f}" if s in r["stages"] else "-" for s in stages],

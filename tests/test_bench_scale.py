@@ -31,14 +31,15 @@ def test_the_tiny_run_reports_every_column_with_sane_values(tmp_path):
     done = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--root", str(tmp_path), "--json", str(report)],
                           capture_output=True, text=True, timeout=540)
     assert done.returncode == 0, done.stdout + done.stderr
-    for column in ("etl s", "features s", "engine start s", "s/M events", "own RSS MiB", "tree RSS MiB",
+    for column in ("etl s", "features s", "engine wait s", "s/M events", "own RSS MiB", "tree RSS MiB",
                    "median file MiB", "allowed", "x s/M events", "x tree RSS", "PASS"):
         assert column in done.stdout, (column, done.stdout)
     found = json.loads(report.read_text())
     [size] = found["sizes"]
     assert 30_000 < size["events"] < 80_000 and size["customers"] > 0
     assert set(size["stages"]) == {"etl", "features"}
-    assert all(s["seconds"] > 0 and s["engine_start"] > 0 for s in size["stages"].values())
+    # engine_start is what each stage waited for its engine: 0 or more, since they start early
+    assert all(s["seconds"] > 0 and s["engine_start"] >= 0 for s in size["stages"].values())
     assert size["work_s"] == pytest.approx(sum(s["seconds"] for s in size["stages"].values()))
     assert size["s_per_m_events"] == pytest.approx(size["work_s"] / size["events"] * 1e6)
     assert size["wall_s"] > size["work_s"]
