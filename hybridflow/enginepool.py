@@ -108,10 +108,13 @@ class EnginePool:
         """The engine `name`, started on first use (or waited for, when it is starting early)."""
         if name in self._given:
             return self._given[name]
-        early = self._early.pop(name, None)
+        early = self._early.get(name)
         if early is not None:
             while not early.done.wait(0.2):
                 self.signals.check()  # a stop request is not held up by an engine that is starting
+            # taken out only once started: an engine still starting is never stopped under its start
+            # (keep_only leaves what is in _early alone; a stop during ray.init hung the run)
+            del self._early[name]
             self._started_now(name, early.seconds, early.error)
         elif name not in self._started:
             try:

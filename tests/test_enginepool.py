@@ -1,0 +1,97 @@
+"""The engine pool's bookkeeping, on an engine whose start the test holds open: no engine is stopped
+while its background start is still under way, whatever the run does meanwhile (a stop request
+while a stage waits for it, the early stop of engines no stage still needs)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from hybridflow import backends
+from hybridflow.enginepool import EnginePool
+from hybridflow.spec import pipeline_model
+from hybridflow.stopping import SignalState, Terminated
+
+NAME = "heldstart"
+
+
+class HeldStart:
+    """A backend whose start() waits until the test releases it; it records what happened, in order."""
+
+    release = threading.Event()
+    events: list[str] = []
+
+    def start(self, code=()) -> None:
+        self.events.append("starting")
+        assert self.release.wait(30), "the test never released the start"
+        self.events.append("started")
+
+    def check_shared_workdir(self, workdir) -> bool:
+        return True
+
+    def stop(self) -> None:
+        self.events.append("stopped")
+
+
+def create(settings, log_dir) -> HeldStart:  # the registry's entry point for NAME
+    return HeldStart()
+
+
+@pytest.fixture
+def held_engine():
+    HeldStart.release.clear()
+    HeldStart.events.clear()
+    backends.register(backends.Engine(name=NAME, module=__name__, frame_types="nothing"))
+    yield HeldStart
+    HeldStart.release.set()
+    backends.engines().pop(NAME, None)
+    pipeline_model.cache_clear()
+
+
+def pool(tmp_path, signals: SignalState) -> EnginePool:
+    pipeline = SimpleNamespace(spec=SimpleNamespace(backends=None), secrets=(), stages={}, root=tmp_path,
+                               workdir=tmp_path)
+    (tmp_path / "logs").mkdir(exist_ok=True)
+    return EnginePool(pipeline, [], tmp_path / "logs", signals=signals)
+
+
+def wait_until(condition, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_a_stop_request_while_a_stage_waits_never_stops_the_engine_under_its_start(tmp_path, held_engine):
+    signals = SignalState()
+    engines = pool(tmp_path, signals)
+    engines.start_early([NAME])
+    try:
+        wait_until(lambda: held_engine.events == ["starting"])
+        signals.signum = signal.SIGINT  # Ctrl-C while the stage that needs it waits for it
+        with pytest.raises(Terminated):
+            engines.get(NAME)
+        engines.keep_only(set())  # what the runner does after every stage: no stage still needs it
+        assert held_engine.events == ["starting"]  # not stopped while it starts
+    finally:
+        held_engine.release.set()
+        engines.stop_all()  # waits for the start, then stops it
+    assert held_engine.events == ["starting", "started", "stopped"]
+
+
+def test_an_engine_started_early_and_no_longer_needed_is_stopped_once_its_start_is_taken(tmp_path, held_engine):
+    engines = pool(tmp_path, SignalState())
+    engines.start_early([NAME])
+    try:
+        held_engine.release.set()
+        engines.get(NAME)
+        assert engines.seconds[NAME] >= 0
+        engines.keep_only(set())
+        assert held_engine.events == ["starting", "started", "stopped"]
+    finally:
+        engines.stop_all()
+    assert held_engine.events == ["starting", "started", "stopped"]  # stopped once
