@@ -54,16 +54,23 @@ class EnginePool:
         self.output = EngineOutput(log_dir / "engines.log", pipeline.secrets)  # redacted engines.log
         self._given = dict(given or {})
         self._started: dict[str, Any] = {}
-        self._one_start = threading.Lock()  # starts redirect this process's fds: one at a time
+        # starts redirect this process's fds 1 and 2 (process-wide): the first start to begin points
+        # them at engines.log, the last to end points them back
+        self._redirect_guard = threading.Lock()
+        self._redirect: contextlib.ExitStack | None = None
+        self._launches = 0
         self._early: dict[str, EarlyStart] = {}
-        self._early_thread: threading.Thread | None = None
-        self._early_started = threading.Event()  # the background thread has started all it will
-        self._engines_stopped = threading.Event()  # ... and may end once they are stopped
+        self._early_threads: list[threading.Thread] = []
+        self._early_left = 0  # background starts not yet ended
+        self._early_started = threading.Event()  # every background start has ended
+        self._engines_stopped = threading.Event()  # ... and their threads may end once the engines stop
         self._streams: TerminalStreams | None = None
 
     def start_early(self, names: list[str]) -> None:
-        """Start these engines now, in the background and in this order (the order stages need them):
-        a JVM comes up while earlier stages compute, and a stage waits only for its own engine.
+        """Start these engines now, in the background, each in its own thread (the order is the order
+        stages need them): a JVM comes up while earlier stages compute, and a stage waits only for its
+        own engine. The engine of the stage that runs first starts at once; the others once it is up,
+        side by side (one after another, Ray was not ready when the retrain's tune stage came).
         Engines a caller gave, in-process engines and attached clusters (cheap to reach) are left to
         start on first use. Must be called before the progress display takes over the terminal."""
         first = names[0] if names else None  # the engine of the stage that runs first: needed now
@@ -82,24 +89,34 @@ class EnginePool:
         # This process's own writes (the display, the summary) keep going to the terminal.
         self._streams = TerminalStreams()
         self._early = {name: EarlyStart() for name in todo}
-        self._early_thread = threading.Thread(target=self._start_early, args=(todo, first), daemon=True,
-                                              name="hybridflow-engine-start")
-        self._early_thread.start()
+        self._early_left = len(todo)
+        self._early_started.clear()
+        for name in todo:
+            thread = threading.Thread(target=self._start_early, args=(name, first), daemon=True,
+                                      name=f"hybridflow-engine-start-{name}")
+            self._early_threads.append(thread)
+            thread.start()
 
-    def _start_early(self, names: list[str], first: str) -> None:
-        for name in names:
-            if name != first:  # not needed by the stage that runs now: it must not slow that stage down
-                _in_background(BACKGROUND_NICENESS)
-            early = self._early[name]
-            if self.signals.signum is not None:  # the run is stopping: start nothing more
-                early.error = Terminated(self.signals.signum)
-            else:
-                try:
-                    early.seconds = self._start_engine(name)
-                except BaseException as exc:  # handed to the stage that needs this engine
-                    early.error = exc
-            early.done.set()
-        self._early_started.set()
+    def _start_early(self, name: str, first: str | None) -> None:
+        early = self._early[name]
+        if name != first:  # not needed by the stage that runs now: it must not slow that stage down
+            _in_background(BACKGROUND_NICENESS)
+            # nor its engine's start, which uses both cores of a small machine (a JVM's start went from
+            # 5.0 s to 6.7 s with Dask's and Ray's beside it): they start once it is up, side by side
+            if first in self._early:
+                self._early[first].done.wait()
+        if self.signals.signum is not None:  # the run is stopping: start nothing more
+            early.error = Terminated(self.signals.signum)
+        else:
+            try:
+                early.seconds = self._start_engine(name)
+            except BaseException as exc:  # handed to the stage that needs this engine
+                early.error = exc
+        early.done.set()
+        with self._redirect_guard:
+            self._early_left -= 1
+            if self._early_left == 0:
+                self._early_started.set()
         # Engines tie their daemons' lives to the thread that launched them (Ray's GCS and raylet
         # get PR_SET_PDEATHSIG, which fires when that thread ends): this one lasts until they stop.
         self._engines_stopped.wait()
@@ -147,10 +164,21 @@ class EnginePool:
 
     @contextlib.contextmanager
     def _launching(self, name: str):
-        """fds 1 and 2 at engines.log while an engine launches its processes, one engine at a time:
-        the redirect is process-wide."""
-        with self._one_start, self.output.redirected():
+        """fds 1 and 2 at engines.log while engines launch their processes (any thread). The redirect
+        is process-wide: shared by the starts under way, undone when the last of them ends."""
+        with self._redirect_guard:
+            if self._launches == 0:
+                self._redirect = contextlib.ExitStack()
+                self._redirect.enter_context(self.output.redirected())
+            self._launches += 1
+        try:
             yield
+        finally:
+            with self._redirect_guard:
+                self._launches -= 1
+                if self._launches == 0:
+                    self._redirect.close()
+                    self._redirect = None
 
     def _started_now(self, name: str, seconds: float | None, error: BaseException | None) -> None:
         """In the main thread, once an engine's start ended: take back the signal handlers an engine
@@ -189,7 +217,7 @@ class EnginePool:
     def keep_only(self, needed: set[str]) -> None:
         """Stop every engine this run started that is not in `needed` (the engines of the stages
         still to come): on a small machine the next engine wants that memory."""
-        for name in [n for n in self._started if n not in needed and n not in self._early]:
+        for name in [n for n in list(self._started) if n not in needed and n not in self._early]:  # starts add to it
             engine = self._started.pop(name)
             with contextlib.suppress(Exception), self.timeline.span(ENGINE_STOP, detail=name):
                 engine.stop()
@@ -208,7 +236,7 @@ class EnginePool:
         watchdog.daemon = True
         watchdog.start()
         try:
-            if self._early_thread is not None:
+            if self._early_threads:
                 self._early_started.wait()  # an engine half started cannot be stopped from here
             for name, engine in self._started.items():
                 with contextlib.suppress(Exception), self.timeline.span(ENGINE_STOP, detail=name):
@@ -216,10 +244,11 @@ class EnginePool:
         finally:
             watchdog.cancel()
         self._started.clear()
-        if self._early_thread is not None:
+        if self._early_threads:
             self._engines_stopped.set()
-            self._early_thread.join()
-            self._early_thread = None
+            for thread in self._early_threads:
+                thread.join()
+            self._early_threads = []
         if self._streams is not None:
             self._streams.restore()
             self._streams = None
