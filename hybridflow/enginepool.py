@@ -36,6 +36,7 @@ class EarlyStart:
     done: threading.Event = field(default_factory=threading.Event)
     seconds: float | None = None
     error: BaseException | None = None
+    thread: threading.Thread | None = None  # the thread starting it, which lives until the engines stop
 
 
 class EnginePool:
@@ -59,11 +60,9 @@ class EnginePool:
         self._redirect_guard = threading.Lock()
         self._redirect: contextlib.ExitStack | None = None
         self._launches = 0
-        self._early: dict[str, EarlyStart] = {}
-        self._early_threads: list[threading.Thread] = []
-        self._early_left = 0  # background starts not yet ended
-        self._early_started = threading.Event()  # every background start has ended
-        self._engines_stopped = threading.Event()  # ... and their threads may end once the engines stop
+        self._early: dict[str, EarlyStart] = {}  # starting in the background, until a stage takes it
+        self._background: list[EarlyStart] = []  # every background start of the run, taken or not
+        self._engines_stopped = threading.Event()  # the starting threads may end: the engines are stopped
         self._streams: TerminalStreams | None = None
 
     def start_early(self, names: list[str]) -> None:
@@ -89,22 +88,22 @@ class EnginePool:
         # This process's own writes (the display, the summary) keep going to the terminal.
         self._streams = TerminalStreams()
         self._early = {name: EarlyStart() for name in todo}
-        self._early_left = len(todo)
-        self._early_started.clear()
-        for name in todo:
-            thread = threading.Thread(target=self._start_early, args=(name, first), daemon=True,
-                                      name=f"hybridflow-engine-start-{name}")
-            self._early_threads.append(thread)
-            thread.start()
+        self._background = list(self._early.values())
+        leader = self._early.get(first)  # the start the others wait for (None: not started here)
+        for name, early in self._early.items():
+            early.thread = threading.Thread(target=self._start_early, daemon=True,
+                                            args=(name, early, name == first, None if early is leader else leader),
+                                            name=f"hybridflow-engine-start-{name}")
+            early.thread.start()
 
-    def _start_early(self, name: str, first: str | None) -> None:
-        early = self._early[name]
-        if name != first:  # not needed by the stage that runs now: it must not slow that stage down
+    def _start_early(self, name: str, early: EarlyStart, needed_now: bool, leader: EarlyStart | None) -> None:
+        """In its own thread: start `name` for the stage that will take it; after `leader`, if given."""
+        if not needed_now:  # not needed by the stage that runs now: it must not slow that stage down
             _in_background(BACKGROUND_NICENESS)
+        if leader is not None:
             # nor its engine's start, which uses both cores of a small machine (a JVM's start went from
             # 5.0 s to 6.7 s with Dask's and Ray's beside it): they start once it is up, side by side
-            if first in self._early:
-                self._early[first].done.wait()
+            leader.done.wait()
         if self.signals.signum is not None:  # the run is stopping: start nothing more
             early.error = Terminated(self.signals.signum)
         else:
@@ -113,10 +112,6 @@ class EnginePool:
             except BaseException as exc:  # handed to the stage that needs this engine
                 early.error = exc
         early.done.set()
-        with self._redirect_guard:
-            self._early_left -= 1
-            if self._early_left == 0:
-                self._early_started.set()
         # Engines tie their daemons' lives to the thread that launched them (Ray's GCS and raylet
         # get PR_SET_PDEATHSIG, which fires when that thread ends): this one lasts until they stop.
         self._engines_stopped.wait()
@@ -140,6 +135,10 @@ class EnginePool:
                 seconds, error = None, exc
             self._started_now(name, seconds, error)
         return self._started[name]
+
+    def _wait_for_background_starts(self) -> None:
+        for early in self._background:
+            early.done.wait()
 
     def _settings(self, name: str):
         return getattr(self.pipeline.spec.backends, name, None)
@@ -236,19 +235,18 @@ class EnginePool:
         watchdog.daemon = True
         watchdog.start()
         try:
-            if self._early_threads:
-                self._early_started.wait()  # an engine half started cannot be stopped from here
+            self._wait_for_background_starts()  # an engine half started cannot be stopped from here
             for name, engine in self._started.items():
                 with contextlib.suppress(Exception), self.timeline.span(ENGINE_STOP, detail=name):
                     engine.stop()
         finally:
             watchdog.cancel()
         self._started.clear()
-        if self._early_threads:
+        if self._background:
             self._engines_stopped.set()
-            for thread in self._early_threads:
-                thread.join()
-            self._early_threads = []
+            for early in self._background:
+                early.thread.join()
+            self._background = []
         if self._streams is not None:
             self._streams.restore()
             self._streams = None

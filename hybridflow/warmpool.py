@@ -52,10 +52,9 @@ class WarmPool(EnginePool):
         """Between runs: the last run's background starts are over (one may outlive a failed run), so
         this process's streams go back to the terminal's fds, and the next run starts afresh. The
         starting threads themselves stay until shutdown: engines' daemons may die with them (Ray)."""
-        if self._early_threads:
-            self._early_started.wait()
-            self._launchers.extend(self._early_threads)
-            self._early_threads = []
+        self._wait_for_background_starts()
+        self._launchers.extend(early.thread for early in self._background)
+        self._background = []
         self._early = {}
         if self._streams is not None:
             self._streams.restore()
