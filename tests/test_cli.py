@@ -255,3 +255,24 @@ def test_messages_with_brackets_are_printed_verbatim(project):
     path = project.pipeline("name: demo\nstages:\n  a: {run: 'x:y', inputs: events}\n")
     result = invoke("validate", path)
     assert "must be a list of dataset names, e.g. [events], not 'events'" in result.output
+
+
+def test_the_command_exits_with_its_code_after_exit_handlers_and_output(tmp_path):
+    """`hybridflow` (cli.main) skips the interpreter's teardown at exit: the exit code, what the
+    command printed and what exit handlers do must all be as a normal exit leaves them."""
+    import subprocess
+    import sys
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: demo\nstages:\n  one: {run: nowhere:fn, outputs: [x], colour: red}\n")
+    marker = tmp_path / "handler-ran"
+    script = ("import atexit, sys\n"
+              f"atexit.register(lambda: open({str(marker)!r}, 'w').write('ran'))\n"
+              "from hybridflow.cli import main\n"
+              f"sys.argv = ['hybridflow', 'validate', {str(bad)!r}]\n"
+              "main()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == int(ExitCode.CONFIG), done.stderr
+    assert "colour" in done.stdout + done.stderr
+    assert "checked" in done.stdout + done.stderr  # the last line printed was flushed
+    assert marker.read_text() == "ran"
