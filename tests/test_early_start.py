@@ -84,3 +84,62 @@ def test_an_engine_that_cannot_start_fails_the_stage_that_needs_it(project):
     assert result.stages["total"].status == "failed"
     assert result.error.exit_code == ExitCode.UNAVAILABLE
     assert "spark" in result.error.one_line()
+
+
+KEPT_OR_STOPPED = '''
+import os
+from pathlib import Path
+
+import pandas as pd
+
+
+def numbers():
+    import dask.dataframe as dd
+
+    return dd.from_pandas(pd.DataFrame({"id": [1, 2, 3]}), npartitions=1)
+
+
+def engine_processes(numbers):
+    """The processes below this one (the run's) while this in-process stage runs."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and b"resource_tracker" not in (entry / "cmdline").read_bytes():
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue
+    found, todo = set(), [os.getpid()]
+    while todo:
+        parent = todo.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in found]
+        found.update(children)
+        todo.extend(children)
+    return pd.DataFrame({"processes": [len(found)]})
+
+
+def again(numbers, counted):
+    return numbers
+'''
+
+KEPT_OR_STOPPED_PIPELINE = '''
+name: early-stop
+backends:
+  dask: {n_workers: 1, threads_per_worker: 1}
+stages:
+  make: {run: "mypkg.steps:numbers", backend: dask, outputs: [numbers]}
+  count: {run: "mypkg.steps:engine_processes", inputs: [numbers], outputs: [counted]}
+'''
+
+
+@pytest.mark.parametrize("needed_again", [False, True])
+def test_an_engine_no_later_stage_needs_is_gone_when_the_next_stage_runs(project, needed_again):
+    project.stages(KEPT_OR_STOPPED)
+    yaml = KEPT_OR_STOPPED_PIPELINE
+    if needed_again:
+        yaml += '  again: {run: "mypkg.steps:again", backend: dask, inputs: [numbers, counted], outputs: [last]}\n'
+    result = Runner(load_pipeline(project.pipeline(yaml))).run()
+    assert result.status == "success", result.error
+    [counted] = read_arrow(Catalog(project.home("early-stop")).current("counted").source()).to_pylist()
+    # a local Dask cluster is at least its worker's process: stopped before `count` ran, unless
+    # `again` needs it after
+    assert (counted["processes"] > 0) == needed_again, counted
