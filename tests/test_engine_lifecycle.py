@@ -4,6 +4,7 @@ in one line when it cannot start or its cluster does not answer."""
 from __future__ import annotations
 
 import importlib.util
+import threading
 import time
 
 import pytest
@@ -20,18 +21,21 @@ from .engines import TEST_SETTINGS, child_pids
 
 @pytest.mark.parametrize("name", ["spark", "dask", "ray"])
 def test_stop_ends_every_process_the_engine_started_and_is_safe_twice(tmp_path, name):
-    before = child_pids()
+    before, threads_before = child_pids(), set(threading.enumerate())
     engine = backends.create(name, TEST_SETTINGS[name], tmp_path)
     with backends.base.process_output_to(tmp_path / "engines.log"):
         engine.start()
     assert child_pids() - before, f"{name} started no process?"
     engine.stop()
     engine.stop()
+    # nor socket servers of this process (pyspark's accumulator server is shut down aside, not waited for)
+    servers = lambda: [t for t in set(threading.enumerate()) - threads_before if "serve_forever" in t.name]  # noqa: E731
     deadline = time.monotonic() + 120
-    while child_pids() - before and time.monotonic() < deadline:
+    while (child_pids() - before or servers()) and time.monotonic() < deadline:
         time.sleep(0.2)
     left = child_pids() - before
     assert not left, f"{name}: processes alive 120 s after stop(): {sorted(left)}"
+    assert not servers(), servers()
 
 
 @pytest.mark.parametrize("name, settings, address", [

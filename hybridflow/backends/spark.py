@@ -23,6 +23,7 @@ import shlex
 import shutil
 import sys
 import tempfile
+import threading
 import warnings
 from pathlib import Path
 from typing import Any, Sequence
@@ -474,6 +475,7 @@ class SparkBackend(Backend):
 
         if self.session is not None:
             event_logs = _event_logs(self.session.sparkContext) if self.secrets else None
+            _end_accumulator_server_aside(self.session.sparkContext)
             self.session.stop()
             self.session = None
             if event_logs is not None:  # closed now: what Spark itself could not redact
@@ -492,6 +494,17 @@ class SparkBackend(Backend):
                 process.wait()
             SparkContext._gateway = None
             SparkContext._jvm = None
+
+
+def _end_accumulator_server_aside(context) -> None:
+    """Shut pyspark's accumulator server down in a thread of its own, so that stopping the session
+    does not wait for it: its loop polls every 0.5 s, and that wait was most of a Spark stop (0.5 s
+    against 0.06 s for the JVM's own), on the run's critical path when Spark stops early."""
+    server = getattr(context, "_accumulatorServer", None)  # private: where it is not, stop() does it all
+    if server is None:
+        return
+    context._accumulatorServer = None  # SparkContext.stop() skips what it finds None
+    threading.Thread(target=server.shutdown, daemon=True, name="hybridflow-spark-accumulators-stop").start()
 
 
 def spark_progress(job: int, stages: int, done: int, total: int) -> str:
