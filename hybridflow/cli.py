@@ -162,6 +162,8 @@ ToOption = typer.Option(None, "--to", help="Run this stage and everything before
 ForceOption = typer.Option(None, "--force", metavar="[STAGE,...]", autocompletion=stage_lists,
                            help="Run stages even if they are up to date: all of them (a bare --force, anywhere "
                                 "on the line), or the stages named (comma-separated).")
+KeepGoingOption = typer.Option(False, "--keep-going", "-k", help="After a failure, still run stages that do not "
+                               "depend on it.")
 
 
 @app.command()
@@ -193,8 +195,7 @@ def run(
     resume: bool = typer.Option(False, "--resume", help="Continue the last run if it failed or was interrupted: "
                                 "same stages and --param values; finished stages are skipped."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and run nothing."),
-    keep_going: bool = typer.Option(False, "--keep-going", "-k",
-                                    help="After a failure, still run stages that do not depend on it."),
+    keep_going: bool = KeepGoingOption,
     wait: bool = typer.Option(False, "--wait", help="Wait for another run of this pipeline to finish."),
     trigger: str = typer.Option("manual", "--trigger", help="Recorded with the run: manual or cron."),
     if_due: bool = typer.Option(False, "--if-due", help="Exit 0 without running unless schedule.cron is due "
@@ -213,8 +214,7 @@ def run(
         if clashing:
             raise UsageError(f"--watch cannot be combined with {clashing[0]}",
                              hint="--watch runs on each save; run without it for a one-off run")
-        api.watch(pipeline_file, only=only, from_=start, to=end, params=params, force=force,
-                  keep_going=keep_going, report=_WatchReport())
+        _watch(pipeline_file, only=only, start=start, end=end, params=params, force=force, keep_going=keep_going)
         return
 
     if if_due:
@@ -233,6 +233,30 @@ def run(
         _print_plan(result)
     elif result is not None and result.error is not None:
         raise typer.Exit(result.exit_code)
+
+
+@app.command()
+@_guarded
+def dev(
+    pipeline_file: Path = typer.Argument(..., metavar="PIPELINE.yaml"),
+    only: Optional[List[str]] = OnlyOption,
+    start: Optional[List[str]] = FromOption,
+    end: Optional[List[str]] = ToOption,
+    params: Optional[List[str]] = ParamOption,
+    force: Optional[str] = ForceOption,
+    keep_going: bool = KeepGoingOption,
+    verbose: bool = VerboseOption,
+) -> None:
+    """Warm iteration (the same as run --watch): run, then again on each save of the pipeline file or
+    of the stage code it reaches, on engines kept running; Ctrl-C stops every engine."""
+    _watch(pipeline_file, only=only, start=start, end=end, params=params, force=force, keep_going=keep_going)
+
+
+def _watch(pipeline_file: Path, *, only, start, end, params, force, keep_going: bool) -> None:
+    from . import api
+
+    api.watch(pipeline_file, only=only, from_=start, to=end, params=params, force=force,
+              keep_going=keep_going, report=_WatchReport())
 
 
 class _RunReport:

@@ -1,5 +1,6 @@
-"""Warm iteration (hybridflow run --watch): run the pipeline, then again on every save of its YAML or
-of the project code its stages reach, on engines kept running between runs (warmpool.py). Skipping
+"""Warm iteration (hybridflow run --watch, hybridflow dev): run the pipeline, then again on every save
+of its YAML, of the project code its stages reach, or of an external input (a file added to an input
+directory counts), on engines kept running between runs (warmpool.py). Skipping
 does the rest: a run re-executes exactly the stages whose fingerprint changed and those downstream.
 
 Saves are found by polling modification times: no dependency, and it works on every filesystem.
@@ -21,6 +22,7 @@ from typing import Any
 
 from .codereach import CodeIndex
 from .errors import HybridflowError, InterruptedRun
+from .inputs import external_files
 from .pipeline import Pipeline
 from .results import Listener, RunResult, Selection, new_run_id
 from .stagelog import private_dir
@@ -59,7 +61,7 @@ class WatchSession:
         self.selection, self.force, self.keep_going = selection, force, keep_going
         self.report, self.poll = report, poll
         self.pool: WarmPool | None = None
-        self.files: set[Path] = {file}  # what is watched: the YAML and the code its stages reach
+        self.files: set[Path] = {file}  # what is watched: the YAML, the code its stages reach, external inputs
         self.last: RunResult | None = None
 
     def loop(self, runs: int | None = None) -> RunResult | None:
@@ -116,13 +118,13 @@ class WatchSession:
             raise self.last.error
 
     def _wait_for_change(self) -> None:
-        files = sorted(self.files)
-        self.report.waiting(files)
-        before = _snapshot(files)
-        while (now := _snapshot(files)) == before:
+        paths = sorted(self.files)
+        before = _snapshot(paths)
+        self.report.waiting(sorted(before))
+        while (now := _snapshot(paths)) == before:
             time.sleep(self.poll)
         time.sleep(SETTLE_SECONDS)
-        changed = [f for f in files if before[f] != now[f]]
+        changed = sorted(f for f in before.keys() | now.keys() if before.get(f) != now.get(f))
         for file in changed:  # a save within the same second may keep the size: never trust the .pyc
             if file.suffix == ".py":
                 with contextlib.suppress(OSError, ValueError):
@@ -146,23 +148,28 @@ class WatchSession:
 
 
 def watched_files(pipeline: Pipeline) -> set[Path]:
-    """The pipeline's YAML and every project file whose code a stage reaches (codereach.py)."""
+    """The pipeline's YAML, every project file whose code a stage reaches (codereach.py), and the path
+    of every external input a stage reads (a file, or a directory watched with what it holds)."""
     index = CodeIndex(pipeline.root)
     files = {Path(pipeline.file)}
     for spec in pipeline.stages.values():
         for unit in index.reach(spec.run).digests:
             files.add(pipeline.root / unit.rsplit(":", 1)[0])
+        files.update(pipeline.external_path(name) for name in spec.inputs if pipeline.is_external(name))
     return files
 
 
-def _snapshot(files: list[Path]) -> dict[Path, tuple[int, int] | None]:
+def _snapshot(paths: list[Path]) -> dict[Path, tuple[int, int] | None]:
+    """Modification time and size of each file, and of each file under a directory (so that a file
+    added, removed or replaced there is a change too)."""
     state: dict[Path, tuple[int, int] | None] = {}
-    for file in files:
-        try:
-            stat = file.stat()
-            state[file] = (stat.st_mtime_ns, stat.st_size)
-        except OSError:
-            state[file] = None  # removed, or replaced by a rename under way
+    for path in paths:
+        for file in external_files(path) if path.is_dir() else [path]:
+            try:
+                stat = file.stat()
+                state[file] = (stat.st_mtime_ns, stat.st_size)
+            except OSError:
+                state[file] = None  # removed, or replaced by a rename under way
     return state
 
 

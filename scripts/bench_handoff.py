@@ -2,17 +2,21 @@
 
 For each engine, "write" is the engine's Parquet write of a frame it already holds in memory, and
 "read" is reading the published files back into a materialised native frame. Both go through the
-same backend code a pipeline run uses. Prints seconds, MB/s (of the in-memory Arrow size) and the
-ratio of each engine's write + read to pyarrow's.
+same backend code a pipeline run uses: the read is given the schema the write returned, as a stage
+reading a published version is given its manifest's. Each engine writes and reads --rounds times
+(default 3) on one started engine, pyarrow as often; prints every round, the medians in seconds and
+MB/s (of the in-memory Arrow size), and the ratio of each engine's median write + read to pyarrow's.
+The first round of a JVM engine includes its JIT warm-up, which a long run pays once.
 
     python scripts/bench_handoff.py              # 5M rows
-    python scripts/bench_handoff.py --rows 500000
+    python scripts/bench_handoff.py --rows 500000 --rounds 5
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -72,56 +76,81 @@ def materialise(name: str, frame, keep: bool):
     return frame
 
 
-def timed(fn):
+def timed(fn, *args, **kwargs):
     clock = time.perf_counter()
-    result = fn()
+    result = fn(*args, **kwargs)
     return time.perf_counter() - clock, result
 
 
-def bench(name: str, engine, source: TableSource, scratch: Path) -> tuple[float, float]:
+def read_through(name: str, engine, source: TableSource):
+    return materialise(name, engine.read(source), keep=False)
+
+
+def bench(name: str, engine, source: TableSource, scratch: Path, rounds: int) -> list[tuple[float, float]]:
     held = materialise(name, engine.read(source), keep=True)  # the frame a stage would return
-    out = scratch / f"{name}-out"
-    out.mkdir()
-    write_s, _ = timed(lambda: engine.write(held, out))
-    published = TableSource("bench", tuple(sorted(out.rglob("*.parquet"))), "parquet", None)
-    read_s, _ = timed(lambda: materialise(name, engine.read(published), keep=False))
-    return write_s, read_s
+    figures = []
+    for round_ in range(rounds):
+        out = scratch / f"{name}-out-{round_}"
+        out.mkdir()
+        write_s, schema = timed(engine.write, held, out)
+        published = TableSource("bench", tuple(sorted(out.rglob("*.parquet"))), "parquet", schema)
+        read_s, _ = timed(read_through, name, engine, published)
+        figures.append((write_s, read_s))
+        shutil.rmtree(out)
+    return figures
+
+
+def pyarrow_rounds(table: pa.Table, scratch: Path, rounds: int) -> list[tuple[float, float]]:
+    figures = []
+    for round_ in range(rounds):
+        out = scratch / f"pyarrow-{round_}"
+        out.mkdir()
+        write_s, _ = timed(write_arrow, table, out)
+        read_s, _ = timed(pq.read_table, [str(f) for f in sorted(out.glob("*.parquet"))])
+        figures.append((write_s, read_s))
+    return figures
+
+
+def medians(figures: list[tuple[float, float]]) -> tuple[float, float, float]:
+    """Median write, read and write + read (the last a median of its own, over the rounds)."""
+    return (statistics.median(w for w, _ in figures), statistics.median(r for _, r in figures),
+            statistics.median(w + r for w, r in figures))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=5_000_000)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--engines", default="python,spark,dask,ray")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="hf-bench-"))
     try:
         table = make_table(args.rows)
         mb = table.nbytes / 1e6
-        print(f"{args.rows:,} rows, {table.num_columns} columns, {mb:.0f} MB in memory")
-        floor = scratch / "pyarrow"
-        floor.mkdir()
-        write_s, _ = timed(lambda: write_arrow(table, floor))
-        read_s, _ = timed(lambda: pq.read_table([str(f) for f in sorted(floor.glob("*.parquet"))]))
-        rows = [("pyarrow", write_s, read_s)]
-        source = TableSource("bench", tuple(sorted(floor.glob("*.parquet"))), "parquet", None)
+        print(f"{args.rows:,} rows, {table.num_columns} columns, {mb:.0f} MB in memory, {args.rounds} rounds")
+        results = [("pyarrow", pyarrow_rounds(table, scratch, args.rounds))]
+        source = TableSource("bench", tuple(sorted((scratch / "pyarrow-0").glob("*.parquet"))), "parquet", table.schema)
         for name in args.engines.split(","):
             engine = backends.create(name, SETTINGS[name], scratch)
             with backends.base.process_output_to(scratch / "engines.log"):
                 start_s, _ = timed(engine.start)
             try:
-                write_s, read_s = bench(name, engine, source, scratch)
+                figures = bench(name, engine, source, scratch, args.rounds)
             finally:
                 engine.stop()
-            rows.append((f"{name} (start {start_s:.1f}s)", write_s, read_s))
-        base = rows[0][1] + rows[0][2]
-        print(f"{'engine':<22} {'write s':>8} {'MB/s':>7} {'read s':>8} {'MB/s':>7} {'total s':>8} {'x pyarrow':>9}")
-        for label, write_s, read_s in rows:
-            total = write_s + read_s
+            results.append((f"{name} (start {start_s:.1f}s)", figures))
+        for label, figures in results:
+            rounds = ", ".join(f"{w:.2f} + {r:.2f}" for w, r in figures)
+            print(f"  {label}: write + read per round: {rounds}")
+        base = medians(results[0][1])[2]
+        print(f"{'engine (medians)':<22} {'write s':>8} {'MB/s':>7} {'read s':>8} {'MB/s':>7} {'total s':>8} "
+              f"{'x pyarrow':>9}")
+        for label, figures in results:
+            write_s, read_s, total = medians(figures)
             print(f"{label:<22} {write_s:8.2f} {mb / write_s:7.0f} {read_s:8.2f} {mb / read_s:7.0f} "
                   f"{total:8.2f} {total / base:9.2f}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-
 
 if __name__ == "__main__":
     main()

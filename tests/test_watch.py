@@ -60,13 +60,13 @@ backends:
 class Watching:
     """A `hybridflow run --watch` process; its output goes to a file, read as it grows."""
 
-    def __init__(self, project) -> None:
+    def __init__(self, project, command: tuple[str, ...] = ("run", "--watch")) -> None:
         self.project = project
         self.marker = uuid.uuid4().hex
         self.output = project.root / "watch.out"
         env = {**os.environ, "HYBRIDFLOW_TEST_RUN": self.marker}
         with self.output.open("w") as sink:
-            self.process = subprocess.Popen([sys.executable, "-m", "hybridflow.cli", "run", "--watch", "pipeline.yaml"],
+            self.process = subprocess.Popen([sys.executable, "-m", "hybridflow.cli", *command, "pipeline.yaml"],
                                             cwd=project.root, env=env, stdout=sink, stderr=subprocess.STDOUT)
 
     def text(self) -> str:
@@ -164,3 +164,45 @@ def test_the_library_entry_point_runs_and_returns_the_last_result(project):
     project.pipeline(PIPELINE.format(backend="python"))
     result = hybridflow.watch(project.root / "pipeline.yaml", runs=1)
     assert result.status == "success" and summed(project) == 90
+
+
+COUNTED = """
+import pandas as pd
+
+
+def count(events):
+    return pd.DataFrame({"n": [len(events)], "total": [int(events.amount.sum())]})
+"""
+
+COUNTING = """
+name: w
+datasets:
+  events: {path: incoming, format: csv, schema: {amount: int64}}
+stages:
+  count: {run: mypkg.steps:count, inputs: [events], outputs: [counted]}
+"""
+
+
+def test_dev_reruns_on_a_change_to_an_external_input_and_a_file_added_to_it(project):
+    import hybridflow
+
+    project.stages(COUNTED)
+    project.pipeline(COUNTING)
+    project.write("incoming/a.csv", "amount\n1\n2\n")
+    watching = Watching(project, command=("dev",))
+    counted = lambda: hybridflow.read(project.root / "pipeline.yaml", "counted").to_dict("records")  # noqa: E731
+    try:
+        watching.wait_for("watching", 1)
+        assert counted() == [{"n": 2, "total": 3}]
+        project.write("incoming/a.csv", "amount\n1\n2\n30\n")  # a saved input
+        watching.wait_for("watching", 2)
+        assert counted() == [{"n": 3, "total": 33}]
+        project.write("incoming/b.csv", "amount\n100\n")  # a new file in the input directory
+        watching.wait_for("watching", 3)
+        assert counted() == [{"n": 4, "total": 133}]
+        assert [r["status"] for r in runs(project)] == ["success"] * 3
+        assert "changed: " in watching.text() and "b.csv" in watching.text()
+    finally:
+        code = watching.stop()
+    assert code == 130, watching.text()
+    assert_nothing_left(watching.marker, 30)

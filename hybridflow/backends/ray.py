@@ -226,7 +226,12 @@ class RayBackend(Backend):
         from .rayfiles import ParquetPieces  # imports Ray Data
 
         footers = read_footers(source.name, parquet_files(source))
-        return self.ray.data.read_datasource(ParquetPieces(source, footers))
+        # Ray splits a read into at least 200 blocks (DataContext.read_op_min_num_blocks): 5M rows in
+        # 3 pieces came out as 335 blocks of 1.5 MB, and the read took 1.4 s instead of 0.8 s. Two
+        # blocks per CPU of the cluster keep every CPU busy downstream; a larger input has more pieces.
+        cpus = int(self.ray.cluster_resources().get("CPU", 1))
+        return self.ray.data.read_datasource(ParquetPieces(source, footers),
+                                             override_num_blocks=max(len(footers.pieces), 2 * cpus))
 
     def _read_text(self, source: TableSource):
         import pyarrow.csv as pacsv

@@ -3,11 +3,12 @@
 Ray's `read_parquet` took 2-3x what pyarrow needs for the same files on this machine
 (scripts/bench_handoff.py: 3.3 s against 1.1 s for 5M rows), spent in its scan's batching and
 metadata tasks. Here each read task is one piece from the footers (consecutive row groups of one
-file, about PIECE_BYTES), read by pyarrow in a Ray worker and handed over a row group at a time, so
-the read stays lazy and streaming. The footers already say every piece's rows and size, so Ray
-plans without opening a file, and the blocks come out in the declared order and exact types, with
-partition columns restored from the paths. Ray's projection pushdown (a stage's `select_columns`)
-reaches the files: only the columns used are read.
+file, about PIECE_BYTES), read by pyarrow in a Ray worker and handed over a row group at a time
+(split further only to give every CPU two blocks), so the read stays lazy and streaming. The
+footers already say every piece's rows and size, so Ray plans without opening a file, and the
+blocks come out in the declared order and exact types, with partition columns restored from the
+paths. Ray's projection pushdown (a stage's `select_columns`) reaches the files: only the columns
+used are read.
 """
 
 from __future__ import annotations
