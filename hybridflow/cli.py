@@ -201,7 +201,8 @@ def run(
     if_due: bool = typer.Option(False, "--if-due", help="Exit 0 without running unless schedule.cron is due "
                                 "this minute in schedule.timezone (the cron lines use it)."),
     watch: bool = typer.Option(False, "--watch", help="Keep the engines running and run again on each save of "
-                               "the pipeline file or of the stage code it reaches; Ctrl-C stops."),
+                               "the pipeline file, of the stage code it reaches or of an external input; "
+                               "Ctrl-C stops."),
     verbose: bool = VerboseOption,
 ) -> None:
     """Validate a pipeline, then run its stages in dependency order."""
@@ -247,8 +248,8 @@ def dev(
     keep_going: bool = KeepGoingOption,
     verbose: bool = VerboseOption,
 ) -> None:
-    """Warm iteration (the same as run --watch): run, then again on each save of the pipeline file or
-    of the stage code it reaches, on engines kept running; Ctrl-C stops every engine."""
+    """Warm iteration (the same as run --watch): run, then again on each save of the pipeline file, of
+    the stage code it reaches or of an external input, on engines kept running; Ctrl-C stops them."""
     _watch(pipeline_file, only=only, start=start, end=end, params=params, force=force, keep_going=keep_going)
 
 

@@ -4,7 +4,7 @@ For each engine, "write" is the engine's Parquet write of a frame it already hol
 "read" is reading the published files back into a materialised native frame. Both go through the
 same backend code a pipeline run uses: the read is given the schema the write returned, as a stage
 reading a published version is given its manifest's. Each engine writes and reads --rounds times
-(default 3) on one started engine, pyarrow as often; prints every round, the medians in seconds and
+(default 5) on one started engine, pyarrow as often; prints every round, the medians in seconds and
 MB/s (of the in-memory Arrow size), and the ratio of each engine's median write + read to pyarrow's.
 The first round of a JVM engine includes its JIT warm-up, which a long run pays once.
 
@@ -120,7 +120,7 @@ def medians(figures: list[tuple[float, float]]) -> tuple[float, float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=5_000_000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--engines", default="python,spark,dask,ray")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="hf-bench-"))
