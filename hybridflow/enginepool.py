@@ -31,12 +31,16 @@ BACKGROUND_NICENESS = 10
 
 @dataclass
 class EarlyStart:
-    """An engine starting in the background: set `done` once started (seconds) or failed (error)."""
+    """An engine starting in the background: set `done` once started (seconds) or failed (error).
+    `unwanted`: no stage of the run needs it any more (a failure blocked them), so its own thread
+    stops it as soon as it is up; `lock` orders that against `done`."""
 
     done: threading.Event = field(default_factory=threading.Event)
     seconds: float | None = None
     error: BaseException | None = None
     thread: threading.Thread | None = None  # the thread starting it, which lives until the engines stop
+    unwanted: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class EnginePool:
@@ -111,7 +115,13 @@ class EnginePool:
                 early.seconds = self._start_engine(name)
             except BaseException as exc:  # handed to the stage that needs this engine
                 early.error = exc
-        early.done.set()
+        with early.lock:
+            unwanted = early.unwanted
+            if not unwanted:
+                early.done.set()
+        if unwanted:  # keep_only gave it up while it started: stopped here, before anyone sees it done
+            self._stop_started(name)
+            early.done.set()
         # Engines tie their daemons' lives to the thread that launched them (Ray's GCS and raylet
         # get PR_SET_PDEATHSIG, which fires when that thread ends): this one lasts until they stop.
         self._engines_stopped.wait()
@@ -121,11 +131,15 @@ class EnginePool:
         if name in self._given:
             return self._given[name]
         early = self._early.get(name)
+        if early is not None and early.unwanted:  # given up while it started (keep_only): once it stopped,
+            early.done.wait()                       # a fresh start below
+            del self._early[name]
+            early = None
         if early is not None:
             while not early.done.wait(0.2):
                 self.signals.check()  # a stop request is not held up by an engine that is starting
             # taken out only once started: an engine still starting is never stopped under its start
-            # (keep_only leaves what is in _early alone; a stop during ray.init hung the run)
+            # (keep_only marks it unwanted instead; a stop during ray.init hung the run)
             del self._early[name]
             self._started_now(name, early.seconds, early.error)
         elif name not in self._started:
@@ -215,9 +229,22 @@ class EnginePool:
 
     def keep_only(self, needed: set[str]) -> None:
         """Stop every engine this run started that is not in `needed` (the engines of the stages
-        still to come): on a small machine the next engine wants that memory."""
+        still to come): on a small machine the next engine wants that memory. One still starting
+        early is never stopped under its start: its own thread stops it once it is up."""
+        for name, early in list(self._early.items()):
+            if name in needed:
+                continue
+            with early.lock:
+                if not early.done.is_set():
+                    early.unwanted = True
+                    continue
+            del self._early[name]
         for name in [n for n in list(self._started) if n not in needed and n not in self._early]:  # starts add to it
-            engine = self._started.pop(name)
+            self._stop_started(name)
+
+    def _stop_started(self, name: str) -> None:
+        engine = self._started.pop(name, None)
+        if engine is not None:
             with contextlib.suppress(Exception), self.timeline.span(ENGINE_STOP, detail=name):
                 engine.stop()
 

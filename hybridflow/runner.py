@@ -326,8 +326,17 @@ class Runner:
                              reason=decision.reason if decision else None)  # why it ran, kept for the report
             finally:
                 # an engine no stage still to come runs on gives its memory back now, not at the end
-                self._engines.keep_only({results[s].backend for s in self.stages if results[s].status == "waiting"})
+                self._engines.keep_only(self._engines_still_needed(results, first_error is not None))
         return ("failed", first_error) if first_error else ("success", None)
+
+    def _engines_still_needed(self, results: dict[str, StageResult], failed: bool) -> set[str]:
+        """The engines of the stages still to come that can still run: none after a failure (without
+        --keep-going), and none for a stage below a failed one."""
+        if failed and not self.keep_going:
+            return set()
+        ended = {s for s, r in results.items() if r.status in ("failed", "not run")}
+        return {results[s].backend for s in self.stages
+                if results[s].status == "waiting" and not self.pipeline.dag.ancestors(s) & ended}
 
     def _stage_executor(self) -> StageExecutor:
         errors = StageErrors(self.pipeline, self.inputs, self.home)

@@ -16,7 +16,7 @@ from hybridflow.errors import ExitCode
 from hybridflow.runner import Runner
 from hybridflow.state import RunStore
 from hybridflow.tables import read_arrow
-from hybridflow.timeline import CALL, ENGINE_START
+from hybridflow.timeline import CALL, ENGINE_START, ENGINE_STOP
 
 from .engines import child_pids
 
@@ -88,6 +88,7 @@ def test_an_engine_that_cannot_start_fails_the_stage_that_needs_it(project):
 
 KEPT_OR_STOPPED = '''
 import os
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -100,6 +101,26 @@ def numbers():
 
 
 def engine_processes(numbers):
+    return pd.DataFrame({"processes": [len(run_processes())]})
+
+
+def broken():
+    raise ValueError("no numbers today")
+
+
+def processes_once_settled():
+    """The most processes the run had while this stage ran (an engine starting in the background),
+    and how many were left once they were gone or 30 s later."""
+    most, deadline = 0, time.monotonic() + 30
+    while (count := len(run_processes())) or not most:
+        most = max(most, count)
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    return pd.DataFrame({"most": [most], "left": [count]})
+
+
+def run_processes():
     """The processes below this one (the run's) while this in-process stage runs."""
     parents = {}
     for entry in Path("/proc").iterdir():
@@ -114,10 +135,14 @@ def engine_processes(numbers):
         children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in found]
         found.update(children)
         todo.extend(children)
-    return pd.DataFrame({"processes": [len(found)]})
+    return found
 
 
 def again(numbers, counted):
+    return numbers
+
+
+def passed_on(numbers):
     return numbers
 '''
 
@@ -143,3 +168,28 @@ def test_an_engine_no_later_stage_needs_is_gone_when_the_next_stage_runs(project
     # a local Dask cluster is at least its worker's process: stopped before `count` ran, unless
     # `again` needs it after
     assert (counted["processes"] > 0) == needed_again, counted
+
+
+GIVEN_UP_PIPELINE = '''
+name: given-up
+backends:
+  dask: {n_workers: 1, threads_per_worker: 1}
+stages:
+  make: {run: "mypkg.steps:broken", outputs: [numbers]}
+  use: {run: "mypkg.steps:passed_on", backend: dask, inputs: [numbers], outputs: [last]}
+  count: {run: "mypkg.steps:processes_once_settled", outputs: [counted]}
+'''
+
+
+def test_an_engine_started_early_for_a_stage_a_failure_blocked_is_stopped_while_the_run_goes_on(project):
+    project.stages(KEPT_OR_STOPPED)
+    result = Runner(load_pipeline(project.pipeline(GIVEN_UP_PIPELINE)), keep_going=True).run()
+    assert [result.stages[s].status for s in ("make", "use", "count")] == ["failed", "not run", "done"]
+    recorded = spans(project, result.run_id)
+    assert "dask" in [s["detail"] for s in recorded if s["kind"] == ENGINE_START]  # started early, for `use`
+    [counted] = read_arrow(Catalog(project.home("given-up")).current("counted").source()).to_pylist()
+    # seen starting, then stopped once up, while `count` ran, not at the end of the run
+    assert counted["most"] > 0 and counted["left"] == 0, counted
+    stop = next(s for s in recorded if s["kind"] == ENGINE_STOP and s["detail"] == "dask")
+    count = next(s for s in recorded if s["kind"] == CALL and s["stage"] == "count")
+    assert stop["started_at"] < count["ended_at"], (stop, count)

@@ -95,3 +95,32 @@ def test_an_engine_started_early_and_no_longer_needed_is_stopped_once_its_start_
     finally:
         engines.stop_all()
     assert held_engine.events == ["starting", "started", "stopped"]  # stopped once
+
+
+def test_an_engine_given_up_while_it_starts_is_stopped_by_its_start_once_up(tmp_path, held_engine):
+    engines = pool(tmp_path, SignalState())
+    engines.start_early([NAME])
+    try:
+        wait_until(lambda: held_engine.events == ["starting"])
+        engines.keep_only(set())  # a failure blocked the stage it was starting for
+        assert held_engine.events == ["starting"]  # never stopped under its start
+        held_engine.release.set()
+        wait_until(lambda: held_engine.events == ["starting", "started", "stopped"])  # not only at the end
+        assert engines.started() == []
+    finally:
+        engines.stop_all()
+    assert held_engine.events == ["starting", "started", "stopped"]  # stopped once
+
+
+def test_an_engine_given_up_while_it_starts_and_then_asked_for_starts_afresh(tmp_path, held_engine):
+    engines = pool(tmp_path, SignalState())
+    engines.start_early([NAME])
+    try:
+        wait_until(lambda: held_engine.events == ["starting"])
+        engines.keep_only(set())
+        held_engine.release.set()
+        assert engines.get(NAME) is not None
+        assert held_engine.events == ["starting", "started", "stopped", "starting", "started"]
+    finally:
+        engines.stop_all()
+    assert held_engine.events[-1] == "stopped" and held_engine.events.count("stopped") == 2
