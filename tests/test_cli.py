@@ -276,3 +276,40 @@ def test_the_command_exits_with_its_code_after_exit_handlers_and_output(tmp_path
     assert "colour" in done.stdout + done.stderr
     assert "checked" in done.stdout + done.stderr  # the last line printed was flushed
     assert marker.read_text() == "ran"
+
+
+
+CHATTY = """
+import io, logging, sys, threading
+import hybridflow.cli
+
+def chatty_run():  # runs as the command, after what main() sets up
+    terminal, elsewhere = sys.stderr, io.StringIO()
+    sys.stderr = elsewhere  # while engines start, sys.stderr is a copy of the terminal; in a stage, its log
+    # a library logging at module level from a thread of its own (py4j does once its JVM stopped):
+    # left alone, Python's logging then configures the root logger on whatever sys.stderr is now
+    thread = threading.Thread(target=logging.info, args=("library chatter",))
+    thread.start()
+    thread.join()
+    sys.stderr = terminal
+    engine = logging.getLogger("chatty.engine")
+    engine.setLevel(logging.INFO)
+    engine.info("an engine's info record")  # reaches the root logger's handlers
+    logging.getLogger("user.code").warning("a warning from the stage")
+    print("elsewhere: " + elsewhere.getvalue().replace(chr(10), " | "))
+
+hybridflow.cli.app = chatty_run
+hybridflow.cli.main()
+"""
+
+
+def test_the_command_shows_warnings_on_the_current_stderr_and_no_library_info_records():
+    """Whatever a library's logging does (configure the root logger from a thread, at any moment),
+    the command prints no record below a warning, and a warning goes to the stderr of the moment."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", CHATTY], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "elsewhere:", done.stdout  # nothing went to the stream of that moment
+    assert done.stderr.strip() == "a warning from the stage", done.stderr
