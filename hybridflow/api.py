@@ -149,9 +149,10 @@ def watch(pipeline: str | os.PathLike, *, only: Names | None = None, from_: Name
           keep_going: bool = False, report=None, runs: int | None = None) -> RunResult | None:
     """Run a pipeline file, then run it again on every save of the file, of the stage code it
     reaches or of an external input, with its engines kept running between runs; each run executes
-    only the stages whose fingerprint changed and those downstream. Ends on SIGINT or SIGTERM (raising InterruptedRun)
-    with every engine stopped, or after `runs` runs. report: a watch.WatchReport, told each run and
-    each wait. force: for the first run only. Returns the last run's result."""
+    only the stages whose fingerprint changed and those downstream. Ends on SIGINT or SIGTERM
+    (raising InterruptedRun) with every engine stopped, or after `runs` runs. report: a
+    watch.WatchReport, told each run and each wait. force: for the first run only. Returns the
+    last run's result."""
     from .watch import WatchReport, WatchSession
 
     loaded = load(pipeline, params)  # a file that does not load at the start is an error, as for run
