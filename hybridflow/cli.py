@@ -644,19 +644,6 @@ def _root(
     """hybridflow: one YAML pipeline, each stage on the engine that suits it."""
 
 
-class _CurrentStderr(logging.StreamHandler):
-    """Writes to whatever sys.stderr is when a record comes: a stage's log while a stage runs, the
-    terminal otherwise (as Python's last-resort handler does)."""
-
-    @property
-    def stream(self):
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, _) -> None:
-        pass
-
-
 def _log_warnings_to_current_stderr() -> None:
     """Warnings logged by anyone reach the current stderr; nothing below them is shown. Left without
     a handler, the root logger gets one from the first module-level logging call (py4j's garbage
@@ -664,9 +651,7 @@ def _log_warnings_to_current_stderr() -> None:
     sys.stderr was at that moment: a stage's log, closed later, or the terminal, where every engine's
     INFO records that reach the root (Dask's scheduler's) then printed over the run's display."""
     if not logging.root.handlers:
-        handler = _CurrentStderr()
-        handler.setLevel(logging.WARNING)
-        logging.root.addHandler(handler)
+        logging.root.addHandler(logging.lastResort)  # level WARNING, writes to sys.stderr as it is then
 
 
 def main() -> None:

@@ -82,33 +82,27 @@ def timed(fn, *args, **kwargs):
     return time.perf_counter() - clock, result
 
 
-def read_through(name: str, engine, source: TableSource):
-    return materialise(name, engine.read(source), keep=False)
-
-
-def bench(name: str, engine, source: TableSource, scratch: Path, rounds: int) -> list[tuple[float, float]]:
-    held = materialise(name, engine.read(source), keep=True)  # the frame a stage would return
+def rounds(count: int, scratch: Path, label: str, write, read) -> list[tuple[float, float]]:
+    """`count` times: write(directory) into a fresh directory, then read(files, what write returned);
+    their seconds."""
     figures = []
-    for round_ in range(rounds):
-        out = scratch / f"{name}-out-{round_}"
+    for round_ in range(count):
+        out = scratch / f"{label}-{round_}"
         out.mkdir()
-        write_s, schema = timed(engine.write, held, out)
-        published = TableSource("bench", tuple(sorted(out.rglob("*.parquet"))), "parquet", schema)
-        read_s, _ = timed(read_through, name, engine, published)
+        write_s, written = timed(write, out)
+        read_s, _ = timed(read, tuple(sorted(out.rglob("*.parquet"))), written)
         figures.append((write_s, read_s))
         shutil.rmtree(out)
     return figures
 
 
-def pyarrow_rounds(table: pa.Table, scratch: Path, rounds: int) -> list[tuple[float, float]]:
-    figures = []
-    for round_ in range(rounds):
-        out = scratch / f"pyarrow-{round_}"
-        out.mkdir()
-        write_s, _ = timed(write_arrow, table, out)
-        read_s, _ = timed(pq.read_table, [str(f) for f in sorted(out.glob("*.parquet"))])
-        figures.append((write_s, read_s))
-    return figures
+def bench(name: str, engine, source: TableSource, scratch: Path, count: int) -> list[tuple[float, float]]:
+    held = materialise(name, engine.read(source), keep=True)  # the frame a stage would return
+
+    def read_through(files, schema):
+        return materialise(name, engine.read(TableSource("bench", files, "parquet", schema)), keep=False)
+
+    return rounds(count, scratch, name, lambda out: engine.write(held, out), read_through)
 
 
 def medians(figures: list[tuple[float, float]]) -> tuple[float, float, float]:
@@ -128,8 +122,11 @@ def main() -> None:
         table = make_table(args.rows)
         mb = table.nbytes / 1e6
         print(f"{args.rows:,} rows, {table.num_columns} columns, {mb:.0f} MB in memory, {args.rounds} rounds")
-        results = [("pyarrow", pyarrow_rounds(table, scratch, args.rounds))]
-        source = TableSource("bench", tuple(sorted((scratch / "pyarrow-0").glob("*.parquet"))), "parquet", table.schema)
+        results = [("pyarrow", rounds(args.rounds, scratch, "pyarrow", lambda out: write_arrow(table, out),
+                                      lambda files, _: pq.read_table([str(f) for f in files])))]
+        (scratch / "source").mkdir()
+        write_arrow(table, scratch / "source")  # what each engine reads into the frame it then writes
+        source = TableSource("bench", tuple(sorted((scratch / "source").glob("*.parquet"))), "parquet", table.schema)
         for name in args.engines.split(","):
             engine = backends.create(name, SETTINGS[name], scratch)
             with backends.base.process_output_to(scratch / "engines.log"):
@@ -140,8 +137,8 @@ def main() -> None:
                 engine.stop()
             results.append((f"{name} (start {start_s:.1f}s)", figures))
         for label, figures in results:
-            rounds = ", ".join(f"{w:.2f} + {r:.2f}" for w, r in figures)
-            print(f"  {label}: write + read per round: {rounds}")
+            per_round = ", ".join(f"{w:.2f} + {r:.2f}" for w, r in figures)
+            print(f"  {label}: write + read per round: {per_round}")
         base = medians(results[0][1])[2]
         print(f"{'engine (medians)':<22} {'write s':>8} {'MB/s':>7} {'read s':>8} {'MB/s':>7} {'total s':>8} "
               f"{'x pyarrow':>9}")
@@ -151,6 +148,7 @@ def main() -> None:
                   f"{total:8.2f} {total / base:9.2f}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
 
 if __name__ == "__main__":
     main()

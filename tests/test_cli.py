@@ -278,7 +278,6 @@ def test_the_command_exits_with_its_code_after_exit_handlers_and_output(tmp_path
     assert marker.read_text() == "ran"
 
 
-
 CHATTY = """
 import io, logging, sys, threading
 import hybridflow.cli
