@@ -141,8 +141,7 @@ class DaskBackend(Backend):
                 self.client = Client(self.cluster)
             if self.gpu is not None and self.settings.address:
                 _require_gpu_workers(self.client, self.settings.address)
-            for path in code:  # workers import the stage modules to run functions defined there
-                self.client.upload_file(str(code_archive(path, self.log_dir)))
+            self._ship(code)
             if self.cluster is not None:
                 # fresh worker processes import what every read task needs now, within the start the
                 # runner overlaps with earlier stages, not in the first stage's first task (0.6 s here)
@@ -165,12 +164,36 @@ class DaskBackend(Backend):
             for module in [m for m in sys.modules if m.split(".")[0] in names]:
                 del sys.modules[module]
 
-        # workers drop the stage modules they imported, then import them from the new archive, which
-        # upload_file puts first on their sys.path (and on the workers of a later restart)
-        self.client.run(forget, tops)
-        for path in code:
-            self.client.upload_file(str(code_archive(path, self.log_dir)))
+        # workers drop the stage modules they imported, then import them from the new archive
+        if self._workers_elsewhere():
+            self.client.run(forget, tops)
+        self._ship(code)
         return True
+
+    def _ship(self, code: Sequence[Path]) -> None:
+        """Workers in other processes import the stage modules (to run functions defined there) from
+        an archive that the upload puts first on their sys.path (and on the workers of a later restart).
+
+        A scheduler we started runs in this process, where the stage modules are already imported from
+        the pipeline root: Client.upload_file would also import the archive here, putting a scratch
+        directory first on this process's sys.path and reloading the user's package from it, so that
+        once the cluster stopped (and its scratch went) pickling a stage function by reference failed
+        for a later engine (Ray). Only a remote scheduler, which unpickles the task graph, gets it."""
+        from distributed.diagnostics.plugin import UploadFile
+
+        if not self._workers_elsewhere():
+            return  # threads of this process: they see this process's modules
+        for path in code:
+            archive = str(code_archive(path, self.log_dir))
+            if self.cluster is None:
+                self.client.upload_file(archive)
+            else:
+                # named after the package: a reload replaces its plugin, so a restarted worker gets the new code
+                self.client.register_plugin(UploadFile(archive), name=f"hybridflow-code-{path.stem}")
+
+    def _workers_elsewhere(self) -> bool:
+        """False for a local cluster of threads in this process (processes: false)."""
+        return self.cluster is None or self.settings.processes is not False
 
     def handles(self) -> dict[str, Any]:
         return {"dask": self.client}
