@@ -144,6 +144,25 @@ def run(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | Non
     return _run_notifying_failed_start(runner, notify)
 
 
+def record_crash(pipeline: PipelineLike, run_id: str, death: str) -> HybridflowError:
+    """The error of run `run_id`, whose process ended without recording its end (`death`: how, e.g.
+    'killed by SIGSEGV: a crash in native code'). Records the run, and the stage that was running, as
+    killed, unless the run's end was recorded after all."""
+    from .errors import StageError
+    from .results import now
+    from .state import RunStore
+
+    loaded = _pipeline(pipeline)
+    records = loaded.workdir / "runs.db"
+    running = RunStore(records).running_stages(run_id) if records.is_file() else None  # never made again here
+    where = f"during stage '{running[0]['stage']}'" if running else "between stages"
+    message = f"run {run_id} ended {where}: its process died ({death})"
+    if running is not None:
+        RunStore(records).mark_crashed(run_id, message, now())
+    logs = f"its log: {running[0]['log_path']}; " if running else ""
+    return StageError(message, hint=f"{logs}resume with: hybridflow run {loaded.shown_file} --resume")
+
+
 def watch(pipeline: str | os.PathLike, *, only: Names | None = None, from_: Names | None = None,
           to: Names | None = None, force: bool | Names | None = False, params: Params = None,
           keep_going: bool = False, report=None, runs: int | None = None) -> RunResult | None:
@@ -336,18 +355,26 @@ def _records(pipeline: PipelineLike | None, workdir: str | os.PathLike):
 
 def collect_garbage(pipeline: PipelineLike, keep: int | None = None, dry_run: bool = False) -> list[tuple[str, str]]:
     """Remove old dataset versions (all but the newest `keep`, default the pipeline's keep_versions),
-    never a current one or one the current versions were made from; under the run lock, so never
-    while the pipeline runs. Returns the (dataset, version) pairs removed (or that would be)."""
+    never a current one or one the current versions were made from, and the temporary files of
+    writers that died; under the run lock, so never while the pipeline runs. Returns the (dataset,
+    version) pairs removed (or that would be)."""
     from .catalog import Catalog
     from .lock import RunLock
+    from .workdir import claim, remove_leftovers
 
     if keep is not None and keep < 1:
         raise UsageError(f"keep must be 1 or more, not {keep}", hint="the current version is always kept")
     loaded = _pipeline(pipeline)
     home = loaded.workdir / loaded.name
+    if not home.is_dir():
+        return []  # never run: nothing to remove, and no workdir to make
+    claim(loaded.workdir)  # not a folder of the user's own files that only looks like one
     lock = RunLock(home / "run.lock")
     lock.acquire(f"gc-{new_run_id()}")
     try:
-        return Catalog(home).collect_garbage(keep or loaded.spec.keep_versions, dry_run=dry_run)
+        removed = Catalog(home).collect_garbage(keep or loaded.spec.keep_versions, dry_run=dry_run)
+        if not dry_run:
+            remove_leftovers(home)
+        return removed
     finally:
         lock.release()

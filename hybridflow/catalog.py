@@ -14,6 +14,7 @@ at any moment leaves it the previous complete version or the new complete one.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -31,9 +32,10 @@ import pyarrow.parquet as pq
 
 from . import faults
 from .contract import check_schema, schema_to_dict
-from .errors import DataError
+from .errors import DataError, vanished
 from .hashing import file_digests
 from .tables import TableSource, partition_values
+from .workdir import remove_leftovers
 
 MANIFEST = "_manifest.json"
 POINTER = "CURRENT"
@@ -109,8 +111,7 @@ class Catalog:
         directory = self._child(self._child(self.staging_root(), run_id), name)
         if directory.exists():
             shutil.rmtree(directory)
-        directory.mkdir(parents=True)
-        return directory
+        return self._made(directory)
 
     def discard_staging(self, run_id: str | None = None) -> None:
         """Remove one run's staging area, or all of it (only ever under the lock)."""
@@ -129,6 +130,7 @@ class Catalog:
                 fingerprint: dict[str, Any] | None = None) -> Version:
         """Check, hash and fsync what a stage wrote, and move it into an immutable version directory
         that no reader sees until commit() points the dataset at it."""
+        self._require_workdir()
         files = _list_files(staging, name)
         manifest: dict[str, Any] = {
             "format": MANIFEST_FORMAT, "dataset": name, "kind": kind, "stage": stage, "run_id": run_id,
@@ -147,8 +149,7 @@ class Catalog:
         manifest["version"] = version_id
         _write_durably(staging / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
         (staging / MANIFEST).chmod(0o444)
-        versions = self.dataset_dir(name) / "versions"
-        versions.mkdir(parents=True, exist_ok=True)
+        versions = self._made(self.dataset_dir(name) / "versions")
         final = versions / version_id
         os.rename(staging, final)
         _fsync_dir(versions)
@@ -160,8 +161,7 @@ class Catalog:
         that a crash half-way leaves trash, never a half-deleted version)."""
         if self.current(version.dataset) is not None and self.current(version.dataset).id == version.id:
             raise DataError(f"refusing to discard the current version {version.id} of '{version.dataset}'")
-        trash = self.home / "trash" / f"{version.dataset}-{version.id}"
-        trash.parent.mkdir(parents=True, exist_ok=True)
+        trash = self._made(self.home / "trash") / f"{version.dataset}-{version.id}"
         os.rename(version.directory, trash)
         shutil.rmtree(trash, ignore_errors=True)
 
@@ -173,6 +173,7 @@ class Catalog:
         """Make prepared versions current together (a stage's outputs). The journal, written
         durably first, names them all; readers take it as already done, and recover() completes
         it after a crash, so no reader ever sees one output new and another old."""
+        self._require_workdir()
         if len(versions) > 1:
             _write_durably(self.home / JOURNAL, json.dumps({v.dataset: v.id for v in versions}))
             faults.checkpoint("publish:journal")
@@ -184,11 +185,13 @@ class Catalog:
             _fsync_dir(self.home)
 
     def recover(self) -> list[str]:
-        """Finish a stage commit that a crash interrupted (only ever under the run lock); returns the
-        datasets it pointed at their new versions."""
+        """Finish what a crash interrupted (only ever under the run lock): a stage commit, and the
+        temporary files its dead writers left (workdir.remove_leftovers). Returns the datasets the
+        commit pointed at their new versions."""
         pending = self._journal()
         if pending:
             self.commit_together([self.version(name, version_id) for name, version_id in pending.items()])
+        remove_leftovers(self.home)
         return sorted(pending)
 
     def _journal(self) -> dict[str, str]:
@@ -246,12 +249,23 @@ class Catalog:
                     continue
                 removed.append((dataset, version_id))
                 if not dry_run:
-                    trash = self.home / "trash" / f"{dataset}-{version_id}"
-                    trash.parent.mkdir(parents=True, exist_ok=True)
+                    trash = self._made(self.home / "trash") / f"{dataset}-{version_id}"
                     os.rename(self.dataset_dir(dataset) / "versions" / version_id, trash)
         if not dry_run:
             shutil.rmtree(self.home / "trash", ignore_errors=True)
         return removed
+
+    def _made(self, directory: Path) -> Path:
+        """`directory` below home, made with what is missing above it, but never the workdir itself."""
+        self._require_workdir()
+        directory.mkdir(parents=True, exist_ok=True)
+        return directory
+
+    def _require_workdir(self) -> None:
+        """The run store makes the workdir (workdir.claim): a missing one was removed while in use, and
+        made anew here it would hold half a pipeline, so nothing is published into it."""
+        if not self.home.parent.is_dir():
+            raise vanished(self.home.parent)
 
     @staticmethod
     def _child(parent: Path, name: str) -> Path:
@@ -355,9 +369,14 @@ def _fsync_dir(directory: Path) -> None:
 def _write_durably(path: Path, text: str) -> None:
     """Write to a temp file beside `path`, fsync, os.replace, fsync the directory."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):  # a full disk must not stay full of it (a kill: remove_leftovers)
+            tmp.unlink()
+        raise
     _fsync_dir(path.parent)

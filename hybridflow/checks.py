@@ -6,12 +6,13 @@ import importlib.util
 import keyword
 from pathlib import Path
 
-from . import signature
+from . import signature, sqlstage
 from .arrow_types import ArrowTypeError, parse_arrow_type
 from .backends import engine, engines
 from .diagnostics import Problem, did_you_mean
 from .pipeline import Pipeline
 from .spec import IDENTIFIER
+from .sqlstage import is_sql
 from .stagecode import inspect_target
 
 
@@ -191,11 +192,24 @@ def _partition_problems(p: Pipeline, name: str, ds) -> list[Problem]:
     for i, column in enumerate(ds.partition_by):
         if column in ds.partition_by[:i]:
             problems.append(p.source.problem(at + (i,), f"'{column}' is listed twice in partition_by"))
+        elif not directory_safe(column):
+            problems.append(p.source.problem(at + (i,), f"dataset '{name}' cannot be partitioned by '{column}': "
+                                             "a partition column names directories, where engines spell a leading "
+                                             "'.', a control character or any of / = % : ? * # \\ \" ' [ ] { } ^ "
+                                             "differently (rename the column)"))
         elif ds.schema_ is not None and column not in ds.schema_:
             problems.append(p.source.problem(at + (i,), f"dataset '{name}' is partitioned by '{column}', which is "
                                              f"not in its schema{did_you_mean(column, ds.schema_)} (declare its type "
                                              "there so every engine reads it back as that type)"))
     return problems
+
+
+def directory_safe(column: str) -> bool:
+    """Whether every engine writes `column` into a partition directory's name as it is: Spark escapes
+    what tables.hive_escape does (pyarrow, Ray and Dask do not), and every reader skips a '.' name."""
+    from .tables import hive_escape
+
+    return not column.startswith(".") and hive_escape(column) == column
 
 
 def _check_cycles(p: Pipeline) -> list[Problem]:
@@ -211,6 +225,9 @@ def _check_functions(p: Pipeline) -> list[Problem]:
         return problems
     for stage, spec in p.stages.items():
         at = ("stages", stage, "run")
+        if is_sql(spec.run):
+            problems += _check_query(p, stage)
+            continue
         target = inspect_target(p.root, spec.run)
         if target.error and target.error_line and target.file:
             problems.append(Problem(_shown(target.file), target.error_line, 1,
@@ -225,6 +242,29 @@ def _check_functions(p: Pipeline) -> list[Problem]:
             problems.append(p.source.problem(("stages", stage, "inputs"), f"stage '{stage}': '{dataset}' is both "
                                              "an input and a param: rename one of them"))
     return problems
+
+
+def _check_query(p: Pipeline, stage: str) -> list[Problem]:
+    """A SQL stage: an engine that runs SQL, one output, and a query that parses and reads only the
+    stage's inputs with only its params (each problem at its place in the .sql file)."""
+    spec = p.stages[stage]
+    info = engines().get(spec.backend)
+    if info is None:
+        return []  # an unknown backend is reported on its own
+    if info.sql_dialect is None:
+        runs_sql = sorted(name for name, e in engines().items() if e.sql_dialect)
+        return [p.source.problem(("stages", stage, "run"), f"stage '{stage}' runs a SQL query, which backend "
+                                 f"'{spec.backend}' cannot (backends that run SQL: {', '.join(runs_sql)})")]
+    problems = []
+    if len(spec.outputs) != 1:
+        problems.append(p.source.problem(("stages", stage, "outputs"), f"SQL stage '{stage}' has "
+                                         f"{len(spec.outputs)} outputs: its query's result is its one output"))
+    file = sqlstage.file_of(p.root, spec.run)
+    if not file.is_file():
+        return problems + [p.source.problem(("stages", stage, "run"),
+                                            f"stage '{stage}': SQL file '{spec.run}' not found under root {p.root}")]
+    return problems + sqlstage.problems(p.root, spec.run, info.sql_dialect, list(spec.inputs),
+                                        set(p.params_for(stage)), stage, _shown(file))
 
 
 def _check_extras(p: Pipeline) -> list[Problem]:

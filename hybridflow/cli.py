@@ -23,7 +23,7 @@ from rich.markup import escape
 from typer.core import TyperGroup
 
 from .completion import LAST_RUN, run_ids, stage_lists, stage_names
-from .errors import ConfigError, ExitCode, HybridflowError, UsageError, counted, is_out_of_space, out_of_space
+from .errors import ConfigError, ExitCode, HybridflowError, UsageError, counted, storage_error
 
 # what a --force value looks like: stage names (identifiers), comma-separated
 STAGE_LIST = re.compile(r"\s*[A-Za-z_]\w*(\s*,\s*[A-Za-z_]\w*)*\s*,?\s*", re.ASCII)
@@ -95,8 +95,9 @@ def _guarded(command):
             err.print("[bold red]interrupted[/]")
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
         except Exception as exc:  # a bug in hybridflow: say so plainly
-            if is_out_of_space(exc, Path.cwd()):  # a full disk is not a bug: where, and how to fix it
-                storage = out_of_space(getattr(exc, "filename", None) or Path.cwd())
+            # a full, read-only or not writable disk is not a bug: where, and how to fix it
+            storage = storage_error(exc, getattr(exc, "filename", None) or Path.cwd())
+            if storage is not None:
                 if verbose:
                     err.print_exception()
                 err.print(f"[bold red]error:[/] {escape(storage.one_line())}", soft_wrap=True)
@@ -216,7 +217,8 @@ def run(
         if clashing:
             raise UsageError(f"--watch cannot be combined with {clashing[0]}",
                              hint="--watch runs on each save; run without it for a one-off run")
-        _watch(pipeline_file, only=only, start=start, end=end, params=params, force=force, keep_going=keep_going)
+        _watch(pipeline_file, only=only, start=start, end=end, params=params, force=force, keep_going=keep_going,
+               verbose=verbose)
         return
 
     if if_due:
@@ -228,13 +230,20 @@ def run(
             raise ConfigError(f"--trigger must be manual or cron, not '{trigger}'")
         if not is_due_now(pipeline):
             return  # quietly: cron calls this on every minute the schedule might fall on
-    result = api.run(pipeline_file, only=only, from_=start, to=end, params=params, force=force, resume=resume,
-                     keep_going=keep_going, dry_run=dry_run, wait=wait, trigger=trigger,
-                     listener=_RunReport(listener_for(err)))
-    if isinstance(result, api.Plan):
-        _print_plan(result)
-    elif result is not None and result.error is not None:
-        raise typer.Exit(result.exit_code)
+
+    def run_it() -> None:
+        result = api.run(pipeline_file, only=only, from_=start, to=end, params=params, force=force, resume=resume,
+                         keep_going=keep_going, dry_run=dry_run, wait=wait, trigger=trigger,
+                         listener=_RunReport(listener_for(err)))
+        if isinstance(result, api.Plan):
+            _print_plan(result)
+        elif result is not None and result.error is not None:
+            raise typer.Exit(result.exit_code)
+
+    if dry_run:
+        run_it()  # runs no stage
+    else:
+        _supervised(run_it, pipeline_file, verbose)
 
 
 @app.command()
@@ -251,14 +260,48 @@ def dev(
 ) -> None:
     """Warm iteration (the same as run --watch): run, then again on each save of the pipeline file, of
     the stage code it reaches or of an external input, on engines kept running; Ctrl-C stops them."""
-    _watch(pipeline_file, only=only, start=start, end=end, params=params, force=force, keep_going=keep_going)
+    _watch(pipeline_file, only=only, start=start, end=end, params=params, force=force, keep_going=keep_going,
+           verbose=verbose)
 
 
-def _watch(pipeline_file: Path, *, only, start, end, params, force, keep_going: bool) -> None:
+def _watch(pipeline_file: Path, *, only, start, end, params, force, keep_going: bool, verbose: bool) -> None:
     from . import api
 
-    api.watch(pipeline_file, only=only, from_=start, to=end, params=params, force=force,
-              keep_going=keep_going, report=_WatchReport())
+    _supervised(lambda: api.watch(pipeline_file, only=only, from_=start, to=end, params=params, force=force,
+                                  keep_going=keep_going, report=_WatchReport()), pipeline_file, verbose)
+
+
+_supervising = False  # set by main(): the command's own process (tests calling `app` in-process never fork)
+
+
+def _supervised(work, pipeline_file: Path, verbose: bool) -> None:
+    """`work()` (runs of `pipeline_file`) in a child process that this one supervises (supervisor.py):
+    a run whose process ends without recording its end is recorded here, and named in one line."""
+    from . import supervisor
+
+    if not (_supervising and supervisor.available()):
+        work()
+        return
+    outcome = supervisor.supervise(lambda: _exit_code_of(work, verbose))
+    if outcome.unfinished is None:
+        raise typer.Exit(outcome.exit_code)
+    from . import api
+
+    raise api.record_crash(pipeline_file, outcome.unfinished, outcome.death)
+
+
+def _exit_code_of(work, verbose: bool) -> int:
+    """In the run's process: `work()` with its errors printed as the command prints them, then the
+    command's own end (threads joined, exit handlers run, output flushed); its exit code."""
+    try:
+        _guarded(lambda verbose: work())(verbose=verbose)
+        code = 0
+    except SystemExit as done:  # typer.Exit is not one: it is click's
+        code = _code_of(done.code)
+    except typer.Exit as done:
+        code = done.exit_code
+    _end_the_process_lightly()
+    return code
 
 
 class _RunReport:
@@ -284,17 +327,43 @@ class _RunReport:
             err.print(f"[yellow]warning:[/] notification by {delivery.channel} failed: {escape(delivery.detail)}",
                       soft_wrap=True)
 
+    def run_started(self, run_id, stages) -> None:
+        from . import supervisor
+
+        supervisor.run_began(run_id)
+        self.progress.run_started(run_id, stages)
+
     def run_finished(self, result) -> None:
+        from . import supervisor
         from .progress import summary_line, summary_table
 
+        supervisor.run_ended(result.run_id)
         self.progress.close()
         out.print(summary_table(result))
         out.print(summary_line(result))
+        report = _report_line(result)
+        if report:
+            out.print(report, soft_wrap=True, markup=False)
         for stage in result.failed:
             err.print(f"[bold red]{stage.name} failed:[/] {escape(stage.error or '')}", soft_wrap=True)
             err.print(f"  log: {stage.log_path}", soft_wrap=True, markup=False)
         if result.resume_command:
             err.print(f"resume with: {result.resume_command}", soft_wrap=True, markup=False)
+
+
+def _report_line(result) -> str | None:
+    """Where the run wrote its report.html, and the command that opens it; None where it wrote none
+    (report: false, or writing it failed)."""
+    import shlex
+
+    from .htmlreport import REPORT_FILE
+
+    path = Path(result.run_dir) / REPORT_FILE
+    if not path.is_file():
+        return None
+    workdir = Path(result.run_dir).parents[2]  # <workdir>/<pipeline>/runs/<run>
+    option = "" if workdir == Path(".hybridflow").resolve() else f" -w {shlex.quote(str(workdir))}"
+    return f"report: {path} (hybridflow report{option} --open opens it)"
 
 
 class _WatchReport:
@@ -655,7 +724,9 @@ def _log_warnings_to_current_stderr() -> None:
 
 
 def main() -> None:
+    global _supervising
     _log_warnings_to_current_stderr()
+    _supervising = True
     try:
         app()
     except SystemExit as done:
@@ -668,9 +739,19 @@ def _exit_without_teardown(code: int | str | None) -> NoReturn:
     tearing down every imported module: after a run that loaded Spark's, Dask's and Ray's Python
     modules that took 0.9 s on 2 cores, added to every run's wall time. What it skips is freeing
     memory, which the OS does anyway."""
+    code = _code_of(code)
+    _end_the_process_lightly()
+    os._exit(code)
+
+
+def _code_of(code: int | str | None) -> int:
     if code is not None and not isinstance(code, int):
         print(code, file=sys.stderr)  # sys.exit("message"): Python prints it and exits 1
-        code = 1
+        return 1
+    return code or 0
+
+
+def _end_the_process_lightly() -> None:
     for thread in threading.enumerate():
         if thread is not threading.main_thread() and not thread.daemon:
             thread.join()
@@ -678,7 +759,6 @@ def _exit_without_teardown(code: int | str | None) -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # a closed pipe (| head) must not change the exit code
             stream.flush()
-    os._exit(code or 0)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from . import sqlstage
+from .sqlstage import is_sql
 from .stagecode import module_file
 
 MODULE_LEVEL = "module-level code"
@@ -67,6 +69,8 @@ class CodeIndex:
         self._modules: dict[str, _Module | None] = {}
 
     def reach(self, target: str) -> ReachedCode:
+        if is_sql(target):  # a query reaches no Python: its own text is its code
+            return ReachedCode({f"{target}:{sqlstage.UNIT}": sqlstage.code_digest(self.root, target)}, False)
         module, function = target.split(":")
         reached: dict[str, _Unit] = {}
         queue: list[Target] = [(module, function)]

@@ -17,6 +17,7 @@ from typing import Any, Callable
 from . import backends, processes
 from .backends.base import EngineOutput, TerminalStreams
 from .pipeline import Pipeline
+from .sqlstage import is_sql
 from .stagecode import module_file
 from .stopping import SignalState, Terminated
 from .timeline import ENGINE_START, ENGINE_STOP, Timeline
@@ -164,7 +165,8 @@ class EnginePool:
         clock = time.monotonic()
         self._started[name] = engine  # stopped at the end even if it only half started
         try:
-            with self._launching(name), self.timeline.span(ENGINE_START, detail=name):
+            with self._launching(name), processes.launching_engine(), \
+                    self.timeline.span(ENGINE_START, detail=name):
                 engine.start(self._stage_code())
                 # a cluster on other hosts must see the workdir before any stage moves data there
                 engine.check_shared_workdir(self.pipeline.workdir)
@@ -212,7 +214,8 @@ class EnginePool:
 
     def _stage_code(self) -> list[Path]:
         """The top-level packages (or module files) under root that hold the stages' functions."""
-        tops = {self.pipeline.stages[s].run.split(":")[0].split(".")[0] for s in self.stages}
+        tops = {self.pipeline.stages[s].run.split(":")[0].split(".")[0] for s in self.stages
+                if not is_sql(self.pipeline.stages[s].run)}  # a query ships with its stage
         found = [module_file(self.pipeline.root, top) for top in sorted(tops)]
         return [f.parent if f.name == "__init__.py" else f for f in found if f is not None]
 

@@ -6,8 +6,11 @@ with a message that says what went wrong, where, and how to fix it.
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 from enum import IntEnum
+from pathlib import Path
 
 
 class ExitCode(IntEnum):
@@ -19,9 +22,9 @@ class ExitCode(IntEnum):
     DATA = 65  # an input is missing or a dataset breaks its schema contract
     UNAVAILABLE = 69  # an engine or an optional extra is not installed or cannot start
     INTERNAL = 70  # a bug in hybridflow itself; rerun with --verbose and report it
-    IO_ERROR = 74  # out of disk space (or quota) where hybridflow or an engine writes
+    IO_ERROR = 74  # where hybridflow or an engine writes is full, read-only, not writable, or was removed
     LOCKED = 75  # another run of the same pipeline holds its lock; try again later
-    CONFIG = 78  # the pipeline file is invalid
+    CONFIG = 78  # the pipeline file is invalid, or its workdir: is a file or a folder hybridflow did not make
     TIMEOUT = 124  # a stage ran past its timeout
     INTERRUPTED = 130  # SIGINT (Ctrl-C)
     TERMINATED = 143  # SIGTERM
@@ -148,7 +151,8 @@ class StageError(HybridflowError):
 
 
 class StorageError(HybridflowError):
-    """The disk (or the user's quota) is full where the run writes: the user's to fix, not a bug."""
+    """Where hybridflow writes is full (disk or quota), read-only, not the user's to write, or was
+    removed while in use: the user's to fix, not a bug."""
 
     exit_code = ExitCode.IO_ERROR
 
@@ -190,13 +194,9 @@ def _is_io_error(exc: BaseException) -> bool:
 
 def _free_bytes(where) -> float:
     import shutil
-    from pathlib import Path
 
-    place = Path(where)
-    while not place.exists() and place != place.parent:
-        place = place.parent
     try:
-        return shutil.disk_usage(place).free
+        return shutil.disk_usage(_nearest_existing(Path(where))).free
     except OSError:
         return float("inf")
 
@@ -207,6 +207,92 @@ def out_of_space(where) -> StorageError:
     room = "free space unknown" if free == float("inf") else f"{free / 2**20:.1f} MiB free there now"
     return StorageError(f"out of disk space writing under {where} ({room})",
                         hint="free some space (hybridflow gc removes old versions), or move workdir to a bigger disk")
+
+
+def storage_error(exc: BaseException, where) -> HybridflowError | None:
+    """The user's error that `exc` (an OSError or a SQLite error, not raised as a HybridflowError)
+    stands for when the place hybridflow writes under (`where`) is the cause: a full disk, a
+    read-only file system, no permission, a file where a folder belongs. None: the cause is
+    hybridflow's (a bug). The one mapping of such errors: the CLI's for whatever reaches it, the run
+    store's, which knows its workdir."""
+    where = os.fsdecode(where)  # an OSError's filename may be bytes
+    if is_out_of_space(exc, where):
+        return out_of_space(where)
+    if not _is_io_error(exc):
+        return None
+    place = _nearest_existing(Path(where))
+    code = _errno_of(exc)
+    if code in (errno.ENOTDIR, errno.EEXIST) and place.is_file():
+        return ConfigError(f"cannot write under {where}: {place} is a file, not a folder",
+                           hint="move the file away, or point workdir: in the pipeline file at a folder")
+    # SQLite says no errno: the place itself tells why it could not open or write its file
+    unsure = code is None
+    if code == errno.EROFS or unsure and _read_only(place):
+        it = "it" if place == Path(where) else str(place)
+        return StorageError(f"cannot write to {where}: {it} is on a read-only file system",
+                            hint="point workdir: in the pipeline file at a writable folder, or make that file "
+                                 "system writable")
+    if code in (errno.EACCES, errno.EPERM) or unsure and not _writable(place):
+        owner, user = _owner(place), _user()
+        it = "it" if place == Path(where) else str(place)
+        return StorageError(f"permission denied on {where} ({it} belongs to {owner}; hybridflow runs as user "
+                            f"{user})", hint=f"give user {user} access to it, or point workdir: in the pipeline "
+                                             f"file at a folder user {user} can write to")
+    return None
+
+
+def vanished(path) -> StorageError:
+    """The error for a workdir (or its runs.db) deleted while a run or command was using it: what was
+    not yet published never will be, and nothing is made anew half-empty."""
+    return StorageError(f"{path} was removed while hybridflow was using it; nothing more was published",
+                        hint="run again to start afresh: what it held is gone")
+
+
+def _errno_of(exc: BaseException) -> int | None:
+    """The errno of `exc` or of an OSError it was raised from."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno is not None:
+            return current.errno
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _nearest_existing(place):
+    while not place.exists() and place != place.parent:
+        place = place.parent
+    return place
+
+
+def _read_only(place) -> bool:
+    try:
+        return bool(os.statvfs(place).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _writable(place) -> bool:
+    """Whether this process may write `place` (a folder: make files in it)."""
+    return os.access(place, os.W_OK | (os.X_OK if place.is_dir() else 0))
+
+
+def _owner(place) -> str:
+    try:
+        return _user(place.stat().st_uid)
+    except OSError:
+        return "unknown"
+
+
+def _user(uid: int | None = None) -> str:
+    import pwd
+
+    uid = os.getuid() if uid is None else uid
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
 class StageTimeout(HybridflowError):

@@ -17,6 +17,8 @@ def describe_user_error(exc: BaseException, root: Path) -> str:
     own = unwrap_error(exc)
     where = _user_frame(own, root) or _user_frame(exc, root)
     kind, text = _remote_exception(own, str(exc)) or (type(own).__name__, str(own))
+    if isinstance(own, SystemExit):  # str() is only the code: '0'
+        text = f"the stage called sys.exit({own.code!r})"
     message = f"{kind}: {one_line_of(text)}".rstrip(": ")
     return f"{message} ({where})" if where else message
 

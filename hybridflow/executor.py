@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from . import childprocess, signature
+from . import childprocess, processes, signature
 from .catalog import Catalog
 from .context import StageContext
 from .enginepool import EnginePool
@@ -28,6 +28,7 @@ from .pipeline import Pipeline
 from .planner import INCREMENTAL, Decision, Planner
 from .publisher import Publisher, Written
 from .results import StageResult
+from .sqlstage import is_sql, sql_function
 from .stagecode import import_function
 from .stageerrors import StageErrors
 from .stagelog import stage_log
@@ -85,6 +86,7 @@ class StageExecutor:
                  log_stream) -> None:
         """One try of a stage: engine, call, publish, all within its timeout. A failed try leaves no
         staging behind (on a full disk, that is the space the run needs to record itself)."""
+        children = processes.children()
         try:
             with self.timeline.span(ATTEMPT, result.name, result.backend, attempt=result.attempts):
                 self._try_stage(run_id, run_dir, result, decision, log, log_stream)
@@ -93,6 +95,17 @@ class StageExecutor:
             if isinstance(exc, HybridflowError) or not is_out_of_space(exc, self.home):
                 raise
             raise out_of_space(self.home) from exc
+        finally:
+            self._end_left_behind(children, log)
+
+    def _end_left_behind(self, children: set[int], log: logging.Logger) -> None:
+        """What the try started on this side and left running (a subprocess, a daemon it detached)
+        ends with it: the runner's process adopts such orphans (processes.adopt_orphans)."""
+        left = processes.left_behind(children)
+        if left:
+            log.warning("ending %d process(es) the stage left running: %s", len(left),
+                        ", ".join(str(pid) for pid in sorted(left)))
+            processes.end(left)
 
     def _try_stage(self, run_id: str, run_dir: Path, result: StageResult, decision: Decision,
                    log: logging.Logger, log_stream) -> None:
@@ -152,16 +165,24 @@ class StageExecutor:
 
         return childprocess.call_in_child(call_and_write, streams=[log_stream])
 
+    def _stage_function(self, stage: str, backend, log: logging.Logger) -> Callable[..., Any]:
+        """The user's function, or for a SQL stage one that runs its query on the engine."""
+        spec = self.pipeline.stages[stage]
+        if is_sql(spec.run):
+            return sql_function(self.pipeline.root, spec.run, backend, list(spec.inputs),
+                                self.pipeline.params_for(stage))
+        try:
+            return import_function(self.pipeline.root, spec.run)
+        except HybridflowError:
+            raise
+        except (Exception, SystemExit) as exc:  # the user's module raised (or exited) while being imported
+            raise self.errors.of(exc, log) from exc
+
     def _call(self, run_id: str, result: StageResult, backend, log: logging.Logger, log_stream,
               decision: Decision) -> dict[str, Any]:
         spec = self.pipeline.stages[result.name]
         params = self.pipeline.params_for(result.name)
-        try:
-            fn = import_function(self.pipeline.root, spec.run)
-        except HybridflowError:
-            raise
-        except Exception as exc:  # the user's module raised while being imported
-            raise self.errors.of(exc, log) from exc
+        fn = self._stage_function(result.name, backend, log)
         parameters = signature.from_callable(fn)
         problems = signature.call_problems(parameters, spec.inputs, params)
         if problems:
@@ -185,6 +206,6 @@ class StageExecutor:
                 returned = fn(**kwargs)
         except (KeyboardInterrupt, Terminated):
             raise
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # a stage's sys.exit() is its failure, never the run's end
             raise self.errors.of(exc, log, result.name) from exc
         return self.publisher.outputs_of(result.name, returned, backend)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import signature
+from . import signature, sqlstage
 from .codereach import WHOLE_FILE
 from .errors import DataError
 from .stagecode import inspect_target
@@ -106,7 +106,10 @@ class SecretHasher:
 def visible_params(root: Path, target: str, params: dict[str, Any], reads_params: bool) -> dict[str, Any]:
     """The params a stage function can see: those named in its signature, and all of them when it
     takes **kwargs, when its signature cannot be read statically, or when it takes ctx and its code
-    reads a `.params` attribute (`reads_params`, from codereach.CodeIndex)."""
+    reads a `.params` attribute (`reads_params`, from codereach.CodeIndex). A query sees those it names."""
+    if sqlstage.is_sql(target):
+        named = sqlstage.param_names(root, target)
+        return {k: v for k, v in params.items() if named is None or k in named}
     parameters = inspect_target(root, target).params
     if parameters is None or any(p.kind == "var_keyword" for p in parameters):
         return dict(params)

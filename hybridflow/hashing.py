@@ -7,6 +7,7 @@ changed.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -119,9 +120,9 @@ class HashCache:
         """Best effort: a cache that cannot be written only costs a re-hash next time."""
         if not self._dirty:
             return
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            self.path.parent.mkdir(exist_ok=True)  # not a workdir removed while in use (its run reports that)
             text = json.dumps({"version": self.VERSION, "key": self._key.hex(), "entries": self._entries})
             with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
                 os.fchmod(handle.fileno(), 0o600)  # a leftover tmp file keeps its old mode otherwise
@@ -129,4 +130,5 @@ class HashCache:
             os.replace(tmp, self.path)
             self._dirty = False
         except OSError:
-            pass
+            with contextlib.suppress(OSError):  # on a full disk: gone again, not left filling it
+                tmp.unlink()

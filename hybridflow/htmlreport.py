@@ -6,8 +6,10 @@ opens from cron's output folder, a mail or a CI artifact."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 from datetime import datetime
 from html import escape
 from pathlib import Path
@@ -254,9 +256,14 @@ def write(store, run: dict[str, Any], out: Path | None = None, pipeline=None) ->
                   (previous, store.stages(previous["run_id"])) if previous else None, edges)
     path = out or Path(run["run_dir"]) / REPORT_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
-    private_file(partial).write_text(html, encoding="utf-8")  # owner-only before a byte is in it
-    partial.replace(path)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")  # whose: workdir.remove_leftovers
+    try:
+        private_file(partial).write_text(html, encoding="utf-8")  # owner-only before a byte is in it
+        partial.replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):  # some MB of it: a full disk must not stay full
+            partial.unlink()
+        raise
     return path
 
 

@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import signal
+import subprocess
+import threading
 from pathlib import Path
 
+PR_SET_CHILD_SUBREAPER = 36
 
-def _parents() -> dict[int, int]:
-    """Every live (not zombie) process's parent: pid -> ppid."""
+
+def _parents(zombies: bool = False) -> dict[int, int]:
+    """Every live process's parent (and every zombie's, if asked): pid -> ppid."""
     parents = {}
     for entry in Path("/proc").glob("[0-9]*"):
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if fields[0] != "Z":
+        if zombies or fields[0] != "Z":
             parents[int(entry.name)] = int(fields[1])
     return parents
 
@@ -61,3 +67,69 @@ def end_all(rounds: int = 20) -> None:
         if not found:
             return
         end(found)
+
+
+def adopt_orphans() -> None:
+    """Make this process the child subreaper of everything under it (Linux): a process a stage
+    started and left, daemonised (double fork, setsid) or not, is re-parented to this process rather
+    than to init, where left_behind() finds it."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+_engine_processes: set[int] = set()  # started by subprocess in a thread launching an engine
+_launching = threading.local()
+_tracking = threading.Lock()
+
+
+@contextlib.contextmanager
+def launching_engine():
+    """Processes this thread starts with subprocess in the body are an engine's (a JVM, Ray's
+    daemons), which left_behind() never counts as a stage's, whatever other threads run meanwhile."""
+    _track_engine_processes()
+    _launching.depth = getattr(_launching, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _launching.depth -= 1
+
+
+def _track_engine_processes() -> None:
+    """Wrap subprocess.Popen's process creation, once: the one place every Popen (pyspark's and
+    Ray's, which import the class under their own names) creates its process."""
+    with _tracking:
+        original = subprocess.Popen._execute_child
+        if getattr(original, "hybridflow_tracked", False):
+            return
+
+        def execute_child(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            if getattr(_launching, "depth", 0):
+                _engine_processes.add(self.pid)
+
+        execute_child.hybridflow_tracked = True
+        subprocess.Popen._execute_child = execute_child
+
+
+def left_behind(before: set[int]) -> set[int]:
+    """Children of this process that are not in `before` (the children when a stage began) nor an
+    engine's, with everything under them: what a stage started and left running, and what it
+    detached (adopted by this process: adopt_orphans). Multiprocessing's workers are left alone: a
+    local Dask cluster's nanny, in this process, starts a new one in place of a worker that died.
+    Zombies are included, for end() to reap: an orphan that ended is this process's to reap."""
+    parents = _parents(zombies=True)
+    me = os.getpid()
+    found = {pid for pid, parent in parents.items() if parent == me} - before - _engine_processes
+    found = {pid for pid in found if b"multiprocessing" not in _cmdline(pid)}
+    frontier = set(found)
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

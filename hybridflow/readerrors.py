@@ -13,8 +13,8 @@ import traceback
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .errors import DataError, first_line
-from .tables import TableSource
+from .errors import DataError, first_line, one_line_of
+from .tables import TableSource, damaged_file
 from .textfiles import find_bad_value
 
 # What Parquet readers say when the bytes of a file cannot be decoded (pyarrow/Arrow C++, Spark's
@@ -24,20 +24,33 @@ _DECODING = re.compile(
     r"can not read value at \d+ in block|Couldn't deserialize thrift|Unexpected end of stream|"
     r"Parquet magic bytes not found|is not a Parquet file|Invalid page header|"
     r"decompress(ion)? (failed|error)|FAILED_READ_FILE|Error reading parquet|"
-    r"Malformed levels|Column chunk .* is corrupt|Page was smaller than|Unexpected end of file",
+    r"Malformed levels|Column chunk .* is corrupt|Page was smaller than|Unexpected end of file|"
+    r"Parquet file is likely corrupted|don't know what type|"  # DuckDB's (a page, a thrift header)
+    r"parquet: File out of specification",  # Polars' (a thrift header, a dictionary index)
     re.IGNORECASE)
 
+# An exception that Parquet's page decoders threw (its first frame is theirs), whatever it says: a
+# dictionary index past the dictionary's end is an ArrayIndexOutOfBoundsException in parquet-mr.
+_DECODER_THREW = re.compile(
+    r"[\w.$]+(?:Exception|Error)(?::[^\n]*)?\n\s+at (?:org\.apache\.parquet\.column\.|"
+    r"org\.apache\.spark\.sql\.execution\.datasources\.parquet\.(?:Vectorized|ParquetDictionary))")
 
-def input_read_failure(exc: BaseException, inputs: Mapping[str, Sequence[Path]]) -> DataError | None:
+
+def input_read_failure(exc: BaseException, inputs: Mapping[str, Sequence[Path]],
+                       parquet: Sequence[TableSource] = ()) -> DataError | None:
     """A DataError naming the input (and file) `exc` failed to decode, or None when `exc` is not
-    such a failure. `inputs`: each input dataset's files or directory."""
+    such a failure. `inputs`: each input dataset's files or directory; `parquet`: the Parquet ones,
+    read again to find the damaged file when the engine's message does not name it."""
     text = _full_text(exc)
     match = _DECODING.search(text)
-    if not match:
+    thrown = None if match else _DECODER_THREW.search(text)
+    if not match and not thrown:
         return None
     dataset, file = _which_input(text, inputs)
+    if file is None:
+        dataset, file = _damaged_input(parquet, dataset) or (dataset, None)
     where = f" ({file})" if file else ""
-    reason = _reason_line(text, match)
+    reason = _reason_line(text, match) if match else _decoder_failure(thrown)
     name = f"input '{dataset}'" if dataset else f"one of the inputs ({', '.join(inputs)})"
     return DataError(f"{name} cannot be read{where}: {reason}",
                      hint="replace the corrupt file with a good copy, or remove it from the input")
@@ -58,18 +71,36 @@ def _which_input(text: str, inputs: Mapping[str, Sequence[Path]]) -> tuple[str |
     for dataset, paths in inputs.items():
         for path in paths:
             found = re.search(re.escape(str(path)) + r"[^\s'\",)\]]*", text)
-            if found:
-                return dataset, found.group(0)
+            if found:  # Spark ends "...reading file file:///data/a.parquet." with a full stop
+                return dataset, found.group(0).rstrip(".")
     if len(inputs) == 1:
         return next(iter(inputs)), None
     return None, None
+
+
+def _decoder_failure(thrown: re.Match) -> str:
+    """'a page does not decode (ArrayIndexOutOfBoundsException: Index 3 ...)': the innermost of the
+    exceptions a line of Spark's nests ("Job aborted ...: java.lang.ArrayIndexOutOfBoundsException: ...")."""
+    line = thrown.group(0).split("\n", 1)[0]
+    innermost = list(re.finditer(r"([\w.$]+(?:Exception|Error))(?:: |$)", line))[-1]
+    kind, what = innermost.group(1).rsplit(".", 1)[-1], one_line_of(line[innermost.end():])
+    return f"a page does not decode ({kind}: {what})" if what else f"a page does not decode ({kind})"
+
+
+def _damaged_input(parquet: Sequence[TableSource], dataset: str | None) -> tuple[str, Path] | None:
+    """The input (`dataset`, when known) and its first file whose pages pyarrow cannot decode."""
+    for source in parquet:
+        found = damaged_file(source) if dataset in (None, source.name) else None
+        if found is not None:
+            return source.name, found[0]
+    return None
 
 
 def _reason_line(text: str, match: re.Match) -> str:
     """The line of the engine's message that says what is wrong, without its exception prefix."""
     start = text.rfind("\n", 0, match.start()) + 1
     end = text.find("\n", match.end())
-    line = text[start:end if end != -1 else len(text)].strip()
+    line = text[start:end if end != -1 else len(text)].strip().removeprefix(": ")  # Py4J's ": org..."
     for _ in range(3):  # "Caused by: org.apache...Exception: pyarrow...Error: what"
         line = re.sub(r"^([\w.$]+(Exception|Error)|Caused by): ", "", line)
     return first_line(line)

@@ -28,6 +28,7 @@ from .settings import ByteSize, GpuMode, Names, Params, Section, none_as_empty
 
 PIPELINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SQL_FILE = re.compile(r"^(?!/)(?!.*(^|/)\.\.(/|$))[^:]+\.sql$")  # relative, never out of root with ..
 RUN_TARGET = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
 _DURATION_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -90,7 +91,8 @@ class DatasetSpec(Section):
 
 
 class StageSpec(Section):
-    run: str = Field(description="module:function, importable from root")
+    run: str = Field(description="module:function, importable from root; or a .sql file under root (a SQL "
+                                 "stage, on an engine that runs SQL)")
     backend: Backend = DEFAULT_BACKEND
     inputs: Names = Field(default_factory=list)
     outputs: Names = Field(default_factory=list)
@@ -107,8 +109,11 @@ class StageSpec(Section):
     @field_validator("run")
     @classmethod
     def _run_target(cls, value: str) -> str:
+        if SQL_FILE.match(value):
+            return value
         if not RUN_TARGET.match(value):
-            raise ValueError(f"'{value}' is not a module:function reference (write e.g. stages.etl:clean)")
+            raise ValueError(f"'{value}' is not a module:function reference (write e.g. stages.etl:clean) "
+                             "nor a .sql file under root (e.g. sql/orders.sql)")
         return value
 
 

@@ -9,7 +9,8 @@ import logging
 import traceback
 from pathlib import Path
 
-from .errors import HybridflowError, StageError, is_out_of_space, out_of_space
+from .backends.base import unwrap_error
+from .errors import DataError, HybridflowError, StageError, is_out_of_space, out_of_space
 from .errorsite import describe_user_error
 from .inputs import StageInputs
 from .pipeline import Pipeline
@@ -25,12 +26,22 @@ class StageErrors:
         log.error("the stage raised:\n%s", "".join(traceback.format_exception(exc)))
         if is_out_of_space(exc):
             return out_of_space(self.home)
+        carried = unwrap_error(exc)
+        if isinstance(carried, DataError):  # hybridflow's reader in an engine's worker named a bad file
+            return carried
         if stage is not None:
             inputs = {ds: self.inputs.paths(ds) for ds in self.pipeline.stages[stage].inputs}
-            unreadable = text_input_failure(exc, self._text_inputs(stage)) or input_read_failure(exc, inputs)
+            unreadable = text_input_failure(exc, self._text_inputs(stage)) or \
+                input_read_failure(exc, inputs, self._parquet_inputs(stage, inputs))
             if unreadable is not None:
                 return unreadable
         return StageError(self.pipeline.redact(describe_user_error(exc, self.pipeline.root)))
+
+    def _parquet_inputs(self, stage: str, paths: dict[str, list[Path]]) -> list[TableSource]:
+        """The stage's Parquet inputs, where to look for a damaged file the engine did not name."""
+        return [TableSource(dataset, tuple(paths[dataset])) for dataset in self.pipeline.stages[stage].inputs
+                if self.pipeline.dataset(dataset).kind == "table" and self.pipeline.dataset(dataset).format == "parquet"
+                and paths[dataset]]
 
     def _text_inputs(self, stage: str) -> list[TableSource]:
         """The stage's external CSV/JSON inputs, as the engine read them."""

@@ -6,14 +6,18 @@ them all. WAL mode and a busy timeout let runs of different pipelines record at 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import sqlite3
+import urllib.parse
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError
+from .errors import UsageError, storage_error, vanished
 from .pipeline import REDACTED
+from .workdir import claim
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -50,7 +54,9 @@ ADDED_COLUMNS = {"runs": {"arguments": "TEXT"},
 class RunStore:
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
+        with _explained(path, opened=False):
+            claim(path.parent)  # the workdir is made here, first of all it holds
+            _make_private(path)
         with closing(self._connect()) as db, db:
             db.executescript(SCHEMA)
             for table, columns in ADDED_COLUMNS.items():
@@ -60,7 +66,11 @@ class RunStore:
                         db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
     def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=30)
+        # mode=rw: a runs.db removed while in use is an error here, never silently a new empty one
+        with _explained(self.path):
+            db = sqlite3.connect(f"file:{urllib.parse.quote(str(self.path))}?mode=rw", uri=True, timeout=30,
+                                 factory=_Connection)
+        db.path = self.path
         db.execute("PRAGMA journal_mode=WAL")
         db.row_factory = sqlite3.Row
         return db
@@ -115,6 +125,23 @@ class RunStore:
                 db.execute("UPDATE stages SET status = 'killed' WHERE run_id = ? AND status = 'running'", [run_id])
         return ids
 
+    def running_stages(self, run_id: str) -> list[dict[str, Any]] | None:
+        """The stages (stage, log_path) of a run still recorded as running; None if its end is recorded."""
+        with closing(self._connect()) as db:
+            if db.execute("SELECT 1 FROM runs WHERE run_id = ? AND status = 'running'", [run_id]).fetchone() is None:
+                return None
+            return [dict(r) for r in db.execute("SELECT stage, log_path FROM stages WHERE run_id = ? AND "
+                                                "status = 'running' ORDER BY position", [run_id])]
+
+    def mark_crashed(self, run_id: str, error: str, ended_at: str) -> None:
+        """A run whose process ended without recording its end (os._exit, a crash in native code),
+        recorded by the command that started it: killed, with the error, as its running stages."""
+        with closing(self._connect()) as db, db:
+            db.execute("UPDATE runs SET status = 'killed', ended_at = ?, error = ? WHERE run_id = ? AND "
+                       "status = 'running'", [ended_at, error, run_id])
+            db.execute("UPDATE stages SET status = 'killed', error = ? WHERE run_id = ? AND status = 'running'",
+                       [error, run_id])
+
     def last_run(self, pipeline: str | None = None) -> dict[str, Any] | None:
         """The newest run of `pipeline`, or of every pipeline in this store when it is None."""
         found = self.runs(pipeline, limit=1)
@@ -135,6 +162,53 @@ class RunStore:
         with closing(self._connect()) as db:
             rows = db.execute("SELECT * FROM stages WHERE run_id = ? ORDER BY position", [run_id]).fetchall()
         return [dict(r) for r in rows]
+
+
+class _Connection(sqlite3.Connection):
+    """A connection to runs.db whose every query and commit has its errors explained (_explained)."""
+
+    path: Path
+
+    def execute(self, *args):
+        with _explained(self.path):
+            return super().execute(*args)
+
+    def executescript(self, script):
+        with _explained(self.path):
+            return super().executescript(script)
+
+    def __exit__(self, *exc_info):
+        with _explained(self.path):
+            return super().__exit__(*exc_info)
+
+
+@contextlib.contextmanager
+def _explained(path: Path, opened: bool = True):
+    """runs.db's OS and SQLite errors that are the user's to fix, raised as the hybridflow errors that
+    name the workdir (a full, read-only or not writable one: errors.storage_error); once the store is
+    opened, a missing workdir or runs.db was removed while in use."""
+    try:
+        yield
+    except (OSError, sqlite3.Error) as exc:
+        gone = next((p for p in (path.parent, path) if not p.exists()), None) if opened else None
+        # the workdir, else runs.db itself (another user's, in a workdir this one may write)
+        problem = vanished(gone) if gone is not None else storage_error(exc, path.parent) or storage_error(exc, path)
+        if problem is None:
+            raise
+        raise problem from exc
+
+
+def _make_private(path: Path) -> None:
+    """runs.db created owner-only, and narrowed if an older one is not: its errors may quote data, as
+    the logs (0600) do. SQLite gives the files it keeps beside it (-wal, -shm) the database's mode."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    for file in (path, *(path.with_name(path.name + side) for side in ("-wal", "-shm", "-journal"))):
+        try:
+            if file.stat().st_mode & 0o077:
+                os.chmod(file, 0o600)
+        except (FileNotFoundError, PermissionError):  # gone meanwhile, or another user's to narrow
+            continue
 
 
 # A run's arguments (how it was asked for: --only/--from/--to/--param/--force) are kept so --resume

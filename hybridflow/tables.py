@@ -48,13 +48,41 @@ def read_arrow(source: TableSource) -> pa.Table:
             # no partitioning inferred from the path: a folder like env=prod above the data is not a column
             table = pq.read_table(files if len(files) > 1 else files[0], partitioning=None)
     except (OSError, pa.ArrowException) as exc:
-        raise DataError(f"input '{source.name}' cannot be read: {first_line(exc)}",
-                        hint="replace the damaged file with a good copy, or remove it from the input") from exc
+        raise _unreadable(source, exc) from exc
     table = standard_types(table)
     if source.schema is not None:
         check_schema(source.name, dict(zip(source.schema.names, source.schema.types)), table.schema)
         table = table.select(source.schema.names).cast(source.schema)  # exact declared types and order
     return table
+
+
+CORRUPT_HINT = "replace the corrupt file with a good copy, or remove it from the input"
+
+
+def unreadable_file(dataset: str, file: Path, exc: BaseException) -> DataError:
+    """A Parquet file of an input whose data does not decode (its footer did: a damaged page)."""
+    return DataError(f"input '{dataset}' cannot be read ({file}): {first_line(exc)}", hint=CORRUPT_HINT)
+
+
+def damaged_file(source: TableSource) -> tuple[Path, Exception] | None:
+    """The first Parquet file of `source` whose data does not decode, and pyarrow's error for it:
+    engines rarely say which file a bad page is in. Reads every file again, streaming: only once a
+    read failed."""
+    for file in parquet_files(source):
+        try:
+            for _ in pq.ParquetFile(file).iter_batches():
+                pass
+        except (OSError, pa.ArrowException) as exc:
+            return file, exc
+    return None
+
+
+def _unreadable(source: TableSource, exc: BaseException) -> DataError:
+    """pyarrow's error for a read of several files does not say which one is damaged."""
+    found = damaged_file(source) if source.format == "parquet" else None
+    if found is not None:
+        return unreadable_file(source.name, *found)
+    return DataError(f"input '{source.name}' cannot be read: {first_line(exc)}", hint=CORRUPT_HINT)
 
 
 def standard_types(table: pa.Table) -> pa.Table:
@@ -97,6 +125,28 @@ def partition_values(file: Path, base: Path, partition_by: tuple[str, ...]) -> d
     return found
 
 
+# What Spark (and Hive) escape as %XX in a partition directory's name: separators, '=' and '%'
+# themselves, control characters. Anything else, unicode included, is written as it is: Spark reads
+# each %XX back as one character, so a percent-encoded UTF-8 byte sequence would come back garbled.
+HIVE_SPECIAL = frozenset('"#%\'*/:=?\\{[]^\x7f') | {chr(code) for code in range(0x20)}
+
+
+def hive_escape(value: str) -> str:
+    """A partition value as every engine names and reads its directory: Spark's own spelling."""
+    return "".join(f"%{ord(c):02X}" if c in HIVE_SPECIAL else c for c in value)
+
+
+def respell_partition_directories(directory: Path, partition_by: tuple[str, ...]) -> None:
+    """Rename the directories of a pyarrow-written partitioned output (pyarrow, and Ray through it,
+    percent-encode every byte of a value outside [A-Za-z0-9._~-]) to hive_escape's spelling."""
+    for level in range(len(partition_by)):
+        for path in sorted(directory.glob("/".join(["*"] * (level + 1)))):
+            key, sep, value = path.name.partition("=")
+            spelled = f"{key}={hive_escape(unquote(value))}"
+            if path.is_dir() and sep and key == partition_by[level] and spelled != path.name:
+                path.rename(path.with_name(spelled))
+
+
 def read_partitioned_file(file: Path, source: TableSource) -> pa.Table:
     """One file of a partitioned dataset, with its partition columns restored in their recorded types."""
     return _with_partition_columns(pq.read_table(file), file, source, source.partition_by)
@@ -108,7 +158,12 @@ def read_piece(piece: Piece, source: TableSource, schema: pa.Schema, columns=Non
     names = list(columns) if columns is not None else schema.names
     partitions = [name for name in names if name in source.partition_by]
     stored = [name for name in names if name not in source.partition_by]
-    table = pq.ParquetFile(piece.file).read_row_groups(list(piece.row_groups), columns=stored)
+    try:
+        table = pq.ParquetFile(piece.file).read_row_groups(list(piece.row_groups), columns=stored)
+    except (OSError, pa.ArrowException) as exc:
+        # this runs in Dask's and Ray's workers, where pyarrow's error does not name the file: the
+        # DataError does, and travels back to the driver (pickled) inside the engine's wrappers
+        raise unreadable_file(source.name, piece.file, exc) from exc
     table = _with_partition_columns(standard_types(table), piece.file, source, partitions)
     wanted = pa.schema([schema.field(name) for name in names])
     return table.select(names).cast(wanted)
@@ -137,6 +192,7 @@ def write_arrow(table: pa.Table, directory: Path, partition_by: tuple[str, ...] 
         pq.write_to_dataset(table, directory, partition_cols=list(partition_by), basename_template="part-{i}.parquet",
                             max_rows_per_file=rows, row_group_size=group_rows,
                             coerce_timestamps="us", allow_truncated_timestamps=False, compression="snappy")
+        respell_partition_directories(directory, partition_by)
         return table.schema
     for i, offset in enumerate(range(0, max(table.num_rows, 1), rows)):
         pq.write_table(table.slice(offset, rows), directory / f"part-{i:05d}.parquet",

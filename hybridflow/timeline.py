@@ -9,6 +9,7 @@ import contextlib
 import logging
 import time
 
+from .errors import StorageError
 from .state import RunStore
 
 # what a span is of; the report colours and orders them by this
@@ -41,5 +42,7 @@ class Timeline:
         try:  # a timeline that cannot be written (a full disk) never fails the run
             self.store.save_span(run_id=self.run_id, stage=stage, kind=kind, detail=detail, attempt=attempt,
                                  started_at=started, ended_at=ended, outcome=outcome)
+        except StorageError as exc:  # the run's own record fails on it next, and says it once
+            logging.getLogger("hybridflow").debug("timeline not recorded: %s", exc)
         except Exception as exc:  # noqa: BLE001
             logging.getLogger("hybridflow").warning("timeline not recorded: %s", exc)

@@ -28,6 +28,7 @@ from .results import Listener, RunResult, Selection, new_run_id
 from .stagelog import private_dir
 from .stopping import Terminated
 from .warmpool import WarmPool
+from .workdir import claim
 
 POLL_SECONDS = 0.5
 SETTLE_SECONDS = 0.2  # an editor's save may be several writes: read the files once they are done
@@ -99,7 +100,8 @@ class WatchSession:
             return
         self._forget_modules(pipeline)
         if self.pool is None:
-            logs = private_dir(pipeline.workdir / pipeline.name / "watch" / new_run_id() / "logs")
+            # claimed first: the session's logs are the first thing it writes there
+            logs = private_dir(claim(pipeline.workdir) / pipeline.name / "watch" / new_run_id() / "logs")
             self.pool = WarmPool(pipeline, logs, notice=self.report.notice)
         runner = Runner(pipeline, self.selection, keep_going=self.keep_going, force=self.force,
                         listener=self.report.listener(), pool=self.pool.for_run,

@@ -103,7 +103,8 @@ def fake_crontab(tmp_path, monkeypatch) -> Path:
 CLUSTER_MODULES = {"test_attach", "test_multihost"}  # a Spark master, Dask scheduler or Ray head
 # modules whose tests run the real engines, or the examples that use them, throughout
 ENGINE_MODULES = {"test_backends", "test_engine_lifecycle", "test_everyday_frames", "test_three_engines",
-                  "test_weekly_retrain", "test_cli_retrain", "test_stopping", "test_secret_engines", "test_bad_inputs"}
+                  "test_weekly_retrain", "test_cli_retrain", "test_stopping", "test_secret_engines", "test_bad_inputs",
+                  "test_engine_chatter"}
 ENGINE_NAMED = re.compile(r"spark|dask|ray", re.IGNORECASE)  # a test (or its parameters) naming an engine
 
 

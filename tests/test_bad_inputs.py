@@ -11,7 +11,7 @@ import pytest
 
 from hybridflow.catalog import Catalog
 from hybridflow.config import load_pipeline
-from hybridflow.errors import ExitCode
+from hybridflow.errors import DataError, ExitCode
 from hybridflow.planner import SKIP
 from hybridflow.runner import Runner
 from hybridflow.tables import read_arrow
@@ -40,6 +40,41 @@ def make_ray(events):
     return events.repartition(1)
 
 
+def make_duckdb(events):
+    return events.order("id")
+
+
+def make_polars(events):
+    return events.sort("id")
+
+
+def counted_python(events):
+    return events
+
+
+def counted_spark(events):  # the engine reads in the stage's own code, not at the write
+    events.count()
+    return events
+
+
+def counted_dask(events):
+    len(events)
+    return events
+
+
+def counted_ray(events):
+    return events.materialize()
+
+
+def counted_duckdb(events):
+    events.fetchall()
+    return events
+
+
+def counted_polars(events):
+    return events.collect()
+
+
 def total(made):
     import pandas as pd
     return pd.DataFrame({"total": [int(made["id"].sum())]})
@@ -58,14 +93,14 @@ def engines(tmp_path_factory, shared_project):
     yield from engines_for_module(tmp_path_factory, shared_project)
 
 
-def copy_pipeline(project: Project, name: str, backend: str, path: str) -> str:
+def copy_pipeline(project: Project, name: str, backend: str, path: str, function: str = "same") -> str:
     return project.pipeline(f'''
     name: {name}
     root: .
     datasets:
       events: {{path: {path}}}
     stages:
-      copy: {{run: "mypkg.steps:same", backend: {backend}, inputs: [events], outputs: [copied]}}
+      copy: {{run: "mypkg.steps:{function}", backend: {backend}, inputs: [events], outputs: [copied]}}
     ''', f"{name}.yaml")
 
 
@@ -115,25 +150,49 @@ def test_a_bad_file_is_one_data_error_naming_it_on_every_engine(engines, shared_
 
 def corrupt_first_page(file) -> None:
     """Garbage where the first column chunk's page header starts: the footer still reads, the data
-    does not decode."""
+    does not decode (pyarrow: OSError "Couldn't deserialize thrift")."""
     data = bytearray(file.read_bytes())
     data[4:40] = b"\xff" * 36
     file.write_bytes(bytes(data))
 
 
+def corrupt_dictionary_indices(file) -> None:
+    """Rewrite `file` uncompressed with a 3-value dictionary column whose last data page bytes point
+    past the dictionary's end: the page header decodes, its values do not (pyarrow: ArrowInvalid
+    "Index not in dictionary bounds"; Spark: an ArrayIndexOutOfBoundsException naming no file)."""
+    table = good_table().set_column(2, "name", pa.array([f"n{i % 3}" for i in range(1000)]))
+    pq.write_table(table, file, compression="none")
+    chunk = pq.read_metadata(file).row_group(0).column(2)
+    end = (chunk.dictionary_page_offset or chunk.data_page_offset) + chunk.total_compressed_size
+    data = bytearray(file.read_bytes())
+    data[end - 16:end] = b"\xff" * 16
+    file.write_bytes(bytes(data))
+
+
+DAMAGE = {"page header": corrupt_first_page, "dictionary index": corrupt_dictionary_indices}
+
+
 @pytest.mark.parametrize("name", ENGINES)
-def test_a_corrupt_page_found_while_reading_is_a_data_error_naming_the_input(engines, shared_project, tmp_path,
-                                                                            name):
+@pytest.mark.parametrize("damage", DAMAGE)
+@pytest.mark.parametrize("read", ["at the write", "in the stage"])
+def test_a_corrupt_page_found_while_reading_is_one_data_error_naming_the_file(engines, shared_project, tmp_path,
+                                                                             name, damage, read):
     (tmp_path / "events").mkdir()
-    file = tmp_path / "events" / "a.parquet"
+    pq.write_table(good_table(), tmp_path / "events" / "a.parquet")
+    file = tmp_path / "events" / "b.parquet"  # a good file beside it: the error must say which one
     pq.write_table(good_table(), file)
-    corrupt_first_page(file)
+    DAMAGE[damage](file)
     pq.read_metadata(file)  # the footer is intact: only reading the data finds the damage
-    path = copy_pipeline(shared_project, f"corrupt-page-{name}", name, str(tmp_path / "events"))
+    pipeline = f"corrupt-{damage}-{read}-{name}".replace(" ", "-")
+    function = "same" if read == "at the write" else f"counted_{name}"
+    path = copy_pipeline(shared_project, pipeline, name, str(tmp_path / "events"), function)
     result = Runner(load_pipeline(path), engines=engines).run()
     assert result.status == "failed"
     assert result.error.exit_code == ExitCode.DATA, result.error
-    assert "input 'events' cannot be read" in result.error.message, result.error.message
+    assert type(result.error) is DataError, repr(result.error)  # hybridflow's own, not inside an engine's wrapper
+    assert f"input 'events' cannot be read ({file}): " in result.error.message, result.error.message
+    assert "\n" not in result.error.one_line()
+    assert not any(raw in result.error.one_line() for raw in ("ArrowInvalid", "Py4J", "RayTaskError", "KeyError"))
 
 
 @pytest.mark.parametrize("name", ENGINES)

@@ -4,6 +4,7 @@ import json
 
 from typer.testing import CliRunner
 
+from hybridflow.backends import BUILT_IN
 from hybridflow.cli import app
 from hybridflow.errors import ExitCode
 
@@ -56,7 +57,7 @@ def test_validate_reports_every_problem_with_its_location(project):
     result = invoke("validate", path)
     assert result.exit_code == ExitCode.CONFIG
     lines = result.output.splitlines()
-    assert f"{path}:4:14: error: stages.clean.backend must be one of python, spark, dask, ray, not 'sparc' " \
+    assert f"{path}:4:14: error: stages.clean.backend must be one of {', '.join(BUILT_IN)}, not 'sparc' " \
            "(did you mean 'spark'?)" in lines
     assert f"{path}:6:5: error: unknown key 'ouputs' in stages.clean (did you mean 'outputs'?)" in lines
     assert "Traceback" not in result.output
@@ -81,6 +82,15 @@ def test_validate_ok_exits_zero(project):
     result = invoke("validate", project.pipeline(PIPELINE))
     assert result.exit_code == 0, result.output
     assert "valid (0 errors, 0 warnings)" in result.output
+
+
+def test_validate_refuses_partition_columns_engines_name_directories_differently(project):
+    project.stages(STAGES)
+    path = project.pipeline(PIPELINE + "  numbers: {partition_by: ['col.with dot ü', 'a/b', 'x=y', '.hidden']}\n")
+    result = invoke("validate", path)
+    assert result.exit_code == ExitCode.CONFIG
+    refused = [line for line in result.output.splitlines() if "cannot be partitioned by" in line]
+    assert [line.split("partitioned by ")[1].split(":")[0] for line in refused] == ["'a/b'", "'x=y'", "'.hidden'"]
 
 
 def test_run_prints_summary_and_exit_code(project):

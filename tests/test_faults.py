@@ -18,7 +18,7 @@ from hybridflow.catalog import Catalog
 from hybridflow.state import RunStore
 
 from .conftest import last_run_record
-from .engines import assert_nothing_left
+from .engines import assert_nothing_left, child_pids
 from .test_kill import assert_complete
 
 STAGES = '''
@@ -125,9 +125,11 @@ def wait_for(condition, what: str, process: subprocess.Popen, seconds: float = 1
 
 
 def blocked_on_a_lock(pid: int) -> bool:
-    """`pid` is waiting for a lock another process holds (a blocked waiter in /proc/locks: "N: -> FLOCK ...")."""
+    """The command `pid` is waiting for a lock another process holds (a blocked waiter in /proc/locks:
+    "N: -> FLOCK ..."): the command itself, or the run's process it supervises."""
+    waiters = {str(pid), *(str(child) for child in child_pids(pid))}
     with open("/proc/locks") as locks:
-        return any(fields[1:3] == ["->", "FLOCK"] and fields[5] == str(pid)
+        return any(fields[1:3] == ["->", "FLOCK"] and fields[5] in waiters
                    for fields in (line.split() for line in locks) if len(fields) > 5)
 
 

@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-HEAVY = ("pyspark", "ray", "dask", "distributed", "cudf")
+HEAVY = ("pyspark", "ray", "dask", "distributed", "cudf", "duckdb")
 
 PROBE = """
 import sys

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from hybridflow.backends import BUILT_IN
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -35,7 +37,7 @@ def test_a_new_python_project_validates_runs_and_passes_its_own_test(tmp_path):
     refused = cli(tmp_path, "init", "churn-model")
     assert refused.returncode == 2 and "is not empty" in refused.stderr
     wrong = cli(tmp_path, "init", "other", "--engines", "sparkk")
-    assert wrong.returncode == 2 and "--engines takes some of python, spark, dask, ray" in wrong.stderr
+    assert wrong.returncode == 2 and f"--engines takes some of {', '.join(BUILT_IN)}" in wrong.stderr
 
 
 @pytest.mark.engine

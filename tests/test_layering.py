@@ -10,8 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hybridflow.backends import BUILT_IN
+
 ROOT = Path(__file__).resolve().parents[1]
-BUILT_IN_ENGINES = {"python", "spark", "dask", "ray"}
+BUILT_IN_ENGINES = set(BUILT_IN)
 
 
 def tool(name: str) -> str:

@@ -31,3 +31,21 @@ def every_type_table() -> pa.Table:
         "info": pa.array([{"a": 1, "b": "x"}, None, {"a": None, "b": None}],
                          pa.struct([("a", pa.int64()), ("b", pa.string())])),
     })
+
+
+# Column names an engine could misread as an expression (a.b is field b of column a to Spark) or a
+# path (partition directories are named after columns); unicode and emoji as well.
+ODD_NAMES = ("col.with.dot", "with space", "back`tick", "ünïcödé", "🎉", "a.b`c d[0] (e)")
+
+
+def odd_names_table() -> pa.Table:
+    """Small: the names are what it tests, one column of another type each."""
+    values = [
+        pa.array([1, None, 3], pa.int64()),
+        pa.array(["x.y", None, "z z"], pa.string()),
+        pa.array([1.5, 2.5, None], pa.float64()),
+        pa.array([dt.date(2026, 1, 1), None, dt.date(1999, 12, 31)], pa.date32()),
+        pa.array([True, None, False], pa.bool_()),
+        pa.array([{"in.side": 1}, None, {"in.side": None}], pa.struct([("in.side", pa.int64())])),
+    ]
+    return pa.table(dict(zip(ODD_NAMES, values)))

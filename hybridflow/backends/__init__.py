@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable
 from ..errors import UnavailableError
 
 ENTRY_POINTS = "hybridflow.backends"
-BUILT_IN = ("python", "spark", "dask", "ray")
+BUILT_IN = ("python", "spark", "dask", "ray", "duckdb", "polars")
 DEFAULT = "python"  # the engine of a stage that names none
 
 
@@ -46,6 +46,9 @@ class Engine:
     gpu_packages: tuple[str, ...] = ()
     attached_gpu_packages: tuple[str, ...] = ()
     gpu_jar: bool = False  # its GPU stages need the RAPIDS Accelerator jar (Spark)
+    # the SQL dialect (as sqlglot names it) of the queries it runs for SQL stages (Backend.run_sql);
+    # None: it runs no SQL stage
+    sql_dialect: str | None = None
     # whether settings name a cluster to attach to (not an engine started here)
     attached: Callable[[Any], bool] = lambda settings: False
     # engine settings that change what a stage computes (Spark's conf): part of every fingerprint

@@ -72,6 +72,13 @@ class Backend(ABC):
         """Whether a stage's return value is a frame this engine can write."""
         return True
 
+    def run_sql(self, query: Any, inputs: dict[str, Any], params: dict[str, Any]) -> Any:
+        """A SQL stage (engines whose Engine declares a sql_dialect): `query` (a sqlstage.SqlQuery) over
+        `inputs`, native frames each seen as a view named after its dataset, with `params` (the names
+        the query uses as `:name`) bound by the engine, never formatted into the text. Returns the
+        result as a native frame."""
+        raise NotImplementedError(f"the {self.name} backend runs no SQL stage")
+
     def handles(self) -> dict[str, Any]:
         """Engine objects exposed on ctx (ctx.spark, ctx.dask, ctx.ray)."""
         return {}
@@ -215,6 +222,13 @@ class TerminalStreams:
             with contextlib.suppress(Exception):
                 stream.flush()
         sys.stdout, sys.stderr = self._saved
+
+
+def engine_output_stream():
+    """A text stream on a copy of this process's stderr as it is now: called during an engine's
+    start, while the runner points fd 2 at engines.log, it is where the engine's own chatter from
+    this process (its loggers) goes for good. Line buffered; the caller closes it at stop."""
+    return os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
 
 
 def _copy_of(stream, fd: int):

@@ -30,6 +30,7 @@ from ..settings import EngineSection, GpuMode
 from ..tables import (
     SAMPLE_ROWS,
     TableSource,
+    hive_escape,
     parquet_files,
     partition_values,
     read_piece,
@@ -41,6 +42,7 @@ from .base import (
     check_reachable,
     code_archive,
     driver_address,
+    engine_output_stream,
     index_as_columns,
     require_shared_workdir,
     split_host_port,
@@ -103,6 +105,7 @@ class DaskBackend(Backend):
         self.cluster = None  # only set when we started it
         self._driver: str | None = None  # attached to a scheduler on another host: the client's address
         self._frame_backend = "pandas"  # Dask's dataframe backend before GPU stages switched it
+        self._unroute = None  # puts back what _route_logging changed
 
     @property
     def address(self) -> str:
@@ -118,6 +121,7 @@ class DaskBackend(Backend):
         from .. import pandas_frames  # noqa: F401
 
         self._frame_backend = dask.config.get("dataframe.backend", "pandas")
+        self._unroute = _route_logging(dask.config.get("distributed.admin.log-format"))
         try:
             if self.settings.address:
                 host, port = split_host_port(self.settings.address, 8786)
@@ -273,7 +277,7 @@ class DaskBackend(Backend):
             schema = standard_schema(pa.Schema.from_pandas(frame._meta, preserve_index=False).remove_metadata())
         except (pa.ArrowException, TypeError, ValueError) as exc:
             raise DataError(f"cannot derive an Arrow schema from the frame: {exc}") from exc
-        frame = self._sized(frame, schema, partition_by, target_file_size)
+        frame = _hive_escaped(self._sized(frame, schema, partition_by, target_file_size), schema, partition_by)
         frame.to_parquet(str(directory), write_index=False, engine="pyarrow", schema=schema,
                          partition_on=list(partition_by) or None, write_metadata_file=False,
                          coerce_timestamps="us", allow_truncated_timestamps=False)
@@ -342,6 +346,37 @@ class DaskBackend(Backend):
         if self.cluster is not None:
             self.cluster.close()
             self.cluster = None
+        if self._unroute is not None:  # after the close, whose chatter goes to engines.log too
+            self._unroute()
+            self._unroute = None
+
+
+def _route_logging(log_format: str):
+    """The "distributed" loggers of this process (a local cluster's scheduler runs here, and the
+    client) write to engines.log, no further: left alone they reach the root logger, whose handler
+    writes to the terminal (the shuffle plugin's "Shuffle ... initialized by task ..." at every p2p
+    shuffle, over the run's display). The stream is a copy of this process's stderr taken now, during
+    the start, while it points at engines.log. Returns what undoes it."""
+    logger = logging.getLogger("distributed")
+    sink = engine_output_stream()
+    handler = logging.StreamHandler(sink)
+    handler.setFormatter(logging.Formatter(log_format))
+    # distributed's own console handler, if it made one (bound to the stderr of its import); others
+    # that a caller put there (pytest's capture) stay
+    saved, propagated = [h for h in logger.handlers if type(h) is logging.StreamHandler], logger.propagate
+    for old in saved:
+        logger.removeHandler(old)
+    logger.addHandler(handler)
+    logger.propagate = False
+
+    def undo() -> None:
+        logger.removeHandler(handler)
+        for old in saved:
+            logger.addHandler(old)
+        logger.propagate = propagated
+        sink.close()
+
+    return undo
 
 
 def _import_readers() -> None:
@@ -350,6 +385,21 @@ def _import_readers() -> None:
     import pyarrow.parquet  # noqa: F401
 
     from .. import pandas_frames  # noqa: F401
+
+
+def _hive_escaped(frame, schema: pa.Schema, partition_by: tuple[str, ...]):
+    """String partition values spelled as directory names (tables.hive_escape): Dask names a directory
+    name=value as it is, so a '/' in a value nested a directory and a '%' was read back as an escape.
+    Values of other types print without such characters."""
+    strings = [name for name in partition_by if pa.types.is_string(schema.field(name).type)]
+    return frame.map_partitions(_escape_columns, strings, meta=frame._meta) if strings else frame
+
+
+def _escape_columns(frame, names: list[str]):
+    frame = frame.copy(deep=False)
+    for name in names:
+        frame[name] = frame[name].map(hive_escape, na_action="ignore")  # keeps the dtype, categories too
+    return frame
 
 
 def _is_cudf_meta(meta) -> bool:

@@ -16,21 +16,31 @@ import contextlib
 import logging
 import math
 import os
+import re
 import shutil
 import signal
 import tempfile
+import traceback
 from pathlib import Path
 from typing import Any, Sequence
 
 import pyarrow as pa
 from pydantic import Field
 
-from ..errors import ConfigError, UnavailableError, first_line
+from ..errors import ConfigError, DataError, HybridflowError, UnavailableError, first_line
 from ..footers import read_footers
-from ..settings import EngineSection, GpuMode, Params
-from ..tables import SAMPLE_ROWS, TableSource, parquet_files, rows_per_file
+from ..settings import TARGET_FILE_SIZE, EngineSection, GpuMode, Params
+from ..tables import SAMPLE_ROWS, TableSource, parquet_files, respell_partition_directories, rows_per_file
 from . import Engine
-from .base import Backend, check_reachable, driver_address, require_shared_workdir, split_host_port
+from .base import (
+    Backend,
+    check_reachable,
+    driver_address,
+    engine_output_stream,
+    require_shared_workdir,
+    split_host_port,
+    unwrap_error,
+)
 from .raytune import CALLBACKS_VARIABLE, TUNING, TrialCounter, with_callback
 
 
@@ -93,7 +103,7 @@ class RayBackend(Backend):
         self.ray = None
         self._gpus_per_trial: float = 0
         self._session_dir: str | None = None  # the private directory around Ray's temp directory
-        self._unroute = None  # puts back what _route_raylet_messages changed
+        self._unroute = None  # puts back what _route_engine_output changed
         self._driver: str | None = None  # attached to a head on another host: this node's address
         self._node = None  # the raynode.DriverNode started for that, if this host had none
         self._tune_callbacks: str | None = None  # RAY_TUNE_CALLBACKS before start() named ours
@@ -148,7 +158,7 @@ class RayBackend(Backend):
         context.enable_arrow_backed_pandas_conversion = False
         for name in ("ray", "ray.data", "ray.tune", "ray.train"):
             logging.getLogger(name).setLevel(logging.ERROR)  # engine chatter belongs in Ray's own log files
-        self._unroute = _route_raylet_messages()
+        self._unroute = _route_engine_output()
         # set after ray.init: Ray's workers keep the environment they started with, so only Tune runs
         # in this process (a stage's Tuner.fit) make the callback that counts trials for progress()
         self._tune_callbacks = os.environ.get(CALLBACKS_VARIABLE, "")
@@ -249,6 +259,16 @@ class RayBackend(Backend):
                                               partitioning=None)
         return dataset.map_batches(_as_schema, batch_format="pyarrow", fn_kwargs={"schema": source.schema})
 
+    def write(self, frame: Any, directory: Path, partition_by: tuple[str, ...] = (),
+              target_file_size: int = TARGET_FILE_SIZE) -> pa.Schema:
+        try:
+            return super().write(frame, directory, partition_by, target_file_size)
+        except Exception as exc:  # the stage's Dataset is computed here: its failures surface here
+            known = _in_own_words(exc)
+            if known is None or known is exc:
+                raise
+            raise known from exc
+
     def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...],
                     target_file_size: int) -> pa.Schema:
         # Sized from the materialized output: its row count, and what a sample of its rows takes in
@@ -257,10 +277,11 @@ class RayBackend(Backend):
         rows = frame.count()
         per_file = rows_per_file(frame.take_batch(SAMPLE_ROWS, batch_format="pyarrow"), target_file_size) if rows else 1
         if partition_by and rows:
-            frame = frame.repartition(math.ceil(rows / per_file), shuffle=True, keys=list(partition_by))
+            frame = _gathered(frame, partition_by, math.ceil(rows / per_file))
         frame.write_parquet(str(directory), min_rows_per_file=max(1, min(per_file, rows)), max_rows_per_file=per_file,
                             partition_cols=list(partition_by) or None,
                             coerce_timestamps="us", allow_truncated_timestamps=False)
+        respell_partition_directories(directory, partition_by)
         schema = frame.schema() or stage_frame.schema()
         return schema.base_schema if schema is not None else pa.schema([])
 
@@ -351,23 +372,65 @@ def _end_autoscaler_monitor(ray) -> None:
             info.process.wait(5)
 
 
+def _gathered(frame, partition_by: tuple[str, ...], blocks: int):
+    """The rows of each partition value in one block. Ray names a shuffle operator after its keys and
+    records that name as a metrics tag, which must be ASCII (a column named in unicode failed the
+    write): the shuffle keys on ASCII names for the partition columns, renamed back after it."""
+    aliases = {name: f"__hybridflow_partition_{i}__" for i, name in enumerate(partition_by)}
+    shuffled = frame.rename_columns(aliases).repartition(blocks, shuffle=True, keys=list(aliases.values()))
+    return shuffled.rename_columns({alias: name for name, alias in aliases.items()})
+
+
 def _as_schema(batch: pa.Table, schema: pa.Schema) -> pa.Table:
     return batch.select(schema.names).cast(schema)
 
 
-def _route_raylet_messages():
+# pyarrow's words for a table holding two columns of one name: Ray meets such a Dataset only when it
+# serializes one of its blocks, and fails with a bare KeyError from its own code
+_DUPLICATE_FIELD = re.compile(r'Field "(.+?)" exists \d+ times in schema')
+
+
+def _in_own_words(exc: BaseException) -> HybridflowError | None:
+    """A failed write told as hybridflow tells it on every engine, or None: a DataError that
+    hybridflow's reader raised in a worker (a damaged input file), inside Ray's wrappers; duplicate
+    column names in the stage's Dataset."""
+    carried = unwrap_error(exc)
+    if isinstance(carried, HybridflowError):
+        return carried
+    names = list(dict.fromkeys(_DUPLICATE_FIELD.findall("".join(traceback.format_exception(exc)))))
+    if not names:
+        return None
+    if len(names) == 1:
+        return DataError(f"the frame has a duplicate column name '{names[0]}'")
+    return DataError(f"the frame has duplicate column names {', '.join(repr(n) for n in names)}")
+
+
+def _route_engine_output():
+    """Ray's output that this process writes is engine chatter, which belongs in engines.log: it goes
+    to a copy of this process's stderr taken now, while the runner points it at engines.log for the
+    engine's start. Returns what undoes it."""
+    sink = engine_output_stream()
+    undo = [_route_raylet_messages(sink), _route_loggers(sink)]
+
+    def undo_all() -> None:
+        for step in undo:
+            step()
+        with contextlib.suppress(OSError):
+            sink.close()
+
+    return undo_all
+
+
+def _route_raylet_messages(sink):
     """Ray's driver prints the raylet's warnings ("N PYTHON worker processes have been started...")
     to sys.stdout from a thread of its own, so they land on the terminal above the run's summary (or
-    in whichever stage's log is open). They are engine chatter: they go to a copy of this process's
-    stderr taken now, while the runner points it at engines.log for the engine's start. Returns
-    what undoes it; None where this Ray has no such printer."""
+    in whichever stage's log is open): to `sink` instead. Returns what undoes it."""
     from ray._private import worker as ray_worker
 
     original = getattr(ray_worker, "print_to_stdstream", None)
     print_logs = getattr(ray_worker, "print_worker_logs", None)
     if original is None or print_logs is None:
-        return None
-    sink = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
+        return lambda: None  # this Ray has no such printer
 
     def to_engine_output(data, ignore_prefix: bool) -> None:
         with contextlib.suppress(Exception):  # a printer thread must never die of a closed sink
@@ -377,10 +440,35 @@ def _route_raylet_messages():
 
     def undo() -> None:
         ray_worker.print_to_stdstream = original
-        with contextlib.suppress(OSError):
-            sink.close()
 
     return undo
+
+
+def _route_loggers(sink):
+    """Ray's loggers ("ray", "ray.data") write to the stderr that was current when Ray configured
+    them, the terminal: Ray Data logs a failed task's traceback there at ERROR, three times over,
+    before hybridflow's one line. Their console handlers write to `sink` instead, keeping their
+    format and filters. Returns what undoes it."""
+    moved = []
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if (name == "ray" or name.startswith("ray.")) and isinstance(logger, logging.Logger):
+            for handler in filter(_is_console_handler, logger.handlers):
+                moved.append((handler, handler.stream))
+                handler.setStream(sink)
+
+    def undo() -> None:
+        for handler, stream in moved:
+            handler.setStream(stream)
+
+    return undo
+
+
+def _is_console_handler(handler: logging.Handler) -> bool:
+    """A handler Ray made to write to a console stream: its PlainRayHandler, or a plain StreamHandler
+    (not a file's, nor another library's on these loggers, such as pytest's capture)."""
+    ray_made = type(handler) is logging.StreamHandler or type(handler).__module__.split(".")[0] == "ray"
+    return ray_made and isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler) \
+        and "stream" in vars(handler)  # a stream of its own, not one that follows sys.stderr
 
 
 def _as_module_dir(path: Path, scratch: Path) -> Path:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
 import re
@@ -44,6 +45,7 @@ from .base import (
     check_reachable,
     code_archive,
     driver_address,
+    engine_output_stream,
     require_shared_workdir,
     split_host_port,
 )
@@ -78,7 +80,7 @@ ENGINE = Engine(
     name="spark", module=__name__, example=(EXAMPLE_STAGE, "in_cents"),
     settings=SparkSettings, description="Spark: a local session or a cluster's master",
     frame_types="pyspark.sql.DataFrame", requires=("pyspark",), extra="spark", needs_java=True,
-    gpu=True, gpu_jar=True, attached=_attached,
+    gpu=True, gpu_jar=True, attached=_attached, sql_dialect="spark",
     result_settings=lambda settings: {"spark_conf": dict(settings.conf)},
     unrepresentable=lambda schema: unrepresentable(schema),
 )
@@ -252,6 +254,7 @@ class SparkBackend(Backend):
         self._log = None  # the current stage's log
         self._first_job = 0  # the id of the running stage's first Spark job
         self._driver: str | None = None  # attached to a master on another host: the driver's address
+        self._unroute = None  # puts back what _route_query_context_logs changed
 
     def start(self, code: Sequence[Path] = ()) -> None:
         if self.master.startswith("spark://"):
@@ -298,6 +301,7 @@ class SparkBackend(Backend):
             raise UnavailableError(f"spark failed to start (master {self.master}): {first_line(exc)}",
                                    hint=f"see {self.log_dir / 'engines.log'}") from exc
         self.session.sparkContext.setLogLevel("ERROR")
+        self._unroute = _route_query_context_logs()
         if self.gpu is not None:  # the plugin's NOT_ON_GPU explanations are warnings: keep them
             jvm = self.session.sparkContext._jvm
             jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
@@ -354,6 +358,12 @@ class SparkBackend(Backend):
 
         return isinstance(value, DataFrame)
 
+    def run_sql(self, query, inputs: dict[str, Any], params: dict[str, Any]) -> Any:
+        # Spark's own named parameters are `:name`, as SQL stages write them
+        for name, frame in inputs.items():
+            frame.createOrReplaceTempView(name)
+        return self.session.sql(query.text, args=params or None)
+
     def read(self, source: TableSource):
         if source.schema is not None:
             _check_representable(source.name, source.schema)
@@ -366,13 +376,13 @@ class SparkBackend(Backend):
         if source.partition_by:
             # an explicit schema makes Spark parse partition values as their recorded types
             reader = reader.option("basePath", str(source.base)).schema(from_arrow_schema(source.schema))
-            return reader.parquet(*paths).select(*source.schema.names)
+            return reader.parquet(*paths).select(*columns(source.schema.names))
         if source.format == "parquet":
             if source.schema is None:
                 return reader.parquet(*paths)
             # the schema given (the footers were checked against it), Spark does not infer one: on a
             # fresh session that inference is a second of footer reading (a job beyond 32 files)
-            return reader.schema(from_arrow_schema(source.schema)).parquet(*paths).select(*source.schema.names)
+            return reader.schema(from_arrow_schema(source.schema)).parquet(*paths).select(*columns(source.schema.names))
         # text: typed as declared (or as the first blocks said) while Spark parses; a bad value fails
         # the job (FAILFAST), and the stage's error then names the file (textfiles.find_bad_value)
         reader = reader.option("mode", "FAILFAST")
@@ -393,7 +403,7 @@ class SparkBackend(Backend):
         frames = []
         for header, files in groups.items():
             ordered = pa.schema([source.schema.field(name) for name in header])
-            frames.append(reader.schema(from_arrow_schema(ordered)).csv(files).select(*source.schema.names))
+            frames.append(reader.schema(from_arrow_schema(ordered)).csv(files).select(*columns(source.schema.names)))
         return reduce(lambda a, b: a.unionByName(b), frames)
 
     def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...],
@@ -413,8 +423,9 @@ class SparkBackend(Backend):
         # A partitioned output is rebalanced on its partition columns, so that a value's rows meet in
         # one task (two only when larger than the target). An unpartitioned one keeps its row order:
         # its tasks are only merged (coalesce, no shuffle) down to what the plan's size estimate needs.
-        if partition_by:
-            writer = frame.hint("rebalance", *partition_by).write.mode("errorifexists").partitionBy(*partition_by)
+        if partition_by:  # the hint parses its names as expressions, partitionBy takes them literally
+            rebalanced = frame.hint("rebalance", *columns(partition_by))
+            writer = rebalanced.write.mode("errorifexists").partitionBy(*partition_by)
         else:
             writer = _coalesced(frame, target_file_size).write.mode("errorifexists")
         with self._conf(_write_sizing(target_file_size)):
@@ -494,6 +505,47 @@ class SparkBackend(Backend):
                 process.wait()
             SparkContext._gateway = None
             SparkContext._jvm = None
+        if self._unroute is not None:
+            self._unroute()
+            self._unroute = None
+
+
+# pyspark 4 logs the query context of a failed DataFrame or SQL operation (DIVIDE_BY_ZERO at a line
+# of the stage) as a JSON record from this process, on a handler of its own bound to the stderr of
+# the moment the logger was made: the terminal, when the write of the stage's output fails
+QUERY_CONTEXT_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
+
+
+def _route_query_context_logs():
+    """Those loggers write to engines.log instead: to a copy of this process's stderr taken now,
+    during the start, while it points there. Returns what undoes it."""
+    try:
+        from pyspark.logger import PySparkLogger
+    except ImportError:  # pyspark before 4 logs no such records
+        return lambda: None
+    sink = engine_output_stream()
+    handler = logging.StreamHandler(sink)
+    # PySparkLogger.getLogger swaps the class of new loggers process-wide for a moment: a logger an
+    # engine starting beside this one made meanwhile would be a PySparkLogger too, printing JSON.
+    # logging's own lock, which every getLogger takes, keeps the other threads out for that moment.
+    with logging._lock:
+        loggers = [PySparkLogger.getLogger(name) for name in QUERY_CONTEXT_LOGGERS]
+    # pyspark's own handler (bound to the stderr of the moment); others that a caller put there stay
+    saved = [[h for h in logger.handlers if type(h) is logging.StreamHandler] for logger in loggers]
+    for logger, handlers in zip(loggers, saved):
+        for old in handlers:
+            logger.removeHandler(old)
+        logger.addHandler(handler)  # PySparkLogger's addHandler gives it pyspark's JSON format
+        logger.propagate = False
+
+    def undo() -> None:
+        for logger, handlers in zip(loggers, saved):
+            logger.removeHandler(handler)
+            for old in handlers:
+                logger.addHandler(old)
+        sink.close()
+
+    return undo
 
 
 def _end_accumulator_server_aside(context) -> None:
@@ -558,6 +610,17 @@ def _environment(name: str, value: str):
             os.environ.pop(name, None)
         else:
             os.environ[name] = previous
+
+
+def quoted(name: str) -> str:
+    """`name` as a Spark column reference to exactly that column: Spark parses a string column as an
+    expression (col.with.dot is field with.dot of col; a space, a bracket or a backtick is a syntax
+    error), so it is backtick-quoted, backticks inside doubled."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def columns(names: Sequence[str]) -> list[str]:
+    return [quoted(name) for name in names]
 
 
 def _check_representable(dataset: str, schema: pa.Schema) -> None:

@@ -1,0 +1,400 @@
+"""DuckDB: stages get duckdb relations (one DuckDBPyRelation per input) on one in-process connection,
+`ctx.duckdb`, and return a relation, a pyarrow Table or a pandas DataFrame.
+
+The engine is one `:memory:` connection per start, in this process: no listener, no other process.
+It has the CPUs this process may use, a memory limit of 75% of the machine's memory (or of its
+container's limit), and spills what does not fit to a private directory under the run's logs,
+removed when the engine stops (`backends.duckdb` sets all three). Session time zone UTC, so a
+timestamp with a time zone comes back to Arrow as UTC, as it is on disk.
+
+Relations are lazy: a stage's query runs when hybridflow writes its output, with DuckDB's own
+Parquet writer (COPY ... TO, parallel, in files of the target size, Hive-style when partitioned).
+DuckDB types without a lossless Parquet twin are cast to the type DuckDB's Arrow export gives them
+(HUGEINT to decimal(38,0), UUID to string, ...) or refused with the column named; nanosecond
+timestamps are written as microseconds only where no value has finer digits. A timeout or a stop
+request interrupts the running query (`interrupt()`); progress is DuckDB's own query percentage.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Sequence
+from urllib.parse import unquote
+
+import pyarrow as pa
+from pydantic import Field
+
+from ..contract import standard_schema
+from ..errors import DataError, HybridflowError, StageError, UnavailableError, first_line
+from ..footers import read_footers
+from ..settings import ByteSize, EngineSection
+from ..stagelog import private_dir
+from ..tables import TableSource, hive_escape, parquet_files, partition_values, write_arrow
+from . import Engine
+from .base import Backend, case_collisions
+
+
+class DuckDBSettings(EngineSection):
+    memory_limit: ByteSize | None = Field(
+        None, gt=0, description="DuckDB's memory limit (e.g. 8GB); default: 75% of this machine's memory")
+    threads: int | None = Field(None, ge=1, description="DuckDB's threads; default: the CPUs this process may use")
+    temp_directory: Path | None = Field(
+        None, description="where DuckDB spills what does not fit in memory; default: a private directory under "
+                          "the run's logs, removed when the engine stops")
+
+
+# the stage `hybridflow init` writes for this engine ({input}: the dataset it reads)
+EXAMPLE_STAGE = '''"""Totals on DuckDB: a duckdb relation in, a relation out (run when hybridflow writes it)."""
+
+import duckdb
+
+
+def totals({input}: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
+    return {input}.aggregate("customer_id, count(*) AS events, sum(amount) AS spend", "customer_id")
+'''
+
+
+def unrepresentable(schema: pa.Schema) -> list[str]:
+    """What of a schema DuckDB cannot hold and write back as the same Arrow type, a phrase per problem."""
+    problems = [f"column '{field.name}': {problem}" for field in schema
+                if (problem := _type_problem(field.type)) is not None]
+    clashes = case_collisions(schema.names)
+    if clashes:
+        problems.append(f"columns {', '.join(clashes)} differ only by case, which DuckDB cannot tell apart")
+    return problems
+
+
+def _type_problem(arrow_type: pa.DataType) -> str | None:
+    if pa.types.is_float16(arrow_type) or pa.types.is_duration(arrow_type) or pa.types.is_interval(arrow_type):
+        return f"DuckDB has no {arrow_type} type"
+    if pa.types.is_decimal(arrow_type) and arrow_type.precision > 38:
+        return f"DuckDB decimals hold at most 38 digits, not {arrow_type.precision}"
+    children = [arrow_type.field(i).type for i in range(arrow_type.num_fields)] if pa.types.is_nested(arrow_type) \
+        else []
+    return next((problem for child in children if (problem := _type_problem(child)) is not None), None)
+
+
+ENGINE = Engine(
+    name="duckdb", module=__name__, example=(EXAMPLE_STAGE, "totals"),
+    settings=DuckDBSettings, description="DuckDB: an in-process SQL engine",
+    frame_types="duckdb relations, pyarrow Tables or pandas DataFrames", requires=("duckdb",), extra="duckdb",
+    sql_dialect="duckdb", unrepresentable=unrepresentable,
+)
+
+FILE_COLUMN = "__hybridflow_file__"  # the data file of each row, joined to its partition values
+
+
+class DuckDBBackend(Backend):
+    name = ENGINE.name
+    frame_types = ENGINE.frame_types
+
+    def __init__(self, settings: DuckDBSettings | None, log_dir: Path) -> None:
+        self.settings = settings or DuckDBSettings()
+        self.log_dir = log_dir
+        self.con = None
+        self._spill: Path | None = None  # the spill directory this backend made (removed at stop)
+
+    def start(self, code: Sequence[Path] = ()) -> None:
+        import duckdb
+
+        spill = self.settings.temp_directory
+        if spill is None:
+            spill = self._spill = private_dir(self.log_dir / "duckdb-spill")
+        config = {"threads": self.settings.threads or _usable_cpus(),
+                  "memory_limit": f"{self.settings.memory_limit or default_memory_limit()}B",
+                  "temp_directory": str(spill),
+                  "autoinstall_known_extensions": False}  # an unattended run never downloads code
+        try:
+            self.con = duckdb.connect(":memory:", config=config)
+            for statement in SESSION:
+                self.con.execute(statement)
+        except duckdb.Error as exc:
+            self.stop()
+            raise UnavailableError(f"duckdb failed to start: {first_line(exc)}",
+                                   hint="check backends.duckdb in the pipeline file") from exc
+
+    def reload_code(self, code) -> bool:
+        return True  # stages run in this process, which imports the changed modules again
+
+    def handles(self) -> dict[str, Any]:
+        return {"duckdb": self.con}
+
+    def run_sql(self, query, inputs: dict[str, Any], params: dict[str, Any]) -> Any:
+        """A SQL stage: each input a view named after its dataset; `:name` params written as DuckDB's
+        `$name` and bound by DuckDB. The result is a lazy relation, run when its output is written."""
+        for name, relation in inputs.items():
+            relation.create_view(name, replace=True)
+        return self.con.sql(query.with_params_as("$"), params=params or None)
+
+    def progress(self) -> str | None:
+        """DuckDB's own estimate of the running query's progress; nothing between queries."""
+        if self.con is None:
+            return None
+        done = self.con.query_progress()
+        return f"query {done:.0f}%" if done >= 0 else None
+
+    def cancel(self) -> None:
+        if self.con is not None:
+            self.con.interrupt()  # the running query raises InterruptException in the stage's thread
+
+    def stop(self) -> None:
+        if self.con is not None:
+            with contextlib.suppress(Exception):
+                self.con.interrupt()
+                self.con.close()
+            self.con = None
+        if self._spill is not None:
+            shutil.rmtree(self._spill, ignore_errors=True)
+            self._spill = None
+
+    # reading
+
+    def read(self, source: TableSource):
+        if source.schema is not None:
+            refuse_unrepresentable(source.name, source.schema)
+        if source.format != "parquet":
+            return self.con.from_arrow(text_dataset(source))
+        files = parquet_files(source)
+        if not files and source.schema is not None:  # a partitioned input with no partition chosen
+            return self.con.from_arrow(source.schema.empty_table())
+        if source.partition_by:
+            return self._read_partitioned(source, files)
+        relation = self.con.read_parquet([str(f) for f in files], hive_partitioning=False)
+        if source.schema is not None and relation.columns != source.schema.names:
+            relation = relation.project(column_list(source.schema.names))  # the recorded order
+        return relation
+
+    def _read_partitioned(self, source: TableSource, files: list[Path]):
+        """The files' columns joined, by file, to the partition values of its path: parsed and typed as
+        every engine does (tables.partition_values), where DuckDB's own Hive reading also takes every
+        key=value folder above the data for a column, and reads a value spelt NULL as a null."""
+        schema = source.schema or _with_string_partitions(read_footers(source.name, files).schema, source.partition_by)
+        stored = [name for name in schema.names if name not in source.partition_by]
+        paths = sql_list([str(f) for f in files])
+        data = self.con.sql(f"SELECT {column_list([*stored, FILE_COLUMN])} FROM read_parquet({paths}, "
+                            f"filename={sql_string(FILE_COLUMN)}, hive_partitioning=false)")
+        parts = self.con.from_arrow(partition_table(files, source, schema))
+        return data.join(parts, FILE_COLUMN).project(column_list(schema.names))
+
+    # writing
+
+    def is_frame(self, value: Any) -> bool:
+        import duckdb
+        import pandas as pd
+
+        return isinstance(value, (duckdb.DuckDBPyRelation, pa.Table, pa.RecordBatchReader, pd.DataFrame))
+
+    def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...],
+                    target_file_size: int) -> pa.Schema:
+        import duckdb
+
+        if not isinstance(frame, duckdb.DuckDBPyRelation):
+            return write_arrow(_as_arrow(frame), directory, partition_by, target_file_size)
+        missing = [name for name in partition_by if name not in frame.columns]
+        if missing:
+            raise DataError(f"the output has no partition column '{missing[0]}'",
+                            hint="select it in the stage's query, or fix the dataset's partition_by")
+        relation = frame.project(", ".join(map(write_expression, frame.columns, frame.types)))
+        try:
+            relation.write_parquet(str(directory), compression="snappy", partition_by=list(partition_by) or None,
+                                   file_size_bytes=target_file_size, filename_pattern="part-{i}",
+                                   per_thread_output=False)
+        except duckdb.Error as exc:
+            known = _in_own_words(exc)
+            if known is None:
+                raise
+            raise known from exc
+        respell_partition_directories(directory, partition_by)
+        return arrow_schema(relation)
+
+
+SESSION = ("SET TimeZone = 'UTC'",  # TIMESTAMPTZ reaches Arrow as UTC, as on disk, whatever the machine's zone
+           "SET enable_progress_bar = true",  # keeps the query progress that progress() reads
+           "SET enable_progress_bar_print = false")
+
+
+def create(settings, log_dir: Path) -> DuckDBBackend:
+    return DuckDBBackend(settings, log_dir)
+
+
+def _usable_cpus() -> int:
+    with contextlib.suppress(AttributeError, OSError):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def default_memory_limit() -> int:
+    """75% of this machine's memory, or of its container's (cgroup v2) limit where that is lower."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    with contextlib.suppress(OSError, ValueError):
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            total = min(total, int(limit))
+    return total * 3 // 4
+
+
+def refuse_unrepresentable(dataset: str, schema: pa.Schema) -> None:
+    problems = unrepresentable(schema)
+    if problems:
+        raise DataError(f"dataset '{dataset}', {problems[0]}",
+                        hint="cast or rename it in the stage (or the tool) that produces it")
+
+
+# SQL text
+
+def quote(name: str) -> str:
+    """A column name as a DuckDB identifier, whatever it holds (dots, spaces, quotes, unicode)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def column_list(names: Sequence[str]) -> str:
+    return ", ".join(quote(name) for name in names)
+
+
+def sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def sql_list(texts: Sequence[str]) -> str:
+    return "[" + ", ".join(sql_string(t) for t in texts) + "]"
+
+
+# reading helpers
+
+def text_dataset(source: TableSource):
+    """External CSV or JSON as a pyarrow dataset that DuckDB scans lazily (columns it does not use are
+    not converted): parsed by pyarrow with the declared types, matched to the schema by column name, as
+    on every other engine, so the same text gives the same values and a bad value the same error."""
+    import pyarrow.csv as pacsv
+    import pyarrow.dataset as ds
+    import pyarrow.json as pajson
+
+    if source.format == "csv":
+        types = dict(zip(source.schema.names, source.schema.types))
+        file_format = ds.CsvFileFormat(convert_options=pacsv.ConvertOptions(column_types=types))
+    else:
+        file_format = ds.JsonFileFormat(parse_options=pajson.ParseOptions(explicit_schema=source.schema))
+    return ds.dataset([str(f) for f in source.files], format=file_format, schema=source.schema)
+
+
+def _with_string_partitions(schema: pa.Schema, partition_by: tuple[str, ...]) -> pa.Schema:
+    """Undeclared partition columns are strings, as on every engine."""
+    stored = [field for field in schema if field.name not in partition_by]
+    return pa.schema(stored + [pa.field(name, pa.string()) for name in partition_by])
+
+
+def partition_table(files: list[Path], source: TableSource, schema: pa.Schema) -> pa.Table:
+    """One row per data file: its path and its partition values, cast to their recorded types."""
+    base = source.base or source.files[0]
+    values = [partition_values(file, base, source.partition_by) for file in files]
+    columns = {FILE_COLUMN: pa.array([str(f) for f in files], pa.string())}
+    for name in source.partition_by:
+        raw = pa.array([found.get(name) for found in values], pa.string())
+        columns[name] = raw.cast(schema.field(name).type)
+    return pa.table(columns)
+
+
+# writing helpers
+
+# DuckDB types whose Parquet form is not what every engine reads back as the same Arrow type: cast to
+# the type DuckDB's own Arrow export gives them (COPY wrote HUGEINT as a lossy double, UUID and JSON as
+# Arrow extension types, seconds and milliseconds timestamps in their own units, ENUM as a dictionary).
+CASTS = {"hugeint": "DECIMAL(38,0)", "uhugeint": "DECIMAL(38,0)", "uuid": "VARCHAR", "bignum": "VARCHAR",
+         "varint": "VARCHAR", "enum": "VARCHAR", "timestamp_s": "TIMESTAMP", "timestamp_ms": "TIMESTAMP"}
+NANOSECONDS = {"timestamp_ns": "TIMESTAMP", "timestamptz_ns": "TIMESTAMPTZ"}
+REFUSED = {"interval": "INTERVAL has no Parquet type that every engine reads",
+           "time with time zone": "TIME WITH TIME ZONE would lose its offset in Parquet",
+           "bit": "BIT has no Parquet type", "union": "UNION has no Parquet type"}
+
+
+def write_expression(name: str, kind) -> str:
+    """The select-list entry that writes column `name` of DuckDB type `kind` losslessly, as an optional
+    Parquet column: DuckDB writes a column as required where its statistics say it has no null (an
+    input file's, a constant's), which would make files of one dataset differ in schema by their data
+    (new partitions beside kept ones), and a CASE that may give null is what it cannot prove non-null."""
+    column = quote(name)
+    if kind.id in NANOSECONDS:  # microseconds on disk (the contract), refusing to drop nanoseconds
+        message = sql_string(f"hybridflow: column '{name}' holds timestamps finer than microseconds, which the "
+                             "Parquet contract cannot keep; round or truncate them in the stage")
+        return (f"CASE WHEN {column} IS NULL THEN NULL WHEN epoch_ns({column}) % 1000 <> 0 THEN error({message}) "
+                f"ELSE CAST({column} AS {NANOSECONDS[kind.id]}) END AS {column}")
+    target, changed = written_type(name, kind)
+    value = f"CAST({column} AS {target})" if changed else column
+    return f"CASE WHEN {column} IS NULL THEN NULL ELSE {value} END AS {column}"
+
+
+def written_type(name: str, kind) -> tuple[str, bool]:
+    """(the DuckDB type column `name` is written as, whether that differs from `kind`), nested types
+    rebuilt around their children's. Raises DataError for a type no Parquet file can hold exactly."""
+    type_id = kind.id
+    if type_id in REFUSED or type_id in NANOSECONDS:
+        reason = REFUSED.get(type_id, "nanosecond timestamps inside nested types cannot be checked for "
+                                      "sub-microsecond digits")
+        raise DataError(f"column '{name}': {reason}", hint="cast it to another type in the stage's query")
+    if type_id in CASTS or str(kind) == "JSON":
+        return CASTS.get(type_id, "VARCHAR"), True
+    if type_id in ("list", "array"):  # a fixed-size ARRAY is written as a LIST: what Parquet has
+        child, changed = written_type(name, dict(kind.children)["child"])
+        return f"{child}[]", changed or type_id == "array"
+    if type_id == "struct":
+        fields = [(field, *written_type(name, child)) for field, child in kind.children]
+        return (f"STRUCT({', '.join(f'{quote(field)} {text}' for field, text, _ in fields)})",
+                any(changed for _, _, changed in fields))
+    if type_id == "map":
+        (key, key_changed), (value, value_changed) = (written_type(name, child) for _, child in kind.children)
+        return f"MAP({key}, {value})", key_changed or value_changed
+    return str(kind), False
+
+
+def arrow_schema(relation) -> pa.Schema:
+    """The relation's Arrow schema (of its types as written), from a query that returns no row."""
+    reader = pa.RecordBatchReader.from_stream(relation.limit(0))
+    try:
+        return standard_schema(reader.schema.remove_metadata())
+    finally:
+        reader.read_all()  # the connection holds one open result at a time: drain it
+        reader.close()
+
+
+def respell_partition_directories(directory: Path, partition_by: tuple[str, ...]) -> None:
+    """DuckDB percent-encodes every byte of a partition key and value outside [A-Za-z0-9._~-]; every
+    engine names and reads the directories as Spark does (tables.hive_escape)."""
+    for level in range(len(partition_by)):
+        for path in sorted(directory.glob("/".join(["*"] * (level + 1)))):
+            key, sep, value = path.name.partition("=")
+            if not (path.is_dir() and sep):
+                continue
+            spelled = f"{hive_escape(unquote(key))}={hive_escape(unquote(value))}"
+            if spelled != path.name:
+                path.rename(path.with_name(spelled))
+
+
+def _as_arrow(frame) -> pa.Table:
+    if isinstance(frame, pa.Table):
+        return frame
+    if isinstance(frame, pa.RecordBatchReader):  # what a DuckDB relation's .arrow() returns since 2.0
+        return frame.read_all()
+    from .. import pandas_frames  # pandas: imported when a stage returns a frame
+
+    return pandas_frames.to_arrow(frame)
+
+
+_UDF_FAILURE = re.compile(r"Python exception occurred while executing the UDF: (.+)", re.DOTALL)
+
+
+def _in_own_words(exc: Exception) -> HybridflowError | None:
+    """A failed write as hybridflow tells it, or None: a refused value as a data error, an exception
+    raised in a Python UDF as the user's own (DuckDB keeps only its text)."""
+    text = str(exc)
+    if "hybridflow: " in text:
+        return DataError(first_line(text.split("hybridflow: ", 1)[1]),
+                         hint="round or truncate the timestamps in the stage")
+    raised = _UDF_FAILURE.search(text)
+    if raised:
+        return StageError(f"{first_line(raised.group(1))} (in a Python function that DuckDB called; DuckDB "
+                          "keeps no traceback of it)")
+    return None
