@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 
 from hybridflow import backends
 from hybridflow.backends.dask import DaskSettings
+from hybridflow.backends.duckdb import DuckDBSettings
 from hybridflow.backends.ray import RaySettings
 from hybridflow.backends.spark import SparkSettings
 from hybridflow.tables import TableSource, write_arrow
@@ -36,6 +37,7 @@ SETTINGS = {
     "spark": SparkSettings(master="local[2]", conf={"spark.driver.memory": "6g", "spark.sql.shuffle.partitions": 4}),
     "dask": DaskSettings(n_workers=1, threads_per_worker=2, processes=False),
     "ray": RaySettings(num_cpus=2),
+    "duckdb": DuckDBSettings(threads=2),
 }
 
 
@@ -73,7 +75,15 @@ def materialise(name: str, frame, keep: bool):
         frame.map_partitions(len).compute()
     elif name == "ray":
         frame = frame.materialize()
+    elif name == "duckdb":  # run once, the rows held by DuckDB (a temporary table before DuckDB 2.0)
+        frame = frame.materialize() if hasattr(frame, "materialize") else _duckdb_table(frame)
     return frame
+
+
+def _duckdb_table(relation):
+    name = f"bench_{time.monotonic_ns()}"
+    relation.create(name)
+    return relation.query(name, f"SELECT * FROM {name}")
 
 
 def timed(fn, *args, **kwargs):
@@ -115,7 +125,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=5_000_000)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--engines", default="python,spark,dask,ray")
+    parser.add_argument("--engines", default="python,spark,dask,ray,duckdb")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="hf-bench-"))
     try:

@@ -477,11 +477,11 @@ def test_a_stage_using_some_columns_reads_only_those_from_the_files(engines, tmp
     frame = engines[name].read(source)
     if name == "ray":
         picked = pa.Table.from_pandas(frame.select_columns(["week", "spend"]).to_pandas(), preserve_index=False)
-        with pytest.raises((OSError, pa.ArrowException)):  # the column cannot be decoded
+        with pytest.raises(DataError, match=r"input 't' cannot be read \(.*part-0\.parquet\)"):  # cannot be decoded
             frame.materialize()
     else:
         picked = pa.Table.from_pandas(frame[["week", "spend"]].compute(), preserve_index=False)
-        with pytest.raises((OSError, pa.ArrowException)):  # the column cannot be decoded
+        with pytest.raises(DataError, match=r"input 't' cannot be read \(.*part-0\.parquet\)"):  # cannot be decoded
             frame.compute()
     rows = sorted(zip(picked.column("week").to_pylist(), picked.column("spend").to_pylist()))
     assert rows == sorted((dt.date.fromisoformat(week), i * 1.5) for week in ("2026-11-09", "2026-11-16")

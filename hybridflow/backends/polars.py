@@ -105,7 +105,7 @@ FILE_COLUMN = "__hybridflow_file__"  # the data file of each row, joined to its 
 BUDGET = "POLARS_OOC_MEMORY_BUDGET_MB"  # Polars' out-of-core budget and spill directory, read from the
 SPILL = "POLARS_OOC_SPILL_DIR"  # environment (pl.Config.load reloads them into a running Polars)
 POLL = 0.05  # seconds: the longest sleep between looks at a running query
-LINGER = 10.0  # seconds stop() waits for cancelled queries that are still running
+LINGER = 2.0  # seconds stop() waits for cancelled queries still running (Polars checks for a cancel only now and then)
 # What a row takes in Polars' memory per byte of snappy Parquet, typically 2 to 4: an output whose
 # files are cut by their in-memory size (Polars' own measure) comes out near the target; a file
 # more than OVERSIZED times the target (data Parquet barely compresses) is split again.
