@@ -75,15 +75,9 @@ def materialise(name: str, frame, keep: bool):
         frame.map_partitions(len).compute()
     elif name == "ray":
         frame = frame.materialize()
-    elif name == "duckdb":  # run once, the rows held by DuckDB (a temporary table before DuckDB 2.0)
-        frame = frame.materialize() if hasattr(frame, "materialize") else _duckdb_table(frame)
+    elif name == "duckdb":  # run once, the rows held by DuckDB (execute() before DuckDB 2.0)
+        frame = frame.materialize() if hasattr(frame, "materialize") else frame.execute()
     return frame
-
-
-def _duckdb_table(relation):
-    name = f"bench_{time.monotonic_ns()}"
-    relation.create(name)
-    return relation.query(name, f"SELECT * FROM {name}")
 
 
 def timed(fn, *args, **kwargs):

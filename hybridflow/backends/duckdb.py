@@ -69,8 +69,10 @@ def unrepresentable(schema: pa.Schema) -> list[str]:
 
 
 def _type_problem(arrow_type: pa.DataType) -> str | None:
-    if pa.types.is_float16(arrow_type) or pa.types.is_duration(arrow_type) or pa.types.is_interval(arrow_type):
+    if pa.types.is_float16(arrow_type) or pa.types.is_duration(arrow_type):
         return f"DuckDB has no {arrow_type} type"
+    if pa.types.is_interval(arrow_type):
+        return f"DuckDB writes no Parquet type that holds a {arrow_type}"
     if pa.types.is_decimal(arrow_type) and arrow_type.precision > 38:
         return f"DuckDB decimals hold at most 38 digits, not {arrow_type.precision}"
     children = [arrow_type.field(i).type for i in range(arrow_type.num_fields)] if pa.types.is_nested(arrow_type) \
@@ -97,6 +99,7 @@ class DuckDBBackend(Backend):
         self.log_dir = log_dir
         self.con = None
         self._spill: Path | None = None  # the spill directory this backend made (removed at stop)
+        self._threads_started = False
 
     def start(self, code: Sequence[Path] = ()) -> None:
         import duckdb
@@ -104,7 +107,9 @@ class DuckDBBackend(Backend):
         spill = self.settings.temp_directory
         if spill is None:
             spill = self._spill = private_dir(self.log_dir / "duckdb-spill")
-        config = {"threads": self.settings.threads or _usable_cpus(),
+        # one thread for now: DuckDB's workers are threads of the thread that sizes its pool, and an
+        # early start runs in a thread of lowered CPU priority (begin_stage sizes it, in the main thread)
+        config = {"threads": 1,
                   "memory_limit": f"{self.settings.memory_limit or default_memory_limit()}B",
                   "temp_directory": str(spill),
                   "autoinstall_known_extensions": False}  # an unattended run never downloads code
@@ -119,6 +124,12 @@ class DuckDBBackend(Backend):
 
     def reload_code(self, code) -> bool:
         return True  # stages run in this process, which imports the changed modules again
+
+    def begin_stage(self, on_gpu: bool, params, log) -> None:
+        super().begin_stage(on_gpu, params, log)
+        if not self._threads_started:
+            self.con.execute(f"SET threads = {int(self.settings.threads or _usable_cpus())}")
+            self._threads_started = True
 
     def handles(self) -> dict[str, Any]:
         return {"duckdb": self.con}
@@ -144,7 +155,8 @@ class DuckDBBackend(Backend):
     def stop(self) -> None:
         if self.con is not None:
             with contextlib.suppress(Exception):
-                self.con.interrupt()
+                self.con.interrupt()  # a query still running (a stage abandoned by its timeout) ends first
+            with contextlib.suppress(Exception):
                 self.con.close()
             self.con = None
         if self._spill is not None:
