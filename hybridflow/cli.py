@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperGroup
 
+from .backends import BUILT_IN
 from .completion import LAST_RUN, run_ids, stage_lists, stage_names
 from .errors import ConfigError, ExitCode, HybridflowError, UsageError, counted, storage_error
 
@@ -407,7 +408,7 @@ def _print_plan(plan) -> None:
 def init(
     directory: Path = typer.Argument(..., metavar="DIR", help="A new (or empty) directory for the project."),
     engines: str = typer.Option("", "--engines", help="Engines to give a stage each, comma-separated: "
-                                "python, spark, dask, ray (python always cleans the sample first)."),
+                                f"{', '.join(BUILT_IN)} or a plugin's (python always cleans the sample first)."),
     verbose: bool = VerboseOption,
 ) -> None:
     """Create a project that validates and runs at once: pipeline.yaml, a stage module per engine,
