@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 import os
 import signal
 import subprocess
@@ -13,15 +14,15 @@ from pathlib import Path
 PR_SET_CHILD_SUBREAPER = 36
 
 
-def _parents(zombies: bool = False) -> dict[int, int]:
-    """Every live process's parent (and every zombie's, if asked): pid -> ppid."""
+def _parents() -> dict[int, int]:
+    """Every live (not zombie) process's parent: pid -> ppid."""
     parents = {}
     for entry in Path("/proc").glob("[0-9]*"):
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if zombies or fields[0] != "Z":
+        if fields[0] != "Z":
             parents[int(entry.name)] = int(fields[1])
     return parents
 
@@ -82,16 +83,39 @@ _launching = threading.local()
 _tracking = threading.Lock()
 
 
+_launch_windows: list[list[float]] = []  # [start, end] of each engine launch, in clock ticks since boot
+
+
 @contextlib.contextmanager
 def launching_engine():
     """Processes this thread starts with subprocess in the body are an engine's (a JVM, Ray's
-    daemons), which left_behind() never counts as a stage's, whatever other threads run meanwhile."""
+    daemons), which left_behind() never counts as a stage's, whatever other threads run meanwhile;
+    so is any process begun while an engine launched (one an engine daemonised, which comes back to
+    this process by another pid)."""
     _track_engine_processes()
+    window = [_ticks_now(), math.inf]
+    _launch_windows.append(window)
     _launching.depth = getattr(_launching, "depth", 0) + 1
     try:
         yield
     finally:
         _launching.depth -= 1
+        window[1] = _ticks_now()
+
+
+def _ticks_now() -> float:
+    try:
+        return float(Path("/proc/uptime").read_text().split()[0]) * os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        return 0.0
+
+
+def _began_while_an_engine_launched(pid: int) -> bool:
+    try:
+        began = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return False
+    return any(start - 1 <= began <= end + 1 for start, end in _launch_windows)
 
 
 def _track_engine_processes() -> None:
@@ -116,11 +140,13 @@ def left_behind(before: set[int]) -> set[int]:
     engine's, with everything under them: what a stage started and left running, and what it
     detached (adopted by this process: adopt_orphans). Multiprocessing's workers are left alone: a
     local Dask cluster's nanny, in this process, starts a new one in place of a worker that died.
-    Zombies are included, for end() to reap: an orphan that ended is this process's to reap."""
-    parents = _parents(zombies=True)
+    A process that has ended is left alone: reaping it would take its exit status from whoever
+    waits for it (an engine's Popen)."""
+    parents = _parents()
     me = os.getpid()
     found = {pid for pid, parent in parents.items() if parent == me} - before - _engine_processes
-    found = {pid for pid in found if b"multiprocessing" not in _cmdline(pid)}
+    found = {pid for pid in found
+             if b"multiprocessing" not in _cmdline(pid) and not _began_while_an_engine_launched(pid)}
     frontier = set(found)
     while frontier:
         frontier = {pid for pid, parent in parents.items() if parent in frontier} - found

@@ -172,7 +172,7 @@ class Runner:
 
     def _run_locked(self, run_id: str, run_dir: Path, results: dict[str, StageResult]) -> RunResult:
         started, clock = datetime.now(timezone.utc), time.monotonic()  # a waiting run starts when it gets the lock
-        status, error = "failed", None
+        status, error, unrecorded = "failed", None, None
         self.store.mark_abandoned(self.pipeline.name, now())  # we hold the lock: any "running" run is dead
         record = {"run_id": run_id, "pipeline": self.pipeline.name, "pipeline_file": str(self.pipeline.file),
                   "trigger": self.trigger, "started_at": started.isoformat(timespec="milliseconds"),
@@ -214,13 +214,13 @@ class Runner:
                 elif result.status == "waiting":
                     self._finish(result, "not run", reason="run interrupted")
         except BaseException as exc:  # a bug, or an engine's own exit: the record must not stay "running"
-            with contextlib.suppress(Exception):  # where it cannot be written, the next run marks it
-                self.store.save_run(**record, status="failed", ended_at=now(),
-                                    error=self.pipeline.redact(f"{type(exc).__name__}: {first_line(exc)}"))
+            unrecorded = exc
             raise
         finally:
             self._engines.stop_all()
             self.catalog.discard_staging(run_id)
+            if unrecorded is not None:  # recorded once the engines and staging gave back their disk space
+                self._record_failure(unrecorded, record, results)
             self._live = None
             if self._ending.locked():
                 self._ending.release()
@@ -235,6 +235,18 @@ class Runner:
             self._write_report(run_id)
         self.listener.run_finished(result)
         return result
+
+    def _record_failure(self, exc: BaseException, record: dict[str, Any], results: dict[str, StageResult]) -> None:
+        """The run, and the stage it was in, recorded as failed by an error that escaped the run (each
+        stage saved again); where the record cannot be written (a full disk), the next run marks it."""
+        for result in results.values():
+            if result.status == "running":
+                result.status, result.error = "failed", self.pipeline.redact(first_line(exc))
+            with contextlib.suppress(Exception):  # again: a failed stage's own save may have met the full disk
+                self._save_stage(result)
+        with contextlib.suppress(Exception):
+            self.store.save_run(**record, status="failed", ended_at=now(),
+                                error=self.pipeline.redact(f"{type(exc).__name__}: {first_line(exc)}"))
 
     def _write_report(self, run_id: str) -> None:
         """The run's report.html; one that cannot be written never fails the run."""
