@@ -100,7 +100,7 @@ class StageExecutor:
 
     def _end_left_behind(self, children: set[int], log: logging.Logger) -> None:
         """What the try started on this side and left running (a subprocess, a daemon it detached)
-        ends with it: the runner's process adopts such orphans (processes.adopt_orphans)."""
+        ends with it: the command's run process adopts such orphans (supervisor.py, processes.adopt_orphans)."""
         left = processes.left_behind(children)
         if left:
             log.warning("ending %d process(es) the stage left running: %s", len(left),

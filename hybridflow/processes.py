@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import math
 import os
 import signal
 import subprocess
@@ -83,39 +82,16 @@ _launching = threading.local()
 _tracking = threading.Lock()
 
 
-_launch_windows: list[list[float]] = []  # [start, end] of each engine launch, in clock ticks since boot
-
-
 @contextlib.contextmanager
 def launching_engine():
     """Processes this thread starts with subprocess in the body are an engine's (a JVM, Ray's
-    daemons), which left_behind() never counts as a stage's, whatever other threads run meanwhile;
-    so is any process begun while an engine launched (one an engine daemonised, which comes back to
-    this process by another pid)."""
+    daemons), which left_behind() never counts as a stage's, whatever other threads run meanwhile."""
     _track_engine_processes()
-    window = [_ticks_now(), math.inf]
-    _launch_windows.append(window)
     _launching.depth = getattr(_launching, "depth", 0) + 1
     try:
         yield
     finally:
         _launching.depth -= 1
-        window[1] = _ticks_now()
-
-
-def _ticks_now() -> float:
-    try:
-        return float(Path("/proc/uptime").read_text().split()[0]) * os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError):
-        return 0.0
-
-
-def _began_while_an_engine_launched(pid: int) -> bool:
-    try:
-        began = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return False
-    return any(start - 1 <= began <= end + 1 for start, end in _launch_windows)
 
 
 def _track_engine_processes() -> None:
@@ -145,8 +121,7 @@ def left_behind(before: set[int]) -> set[int]:
     parents = _parents()
     me = os.getpid()
     found = {pid for pid, parent in parents.items() if parent == me} - before - _engine_processes
-    found = {pid for pid in found
-             if b"multiprocessing" not in _cmdline(pid) and not _began_while_an_engine_launched(pid)}
+    found = {pid for pid in found if b"multiprocessing" not in _cmdline(pid)}
     frontier = set(found)
     while frontier:
         frontier = {pid for pid, parent in parents.items() if parent in frontier} - found

@@ -158,7 +158,6 @@ class Runner:
         run_dir = self.home / "runs" / run_id
         results = {s: StageResult(s, self.pipeline.stages[s].backend) for s in self.stages}
         lock = RunLock(self.home / "run.lock")
-        processes.adopt_orphans()  # what a stage leaves running comes back to us, to be ended
         try:
             lock.acquire(run_id, wait=self.wait_for_lock)
             try:  # the lock is held until the run's record is final: the next run trusts what it finds

@@ -98,6 +98,9 @@ def _be_the_run(work: Callable[[], int], writer: int) -> None:
     try:
         _channel = writer
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        # what a stage detaches comes back to this process, to be ended with its stage (the flag lasts
+        # as long as the process: set here, in the command's own run process, never in a library caller's)
+        processes.adopt_orphans()
         code = work()
         _tell(f"exit {code}")  # the command's own end: whatever it left unfinished, it has reported
     finally:
