@@ -163,14 +163,15 @@ def run_cli(project, *args: str, listeners: Topology | None = None) -> tuple[sub
                                # executors run the python the driver names: this venv's, on every host here
                                env={**_environ(), **RAY_ENV, "PYSPARK_PYTHON": sys.executable,
                                     "COLUMNS": "400"})  # doctor's table: a finding on one line
-    seen: dict[tuple, Listener] = {}
+    seen: dict[tuple, tuple[Listener, set[int]]] = {}
     done = threading.Event()
 
     def sample() -> None:
         while not done.wait(1.0):
+            run = process_tree([process.pid])  # the command and the run's process it supervises
             pids = process_tree([process.pid, *(p.pid for p in listeners.processes)])
             for listener in listeners.listeners(pids):
-                seen.setdefault((listener.namespace, listener.local, listener.processes), listener)
+                seen.setdefault((listener.namespace, listener.local, listener.processes), (listener, run))
 
     sampler = threading.Thread(target=sample, daemon=True)
     if listeners is not None:
@@ -185,7 +186,7 @@ def run_cli(project, *args: str, listeners: Topology | None = None) -> tuple[sub
     if listeners is not None:
         sampler.join()
     result = subprocess.CompletedProcess(process.args, process.returncode, output, "")
-    return result, [(listener, process.pid) for listener in seen.values()]
+    return result, list(seen.values())
 
 
 def _environ() -> dict:
@@ -230,18 +231,19 @@ def test_three_engines_on_other_hosts_give_the_embedded_answer(clusters, hosts, 
         assert re.search(finding, doctor.stdout), doctor.stdout
 
 
-def wrong_listeners(listeners: list[tuple[Listener, int]], hosts: Topology) -> list[str]:
+def wrong_listeners(listeners: list[tuple[Listener, set[int]]], hosts: Topology) -> list[str]:
     """Listeners on an address outside 127.0.0.1 and the hosts' own, or on a wildcard. Ray 2.60 binds its
     GCS server, raylets and core workers to the wildcard whenever a node's address is not loopback (there
     is no option to bind them to the node's address), so wildcards are tolerated for Ray's processes
-    only: those of the Ray launches, and the driver's own core worker (Ray's worker port range)."""
+    only: those of the Ray launches, and the driver's own core worker (Ray's worker port range), in the
+    command's process or the run's process it supervises."""
     ray_pids = process_tree([p.pid for p in hosts.processes if "ray" in " ".join(map(str, p.args))])
     wrong = []
     for listener, cli in listeners:
         host = listener.local.rsplit(":", 1)[0].strip("[]")
         wildcard = host in ("*", "0.0.0.0", "::")
         ray = bool(listener.pids & ray_pids) or "raylet" in listener.processes or "ray::" in listener.processes \
-            or "gcs_server" in listener.processes or (cli in listener.pids and listener.port in RAY_WORKER_PORTS) \
+            or "gcs_server" in listener.processes or (listener.pids & cli and listener.port in RAY_WORKER_PORTS) \
             or _is_ray_driver_node(listener.pids)
         if (wildcard and not ray) or (not wildcard and not address_allowed(listener.local)):
             wrong.append(f"{listener.namespace}: {listener.local} {listener.processes}")
