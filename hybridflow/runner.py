@@ -239,6 +239,8 @@ class Runner:
         """The run, and the stage it was in, recorded as failed by an error that escaped the run (each
         stage saved again); where the record cannot be written (a full disk), the next run marks it."""
         for result in results.values():
+            if result.status == "waiting":
+                continue  # never reached: nothing to record (a run failing before its stages records none)
             if result.status == "running":
                 result.status, result.error = "failed", self.pipeline.redact(first_line(exc))
             with contextlib.suppress(Exception):  # again: a failed stage's own save may have met the full disk
