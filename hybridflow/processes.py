@@ -78,15 +78,27 @@ def adopt_orphans() -> None:
 
 
 _engine_processes: set[int] = set()  # started by subprocess in a thread launching an engine
+_spawned_workers: set[int] = set()  # multiprocessing's spawned workers (a local Dask cluster's)
 _launching = threading.local()
 _tracking = threading.Lock()
+# Held from a tracked process's fork until its pid is recorded: left_behind() must never see a process
+# half started (forked, not yet exec'd or not yet recorded), and take an engine's for a stage's.
+_starting = threading.Lock()
+
+
+def _fresh_lock_in_child() -> None:  # a fork while another thread held it must not leave it held
+    global _starting
+    _starting = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_lock_in_child)
 
 
 @contextlib.contextmanager
 def launching_engine():
     """Processes this thread starts with subprocess in the body are an engine's (a JVM, Ray's
     daemons), which left_behind() never counts as a stage's, whatever other threads run meanwhile."""
-    _track_engine_processes()
+    _track_process_starts()
     _launching.depth = getattr(_launching, "depth", 0) + 1
     try:
         yield
@@ -94,21 +106,34 @@ def launching_engine():
         _launching.depth -= 1
 
 
-def _track_engine_processes() -> None:
-    """Wrap subprocess.Popen's process creation, once: the one place every Popen (pyspark's and
-    Ray's, which import the class under their own names) creates its process."""
+def _track_process_starts() -> None:
+    """Wrap, once, the two places processes are created: subprocess.Popen's (pyspark's and Ray's, which
+    import the class under their own names) in a launching thread, and multiprocessing's spawn in any
+    thread (a local Dask cluster's nanny starts its worker, and restarts it, from its own thread)."""
+    from multiprocessing import popen_spawn_posix
+
     with _tracking:
-        original = subprocess.Popen._execute_child
-        if getattr(original, "hybridflow_tracked", False):
+        popen = subprocess.Popen._execute_child
+        if getattr(popen, "hybridflow_tracked", False):
             return
 
         def execute_child(self, *args, **kwargs):
-            original(self, *args, **kwargs)
-            if getattr(_launching, "depth", 0):
+            if not getattr(_launching, "depth", 0):
+                return popen(self, *args, **kwargs)
+            with _starting:
+                popen(self, *args, **kwargs)
                 _engine_processes.add(self.pid)
+
+        spawn = popen_spawn_posix.Popen._launch
+
+        def launch(self, *args, **kwargs):
+            with _starting:
+                spawn(self, *args, **kwargs)
+                _spawned_workers.add(self.pid)
 
         execute_child.hybridflow_tracked = True
         subprocess.Popen._execute_child = execute_child
+        popen_spawn_posix.Popen._launch = launch
 
 
 def left_behind(before: set[int]) -> set[int]:
@@ -118,9 +143,10 @@ def left_behind(before: set[int]) -> set[int]:
     local Dask cluster's nanny, in this process, starts a new one in place of a worker that died.
     A process that has ended is left alone: reaping it would take its exit status from whoever
     waits for it (an engine's Popen)."""
-    parents = _parents()
+    with _starting:
+        parents = _parents()
     me = os.getpid()
-    found = {pid for pid, parent in parents.items() if parent == me} - before - _engine_processes
+    found = {pid for pid, parent in parents.items() if parent == me} - before - _engine_processes - _spawned_workers
     found = {pid for pid in found if b"multiprocessing" not in _cmdline(pid)}
     frontier = set(found)
     while frontier:

@@ -43,15 +43,10 @@ class SqlQuery:
     text: str
     tables: tuple[Ref, ...]  # tables the query reads (not its own CTEs)
     params: tuple[Ref, ...]  # :name references
-    normalized: str  # the tokens, one space apart
 
     @property
     def param_names(self) -> list[str]:
         return list(dict.fromkeys(p.name for p in self.params))
-
-    @property
-    def digest(self) -> str:
-        return hashlib.sha256(self.normalized.encode()).hexdigest()
 
     def with_params_as(self, prefix: str) -> str:
         """The text with each `:name` written `<prefix>name` (DuckDB's `$name`)."""
@@ -127,8 +122,7 @@ def parse(file: Path, text: str, dialect: str) -> SqlQuery:
     tables = tuple(_ref(text, table.name, table.this.meta.get("start"))
                    for table in query.find_all(exp.Table)
                    if table.name and table.name.lower() not in ctes and not table.args.get("db"))
-    return SqlQuery(file, text, tuple(sorted(tables, key=lambda r: r.start)), _params(text, tokens),
-                    " ".join(token.text for token in tokens))
+    return SqlQuery(file, text, tuple(sorted(tables, key=lambda r: r.start)), _params(text, tokens))
 
 
 def tokens_of(root: Path, target: str):

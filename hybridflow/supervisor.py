@@ -27,7 +27,7 @@ import os
 import signal
 import sys
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from . import processes
@@ -68,7 +68,6 @@ class Outcome:
     exit_code: int
     unfinished: str | None = None  # the id of a run begun and never ended, by a process that died
     death: str = ""  # 'exit status 0: ...', 'killed by SIGSEGV: a crash in native code'
-    runs: list[str] = field(default_factory=list)
 
 
 def supervise(work: Callable[[], int]) -> Outcome:
@@ -141,7 +140,7 @@ def _outcome(status: int, lines: list[str]) -> Outcome:
         code = 128 + signum
     else:
         death = f"exit status {code}: os._exit in a stage?"
-    return Outcome(code, unfinished, death, began)
+    return Outcome(code, unfinished, death)
 
 
 def _prctl(option: int, value: int) -> None:

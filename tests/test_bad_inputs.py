@@ -44,10 +44,6 @@ def make_duckdb(events):
     return events.order("id")
 
 
-def make_polars(events):
-    return events.sort("id")
-
-
 def counted_python(events):
     return events
 
@@ -69,10 +65,6 @@ def counted_ray(events):
 def counted_duckdb(events):
     events.fetchall()
     return events
-
-
-def counted_polars(events):
-    return events.collect()
 
 
 def total(made):
