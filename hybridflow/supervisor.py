@@ -14,8 +14,8 @@ every process still under it once the run's process has ended.
 
 Signals: SIGTERM and SIGHUP sent to the parent are passed on to the run's process, which stops as it
 always does; SIGINT too, unless it came from the terminal, which sends Ctrl-C to the whole
-foreground process group (the run's process has it already). The run's process gets SIGTERM if the
-parent dies (SIGKILL, as `kill -9` of a command run in one process always did). Linux only;
+foreground process group (the run's process has it already). If the parent dies (`kill -9`), the
+run's process is killed too (SIGKILL), as a command run in one process always was. Linux only;
 elsewhere the run happens in the command's own process.
 """
 

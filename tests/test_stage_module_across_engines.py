@@ -70,10 +70,10 @@ STAGES = """
         return features.map_batches(_double, batch_format="pandas")
 
 
-    def tune(features):
+    def tune(dasked):
         from ray import tune as ray_tune
 
-        frame = features.to_pandas()
+        frame = dasked.to_pandas()
 
         def trainable(config):  # a closure that calls a module-level helper
             return {"score": _xy(frame) * config["w"]}
@@ -88,7 +88,8 @@ STAGES = """
 
     def rescore(dasked):
         offset = Offset(1)
-        return dasked.map_batches(lambda batch: batch.assign(d=offset(scale(batch["b"]))), batch_format="pandas")
+        return dasked.map_batches(lambda batch: batch.assign(d=offset(scale(batch["b"])), e=helper(batch["a"])),
+                                  batch_format="pandas")
 """
 
 PIPELINE = """
@@ -103,15 +104,16 @@ PIPELINE = """
       etl: {backend: spark, run: "mypkg.steps:etl", inputs: [made], outputs: [rows]}
       features: {backend: dask, run: "mypkg.steps:features", inputs: [rows], outputs: [features]}
       score: {backend: ray, run: "mypkg.steps:score", inputs: [features], outputs: [scored]}
-      tune: {backend: ray, run: "mypkg.steps:tune", inputs: [features], outputs: [tuned]}
       again: {backend: dask, run: "mypkg.steps:again", inputs: [scored], outputs: [dasked]}
+      tune: {backend: ray, run: "mypkg.steps:tune", inputs: [dasked], outputs: [tuned]}
       rescore: {backend: ray, run: "mypkg.steps:rescore", inputs: [dasked], outputs: [rescored]}
 """
 
 
 def test_stage_module_helpers_work_from_ray_and_dask_work_after_every_other_engine(project):
-    """python -> spark -> dask -> ray (map_batches and Tune), then dask between two Ray stages: a
-    Dask stage after a Ray stage, and a Ray stage after Dask ran and stopped again."""
+    """python -> spark -> dask -> ray (map_batches), then dask between two Ray stages: a Dask stage
+    after a Ray stage, and Ray stages after Dask ran and stopped (no later stage needs it), whose
+    map_batches and Tune trainable call the module's helpers."""
     project.stages(STAGES)
     project.write("mypkg/helpers.py", HELPERS)
     pipeline = project.pipeline(PIPELINE)
@@ -127,5 +129,6 @@ def test_stage_module_helpers_work_from_ray_and_dask_work_after_every_other_engi
     assert list(frame("features")["b"]) == list(range(1, 101))
     assert list(frame("scored")["c"]) == [2 * (v + 1) for v in range(100)]
     assert list(frame("rescored")["d"]) == [2 * (v + 1) + 1 for v in a]
+    assert list(frame("rescored")["e"]) == [v + 1 for v in a]
     tuned = read_arrow(catalog.current("tuned").source()).to_pandas()
     assert list(tuned["score"]) == [4950.0, 9900.0]
