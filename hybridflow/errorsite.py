@@ -42,10 +42,12 @@ _REMOTE_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 
 def _user_frame(exc: BaseException, root: Path) -> str | None:
     """file:line in function of the deepest frame inside the pipeline root: from the traceback, or
-    from a traceback an engine carried over as text (a Ray task, a Spark Python worker)."""
+    from a traceback an engine carried over as text (a Ray task, a Spark Python worker; Polars' query
+    process adds it as a note)."""
     root = root.resolve()
     frames = [(_source_file(frame), line, frame.f_code.co_name) for frame, line in traceback.walk_tb(exc.__traceback__)]
-    frames += [(m[0], int(m[1]), m[2]) for m in _REMOTE_FRAME.findall(str(exc))]
+    carried = "\n".join([str(exc), *getattr(exc, "__notes__", ())])  # a traceback as text: an engine's, or a note
+    frames += [(m[0], int(m[1]), m[2]) for m in _REMOTE_FRAME.findall(carried)]
     where = None
     for filename, line, function in frames:
         relative = _root_relative(filename, root)

@@ -226,3 +226,43 @@ def ensure_schema_file(directory: Path, schema: pa.Schema, partition_by: tuple[s
     if not any(directory.rglob("*.parquet")):
         data_fields = [f for f in schema if f.name not in partition_by]
         pq.write_table(pa.schema(data_fields).empty_table(), directory / "part-00000.parquet")
+
+
+# for engines that scan files themselves (DuckDB, Polars) and join partition values from the paths
+
+FILE_COLUMN = "__hybridflow_file__"  # the data file of each row, joined to its partition values
+
+
+def with_string_partitions(schema: pa.Schema, partition_by: tuple[str, ...]) -> pa.Schema:
+    """Undeclared partition columns are strings, as on every engine."""
+    stored = [field for field in schema if field.name not in partition_by]
+    return pa.schema(stored + [pa.field(name, pa.string()) for name in partition_by])
+
+
+def partition_table(files: list[Path], source: TableSource, schema: pa.Schema) -> pa.Table:
+    """One row per data file: its path (FILE_COLUMN, as the engine's scan names it) and its partition
+    values, parsed by the rules every engine shares and cast to their recorded types."""
+    base = source.base or source.files[0]
+    values = [partition_values(file, base, source.partition_by) for file in files]
+    columns = {FILE_COLUMN: pa.array([str(f) for f in files], pa.string())}
+    for name in source.partition_by:
+        raw = pa.array([found.get(name) for found in values], pa.string())
+        columns[name] = raw.cast(schema.field(name).type)
+    return pa.table(columns)
+
+
+def text_dataset(source: TableSource):
+    """External CSV or JSON as a pyarrow dataset that an engine scans lazily, in batches (columns it
+    does not use are not converted): parsed by pyarrow with the declared types and matched to the
+    schema by column name, as on every other engine, so the same text gives the same values and a bad
+    value the same error (which names the file)."""
+    import pyarrow.csv as pacsv
+    import pyarrow.dataset as ds
+    import pyarrow.json as pajson
+
+    if source.format == "csv":
+        types = dict(zip(source.schema.names, source.schema.types))
+        file_format = ds.CsvFileFormat(convert_options=pacsv.ConvertOptions(column_types=types))
+    else:
+        file_format = ds.JsonFileFormat(parse_options=pajson.ParseOptions(explicit_schema=source.schema))
+    return ds.dataset([str(f) for f in source.files], format=file_format, schema=source.schema)

@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from hybridflow import backends
 from hybridflow.backends.dask import DaskSettings
 from hybridflow.backends.duckdb import DuckDBSettings
+from hybridflow.backends.polars import PolarsSettings
 from hybridflow.backends.ray import RaySettings
 from hybridflow.backends.spark import SparkSettings
 from hybridflow.tables import TableSource, write_arrow
@@ -38,6 +39,7 @@ SETTINGS = {
     "dask": DaskSettings(n_workers=1, threads_per_worker=2, processes=False),
     "ray": RaySettings(num_cpus=2),
     "duckdb": DuckDBSettings(threads=2),
+    "polars": PolarsSettings(),
 }
 
 
@@ -77,6 +79,8 @@ def materialise(name: str, frame, keep: bool):
         frame = frame.materialize()
     elif name == "duckdb":  # run once, the rows held by DuckDB (execute() before DuckDB 2.0)
         frame = frame.materialize() if hasattr(frame, "materialize") else frame.execute()
+    elif name == "polars":  # the LazyFrame collected on the streaming engine, into a DataFrame
+        frame = frame.collect(engine="streaming")
     return frame
 
 
@@ -119,7 +123,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=5_000_000)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--engines", default="python,spark,dask,ray,duckdb")
+    parser.add_argument("--engines", default="python,spark,dask,ray,duckdb,polars")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="hf-bench-"))
     try:

@@ -9,16 +9,18 @@ from pathlib import Path
 from hybridflow import backends
 from hybridflow.backends.dask import DaskSettings
 from hybridflow.backends.duckdb import DuckDBSettings
+from hybridflow.backends.polars import PolarsSettings
 from hybridflow.backends.ray import RaySettings
 from hybridflow.backends.spark import SparkSettings
 
-ENGINES = ("python", "spark", "dask", "ray", "duckdb")
+ENGINES = ("python", "spark", "dask", "ray", "duckdb", "polars")
 TEST_SETTINGS = {
     "python": None,
     "spark": SparkSettings(master="local[2]", conf={"spark.sql.shuffle.partitions": 2}),
     "dask": DaskSettings(n_workers=1, threads_per_worker=2),
     "ray": RaySettings(num_cpus=2),
     "duckdb": DuckDBSettings(threads=2, memory_limit="2GB"),
+    "polars": PolarsSettings(memory_limit="2GB"),
 }
 
 

@@ -219,6 +219,13 @@ def double_duckdb(numbers, ctx):
     return numbers.project("id * 2 AS id")
 
 
+def double_polars(numbers, ctx):
+    import polars as pl
+    assert isinstance(numbers, pl.LazyFrame) and ctx.polars is pl
+    (ctx.output_path("note") / "engine.txt").write_text("polars")
+    return numbers.with_columns(pl.col("id") * 2)
+
+
 def same(events):
     return events
 
@@ -247,6 +254,10 @@ def fail_duckdb(numbers, ctx):
     ctx.duckdb.create_function("bad_value", bad_value, ["BIGINT"], "BIGINT")
     return numbers.project("bad_value(id) AS id")
 
+
+def fail_polars(numbers):
+    import polars as pl
+    return numbers.with_columns(pl.col("id").map_elements(bad_value, return_dtype=pl.Int64))
 '''
 
 

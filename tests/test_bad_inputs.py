@@ -44,6 +44,10 @@ def make_duckdb(events):
     return events.order("id")
 
 
+def make_polars(events):
+    return events.sort("id")
+
+
 def counted_python(events):
     return events
 
@@ -65,6 +69,10 @@ def counted_ray(events):
 def counted_duckdb(events):
     events.fetchall()
     return events
+
+
+def counted_polars(events):
+    return events.collect()
 
 
 def total(made):

@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-HEAVY = ("pyspark", "ray", "dask", "distributed", "cudf", "duckdb")
+HEAVY = ("pyspark", "ray", "dask", "distributed", "cudf", "duckdb", "polars")
 
 PROBE = """
 import sys

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable
 from ..errors import UnavailableError
 
 ENTRY_POINTS = "hybridflow.backends"
-BUILT_IN = ("python", "spark", "dask", "ray", "duckdb")
+BUILT_IN = ("python", "spark", "dask", "ray", "duckdb", "polars")
 DEFAULT = "python"  # the engine of a stage that names none
 
 

@@ -33,7 +33,16 @@ from ..errors import DataError, HybridflowError, StageError, UnavailableError, f
 from ..footers import read_footers
 from ..settings import ByteSize, EngineSection
 from ..stagelog import private_dir
-from ..tables import TableSource, hive_escape, parquet_files, partition_values, write_arrow
+from ..tables import (
+    FILE_COLUMN,
+    TableSource,
+    hive_escape,
+    parquet_files,
+    partition_table,
+    text_dataset,
+    with_string_partitions,
+    write_arrow,
+)
 from . import Engine
 from .base import Backend, case_collisions
 
@@ -87,7 +96,6 @@ ENGINE = Engine(
     sql_dialect="duckdb", unrepresentable=unrepresentable,
 )
 
-FILE_COLUMN = "__hybridflow_file__"  # the data file of each row, joined to its partition values
 
 
 class DuckDBBackend(Backend):
@@ -184,7 +192,7 @@ class DuckDBBackend(Backend):
         """The files' columns joined, by file, to the partition values of its path: parsed and typed as
         every engine does (tables.partition_values), where DuckDB's own Hive reading also takes every
         key=value folder above the data for a column, and reads a value spelt NULL as a null."""
-        schema = source.schema or _with_string_partitions(read_footers(source.name, files).schema, source.partition_by)
+        schema = source.schema or with_string_partitions(read_footers(source.name, files).schema, source.partition_by)
         stored = [name for name in schema.names if name not in source.partition_by]
         paths = sql_list([str(f) for f in files])
         data = self.con.sql(f"SELECT {column_list([*stored, FILE_COLUMN])} FROM read_parquet({paths}, "
@@ -273,41 +281,6 @@ def sql_string(text: str) -> str:
 
 def sql_list(texts: Sequence[str]) -> str:
     return "[" + ", ".join(sql_string(t) for t in texts) + "]"
-
-
-# reading helpers
-
-def text_dataset(source: TableSource):
-    """External CSV or JSON as a pyarrow dataset that DuckDB scans lazily (columns it does not use are
-    not converted): parsed by pyarrow with the declared types, matched to the schema by column name, as
-    on every other engine, so the same text gives the same values and a bad value the same error."""
-    import pyarrow.csv as pacsv
-    import pyarrow.dataset as ds
-    import pyarrow.json as pajson
-
-    if source.format == "csv":
-        types = dict(zip(source.schema.names, source.schema.types))
-        file_format = ds.CsvFileFormat(convert_options=pacsv.ConvertOptions(column_types=types))
-    else:
-        file_format = ds.JsonFileFormat(parse_options=pajson.ParseOptions(explicit_schema=source.schema))
-    return ds.dataset([str(f) for f in source.files], format=file_format, schema=source.schema)
-
-
-def _with_string_partitions(schema: pa.Schema, partition_by: tuple[str, ...]) -> pa.Schema:
-    """Undeclared partition columns are strings, as on every engine."""
-    stored = [field for field in schema if field.name not in partition_by]
-    return pa.schema(stored + [pa.field(name, pa.string()) for name in partition_by])
-
-
-def partition_table(files: list[Path], source: TableSource, schema: pa.Schema) -> pa.Table:
-    """One row per data file: its path and its partition values, cast to their recorded types."""
-    base = source.base or source.files[0]
-    values = [partition_values(file, base, source.partition_by) for file in files]
-    columns = {FILE_COLUMN: pa.array([str(f) for f in files], pa.string())}
-    for name in source.partition_by:
-        raw = pa.array([found.get(name) for found in values], pa.string())
-        columns[name] = raw.cast(schema.field(name).type)
-    return pa.table(columns)
 
 
 # writing helpers
