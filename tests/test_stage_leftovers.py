@@ -60,7 +60,7 @@ STAGES = """
         return pd.DataFrame({"stage": [stage], "alive": [_alive(stage)]})
 """
 
-ENGINES = {"python": "", "timeout": ", timeout: 60", "spark": "", "dask": "", "ray": ""}
+ENGINES = {"python": "", "timeout": ", timeout: 60", "spark": "", "dask": "", "ray": "", "duckdb": "", "polars": ""}
 
 
 def pipeline() -> str:
