@@ -63,7 +63,7 @@ class Publisher:
                              hint="return the frame, or a dict keyed by output name")
         for name, frame in frames.items():
             if not backend.is_frame(frame):
-                raise StageError(f"stage '{stage}' returned a {type(frame).__name__} for output '{name}'; "
+                raise StageError(f"stage '{stage}' returned a {_type_name(frame)} for output '{name}'; "
                                  f"the {backend.name} backend writes {backend.frame_types}")
         return frames
 
@@ -138,3 +138,9 @@ class Publisher:
             raise
         except Exception as exc:  # engines compute lazily: the stage's own code fails here
             raise self.errors.of(exc, log, stage) from exc
+
+
+def _type_name(value: Any) -> str:
+    """'pandas DataFrame', 'polars LazyFrame': every engine has a DataFrame, so the package says whose."""
+    package = type(value).__module__.split(".")[0]
+    return type(value).__name__ if package == "builtins" else f"{package} {type(value).__name__}"
