@@ -121,15 +121,17 @@ class StageExecutor:
         result.rows_in, result.bytes_in = self.inputs.size(spec.inputs)
         self.signals.check()
         self.signals.running = backend
+        work = EngineWork(backend, result)
         try:
             with watched(backend, result), time_limit(spec.timeout, backend, result.name, self.end_run):
                 if decision.action == INCREMENTAL and not decision.changes.changed:
                     produced = {}  # partitions were only removed: nothing to compute
                 else:
-                    produced = self._produce(run_id, result, backend, log, log_stream, decision)
+                    produced = self._produce(run_id, result, backend, log, log_stream, decision, work)
                 self.signals.check()
                 with self.timeline.span(PUBLISH, result.name, "write and check", attempt=result.attempts):
                     prepared = self.publisher.prepare_all(run_id, result, backend, produced, log, decision)
+                work.ended("publish")
         except StageTimeout:
             # The engine may still hold the stage's work (a Ray task, a Spark job that ignored the
             # cancel): a fresh engine for whatever comes next is the one sure way to be rid of it.
@@ -148,7 +150,7 @@ class StageExecutor:
             time.sleep(min(left, 0.2))
 
     def _produce(self, run_id: str, result: StageResult, backend, log: logging.Logger, log_stream,
-                 decision: Decision) -> dict[str, Any]:
+                 decision: Decision, work: EngineWork) -> dict[str, Any]:
         """The stage's outputs: frames from the engine or, for a stage with a timeout on an engine whose
         stages can run in a child process (python, off the GPU), the outputs that child already wrote
         (see childprocess). Only with a timeout: a child forked from a process that has run engines
@@ -156,10 +158,10 @@ class StageExecutor:
         stage ends the run around it instead (the session's end_run)."""
         timeout = self.pipeline.stages[result.name].timeout
         if not (timeout and backend.isolated_calls and not backend.stage_on_gpu and childprocess.available()):
-            return self._call(run_id, result, backend, log, log_stream, decision)
+            return self._call(run_id, result, backend, log, log_stream, decision, work)
 
         def call_and_write() -> dict[str, Written]:
-            frames = self._call(run_id, result, backend, log, log_stream, decision)
+            frames = self._call(run_id, result, backend, log, log_stream, decision, work)
             return {ds: self.publisher.write(run_id, result.name, ds, backend, frame, log)
                     for ds, frame in frames.items()}
 
@@ -179,7 +181,7 @@ class StageExecutor:
             raise self.errors.of(exc, log) from exc
 
     def _call(self, run_id: str, result: StageResult, backend, log: logging.Logger, log_stream,
-              decision: Decision) -> dict[str, Any]:
+              decision: Decision, work: EngineWork) -> dict[str, Any]:
         spec = self.pipeline.stages[result.name]
         params = self.pipeline.params_for(result.name)
         fn = self._stage_function(result.name, backend, log)
@@ -192,6 +194,7 @@ class StageExecutor:
             only[self.planner.partitioned_input(result.name)] = set(decision.changes.changed)
         with self.timeline.span(READ, result.name, attempt=result.attempts):
             inputs = {ds: self.inputs.read(ds, backend, only.get(ds)) for ds in spec.inputs}
+        work.ended("read")
         files_dirs = {ds: self.catalog.new_staging(run_id, ds)
                       for ds in spec.outputs if self.pipeline.dataset(ds).kind == "files"}
         previous = {ds: getattr(self.catalog.current(ds), "directory", None) for ds in files_dirs}
@@ -204,8 +207,33 @@ class StageExecutor:
             with contextlib.redirect_stdout(log_stream), contextlib.redirect_stderr(log_stream), \
                     self.timeline.span(CALL, result.name, spec.run, attempt=result.attempts):
                 returned = fn(**kwargs)
+            work.ended("call")
         except (KeyboardInterrupt, Terminated):
             raise
         except (Exception, SystemExit) as exc:  # a stage's sys.exit() is its failure, never the run's end
             raise self.errors.of(exc, log, result.name) from exc
         return self.publisher.outputs_of(result.name, returned, backend)
+
+
+class EngineWork:
+    """The engine work (Spark jobs, Dask task graphs) each phase of a stage's attempt ran: read, call
+    and publish, counted on the stage's result as each phase ends. A lazy engine's result is computed
+    while it is published, so publish holds the work of the stage's result and hybridflow's own writing;
+    call holds what the function itself made the engine run (a count(), a collect)."""
+
+    def __init__(self, backend, result: StageResult) -> None:
+        self.backend = backend
+        self.result = result
+        self._last = backend.engine_work()
+        if self._last is not None:
+            result.engine_work = {}
+
+    def ended(self, phase: str) -> None:
+        if self._last is None:
+            return
+        now = self.backend.engine_work()
+        if now is None:
+            return
+        counts = self.result.engine_work
+        counts[phase] = counts.get(phase, 0) + now - self._last
+        self._last = now

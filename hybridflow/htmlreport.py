@@ -17,7 +17,7 @@ from typing import Any
 
 from . import reportcharts
 from .errors import HybridflowError, counted
-from .progress import seconds_text, size_text, step_seconds
+from .progress import engine_work_text, seconds_text, size_text, step_seconds
 from .stagelog import private_file
 
 LOG_TAIL = 20  # lines of each stage's log shown in the report
@@ -117,6 +117,8 @@ def _table(stages: list[dict[str, Any]], spans: list[dict[str, Any]], published:
         went = steps.get(s["stage"])
         went_text = " · ".join(f"{k} {_seconds(went[k])}" for k in ("read", "call", "publish", "overhead")
                                if went and went[k] >= 0.005) if went else ""
+        if work := engine_work_text(s):
+            went_text += f"; engine work {work}"
         cells = [f"<b>{escape(s['stage'])}</b>",
                  f'<span class="dot" style="background:{reportcharts.backend_colour(s["backend"])}"></span>'
                  f"{escape(s['backend'])}", _device(s),

@@ -258,6 +258,18 @@ def _files_note(files: list[dict] | None) -> str:
     return f" ({counted(len(sizes), 'file')}, median {size_text(sizes[len(sizes) // 2])})"
 
 
+def engine_work_text(stage: dict, compact: bool = False) -> str:
+    """The engine work a recorded stage ran (Spark jobs, Dask task graphs) while reading, calling its
+    function and publishing: "0 · 1 · 4", or "read 0 · call 1 · publish 4"; "" where not counted."""
+    import json
+
+    counts = json.loads(stage.get("engine_work") or "null")
+    if not counts:
+        return ""
+    phases = [(phase, counts[phase]) for phase in ("read", "call", "publish") if phase in counts]
+    return " · ".join(str(n) if compact else f"{phase} {n}" for phase, n in phases)
+
+
 def run_details(run: dict, stages: list[dict], spans: list[dict] = ()) -> list:
     """The header, the stage table and the lineage of one recorded run; `spans`: its timeline, for
     where each stage's time went."""
@@ -274,10 +286,11 @@ def run_details(run: dict, stages: list[dict], spans: list[dict] = ()) -> list:
     table = Table()
     steps = step_seconds(list(spans))
     timed = ("read", "call", "publish", "overhead")
-    for column in ("stage", "backend", "status", "tries", "duration", "engine wait", *timed, "rows in", "rows out",
-                   "bytes out", "note"):
-        table.add_column(column, justify="right" if column in ("duration", "engine wait", *timed, "rows in",
-                                                                "rows out", "bytes out") else "left", overflow="fold")
+    for column in ("stage", "backend", "status", "tries", "duration", "engine wait", *timed, "engine work",
+                   "rows in", "rows out", "bytes out", "note"):
+        table.add_column(column, justify="right" if column in ("duration", "engine wait", *timed, "engine work",
+                                                                "rows in", "rows out", "bytes out") else "left",
+                         overflow="fold")
     lineage = [Text("published (dataset version <- input versions it read):", style="bold")]
     home = Path(run["run_dir"]).parent.parent if run["run_dir"] else None
     for stage in stages:
@@ -288,7 +301,7 @@ def run_details(run: dict, stages: list[dict], spans: list[dict] = ()) -> list:
                       Text(stage["status"], style=STYLES.get(stage["status"], "")), count(stage.get("attempts")),
                       seconds(stage["duration"]), seconds(stage["engine_start"]),
                       *(_milliseconds(steps.get(stage["stage"], {}).get(step)) for step in timed),
-                      count(stage["rows_in"]),
+                      engine_work_text(stage, compact=True), count(stage["rows_in"]),
                       count(stage["rows_out"]), size_text(stage["bytes_out"]),
                       Text(stage["error"] or stage["skip_reason"] or ""))
         for dataset, version in json.loads(stage["outputs"] or "{}").items():

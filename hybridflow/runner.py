@@ -381,7 +381,8 @@ class Runner:
             bytes_in=result.bytes_in, rows_out=result.rows_out, bytes_out=result.bytes_out,
             skip_reason=result.reason, error=result.error, log_path=result.log_path, fingerprint=result.fingerprint,
             outputs=json.dumps(result.outputs) if result.outputs else None, position=self.stages.index(result.name),
-            gpu=result.gpu, gpu_reason=result.gpu_reason, attempts=result.attempts)
+            gpu=result.gpu, gpu_reason=result.gpu_reason, attempts=result.attempts,
+            engine_work=json.dumps(result.engine_work) if result.engine_work is not None else None)
 
 
 @dataclass

@@ -28,7 +28,7 @@ CREATE TABLE IF NOT EXISTS stages (
     run_id TEXT NOT NULL REFERENCES runs(run_id), stage TEXT NOT NULL, backend TEXT NOT NULL,
     status TEXT NOT NULL, duration REAL, engine_start REAL, rows_in INTEGER, bytes_in INTEGER,
     rows_out INTEGER, bytes_out INTEGER, skip_reason TEXT, error TEXT, log_path TEXT, outputs TEXT,
-    position INTEGER NOT NULL, fingerprint TEXT, gpu INTEGER, gpu_reason TEXT, attempts INTEGER,
+    position INTEGER NOT NULL, fingerprint TEXT, gpu INTEGER, gpu_reason TEXT, attempts INTEGER, engine_work TEXT,
     PRIMARY KEY (run_id, stage)
 );
 CREATE INDEX IF NOT EXISTS runs_by_pipeline ON runs (pipeline, started_at);
@@ -45,10 +45,11 @@ RUN_FIELDS = ("run_id", "pipeline", "pipeline_file", "trigger", "started_at", "e
               "run_dir", "arguments")
 STAGE_FIELDS = ("run_id", "stage", "backend", "status", "duration", "engine_start", "rows_in", "bytes_in",
                 "rows_out", "bytes_out", "skip_reason", "error", "log_path", "outputs", "position", "fingerprint",
-                "gpu", "gpu_reason", "attempts")
+                "gpu", "gpu_reason", "attempts", "engine_work")
 # columns added after the first release: added to an existing runs.db when it is opened
 ADDED_COLUMNS = {"runs": {"arguments": "TEXT"},
-                 "stages": {"fingerprint": "TEXT", "gpu": "INTEGER", "gpu_reason": "TEXT", "attempts": "INTEGER"}}
+                 "stages": {"fingerprint": "TEXT", "gpu": "INTEGER", "gpu_reason": "TEXT", "attempts": "INTEGER",
+                            "engine_work": "TEXT"}}
 
 
 class RunStore:

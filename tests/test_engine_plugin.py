@@ -129,7 +129,8 @@ def test_a_pipeline_runs_stages_on_the_plugin_from_the_cli(plugin_site, project)
     assert cli("validate", "pipeline.yaml").returncode == 0
     ran = cli("run", "pipeline.yaml", "--keep-going")
     assert ran.returncode == 1, ran.stdout + ran.stderr
-    assert "stage 'wrong' returned a pandas DataFrame for output 'bad'; the arrow backend writes pyarrow.Table" in ran.stderr
+    wrong = "stage 'wrong' returned a pandas DataFrame for output 'bad'; the arrow backend writes pyarrow.Table"
+    assert wrong in ran.stderr
     doubled = read_arrow(Catalog(project.home("plugged")).current("doubled").source())
     assert doubled["x"].to_pylist() == [2, 4, 6]
     project.pipeline((project.root / "pipeline.yaml").read_text().replace("threads: 2", "thread: 2"))

@@ -109,6 +109,18 @@ def test_three_engine_pipeline_gives_the_pandas_answer_and_leaves_no_process(exa
                         .read_text())
     assert report["week"] == str(expected["week"].max()) and len(report["riskiest"]) == 5
 
+    # the engine work each phase ran, as `show` lists it: the ETL's lazy SQL runs no Spark job until it
+    # is written; the Dask stage's publish is three graphs (the result persisted, then counted and
+    # sampled to size its files, then written); engines that count nothing record nothing
+    _, stages = last_run_record(example / ".hybridflow")
+    work = {name: json.loads(stage["engine_work"] or "null") for name, stage in stages.items()}
+    assert work["etl"]["read"] == 0 and work["etl"]["call"] == 0 and work["etl"]["publish"] >= 1, work
+    assert work["features"] == {"read": 0, "call": 0, "publish": 3}, work
+    assert work["load"] is None and work["score"] is None and work["report"] is None, work
+    shown = subprocess.run([sys.executable, "-m", "hybridflow.cli", "show", "last", "--workdir", ".hybridflow"],
+                           cwd=example, capture_output=True, text=True, env={**os.environ, "COLUMNS": "250"})
+    assert "engine work" in shown.stdout and "0 · 0 · 3" in shown.stdout, shown.stdout + shown.stderr
+
 
 def test_failed_run_reports_the_users_error_and_leaves_no_process(example):
     run, marker = start_run(example, "--param", "window=0")

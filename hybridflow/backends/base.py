@@ -93,6 +93,12 @@ class Backend(ABC):
         when the engine has GPU resources), its params, and its log."""
         self.stage_on_gpu = on_gpu
 
+    def engine_work(self) -> int | None:
+        """How many units of work the engine has run so far (Spark jobs, Dask task graphs), or None
+        where it does not count them. Read before and after each stage's read, call and publish, so
+        that a run record shows what each phase cost the engine; cheap, and never waits on work."""
+        return None
+
     def progress(self) -> str | None:
         """What the engine is doing for the running stage, as a short phrase ("job 2 · tasks 120/200"),
         or None when it has nothing to say. Polled about once a second from another thread while a stage

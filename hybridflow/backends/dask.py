@@ -84,6 +84,7 @@ ENGINE = Engine(
 )
 
 NO_DASHBOARD = {"dashboard_address": "127.0.0.1:0", "scheduler_kwargs": {"dashboard": False}}
+GRAPH_COUNTER = "hybridflow-graphs"  # the scheduler plugin that counts task graphs
 
 
 def gpu_cluster_options(settings, devices) -> dict[str, Any]:
@@ -146,6 +147,7 @@ class DaskBackend(Backend):
             if self.gpu is not None and self.settings.address:
                 _require_gpu_workers(self.client, self.settings.address)
             self._ship(code)
+            self._count_graphs()
             if self.cluster is not None:
                 # fresh worker processes import what every read task needs now, within the start the
                 # runner overlaps with earlier stages, not in the first stage's first task (0.6 s here)
@@ -285,21 +287,54 @@ class DaskBackend(Backend):
 
     def _sized(self, frame, schema: pa.Schema, partition_by: tuple[str, ...], target_file_size: int):
         """The output in as many partitions as files of the target size need (Dask writes a file per
-        partition, and per partition value). Computed once and kept on the workers to count it;
-        partitioned outputs are shuffled so that each value lives in one partition."""
-        from distributed import wait
+        partition, and per partition value). Computed once and kept on the workers, then counted and
+        sampled in one more graph; partitioned outputs are shuffled so that each value lives in one
+        partition."""
+        import dask
 
         from .. import pandas_frames
 
         frame = frame.persist()
-        wait(frame)
-        rows = int(frame.map_partitions(len).sum().compute())
-        sample = frame.head(SAMPLE_ROWS, npartitions=-1, compute=True)
+        rows, sample = dask.compute(frame.map_partitions(len).sum(),
+                                    frame.head(SAMPLE_ROWS, npartitions=-1, compute=False))
+        rows = int(rows)
         table = pandas_frames.to_arrow(sample).cast(schema) if len(sample) else schema.empty_table()
         files = max(1, math.ceil(rows / rows_per_file(table, target_file_size))) if rows else 1
         if partition_by:
             return frame.shuffle(on=list(partition_by), npartitions=files)
         return frame if files == frame.npartitions else frame.repartition(npartitions=files)
+
+    def _count_graphs(self) -> None:
+        """Give the scheduler a plugin that counts the task graphs it is given (one per compute, persist
+        or write, from any client). Shipped by value, so a remote scheduler needs no hybridflow."""
+        def install(dask_scheduler) -> None:
+            from distributed.diagnostics.plugin import SchedulerPlugin
+
+            class GraphCounter(SchedulerPlugin):
+                def __init__(self) -> None:
+                    self.graphs = 0
+
+                def update_graph(self, scheduler, **kwargs) -> None:
+                    self.graphs += 1
+
+            if GRAPH_COUNTER not in dask_scheduler.plugins:
+                dask_scheduler.add_plugin(GraphCounter(), name=GRAPH_COUNTER)
+
+        with contextlib.suppress(Exception):  # without it, only the count is missing
+            self.client.run_on_scheduler(install)
+
+    def engine_work(self) -> int | None:
+        """Task graphs the scheduler has been given so far, as _count_graphs counts them."""
+        if self.client is None:
+            return None
+
+        def graphs(dask_scheduler) -> int | None:
+            counter = dask_scheduler.plugins.get(GRAPH_COUNTER)
+            return None if counter is None else counter.graphs
+
+        with contextlib.suppress(Exception):
+            return self.client.run_on_scheduler(graphs)
+        return None
 
     def progress(self) -> str | None:
         """Tasks done out of all the tasks of the scheduler's current computation (what one compute or
@@ -448,3 +483,4 @@ def _read_text_pandas(file: Path, fmt: str, schema: pa.Schema, kinds: list[str],
 
 def create(settings, log_dir: Path) -> DaskBackend:
     return DaskBackend(settings, log_dir)
+

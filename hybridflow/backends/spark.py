@@ -461,6 +461,15 @@ class SparkBackend(Backend):
         self._log.info("RAPIDS: %d operators on the GPU, %d on the CPU%s\n%s", len(on_gpu), len(on_cpu),
                        f" ({', '.join(sorted(set(on_cpu)))})" if on_cpu else "", plan)
 
+    def engine_work(self) -> int | None:
+        """Jobs run so far: Spark numbers them from 0 (the status tracker keeps the recent ones)."""
+        if self.session is None:
+            return None
+        with contextlib.suppress(Exception):
+            tracker = self.session.sparkContext.statusTracker()
+            return max([*tracker.getJobIdsForGroup(None), *tracker.getActiveJobsIds()], default=-1) + 1
+        return None
+
     def progress(self) -> str | None:
         """The stage's newest running job, counted from its first, and the tasks of its running stages
         (Spark's status tracker: a read of the driver's status store, no work for the executors)."""
