@@ -216,10 +216,11 @@ class StageExecutor:
 
 
 class EngineWork:
-    """The engine work (Spark jobs, Dask task graphs) each phase of a stage's attempt ran: read, call
-    and publish, counted on the stage's result as each phase ends. A lazy engine's result is computed
-    while it is published, so publish holds the work of the stage's result and hybridflow's own writing;
-    call holds what the function itself made the engine run (a count(), a collect)."""
+    """The engine work (Spark jobs, Dask task graphs, Ray Data executions) each phase of a stage's
+    attempt ran: read, call and publish, counted on the stage's result as each phase ends. A lazy
+    engine's result is computed while it is published, so publish holds the work of the stage's result
+    and hybridflow's own writing; call holds what the function itself made the engine run (a count(),
+    a collect)."""
 
     def __init__(self, backend, result: StageResult) -> None:
         self.backend = backend

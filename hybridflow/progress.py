@@ -259,8 +259,9 @@ def _files_note(files: list[dict] | None) -> str:
 
 
 def engine_work_text(stage: dict, compact: bool = False) -> str:
-    """The engine work a recorded stage ran (Spark jobs, Dask task graphs) while reading, calling its
-    function and publishing: "0 · 1 · 4", or "read 0 · call 1 · publish 4"; "" where not counted."""
+    """The engine work a recorded stage ran (Spark jobs, Dask graphs, Ray executions) while reading,
+    calling its function and publishing: "0 · 1 · 4", or "read 0 · call 1 · publish 4"; "" where not
+    counted."""
     import json
 
     counts = json.loads(stage.get("engine_work") or "null")

@@ -41,8 +41,8 @@ class StageResult:
     gpu: bool | None = None  # ran on the GPU (gpu: true or auto); None: the stage never asked for one
     gpu_reason: str | None = None  # why it ran where it did
     progress: str | None = None  # while running: what its engine is doing ("job 2 · tasks 120/200")
-    # engine work (Spark jobs, Dask task graphs) run while reading, calling the function and publishing;
-    # None where the engine does not count it
+    # engine work (Spark jobs, Dask task graphs, Ray Data executions) run while reading, calling the
+    # function and publishing; None where the engine does not count it
     engine_work: dict[str, int] | None = None
 
 

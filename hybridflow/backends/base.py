@@ -94,9 +94,10 @@ class Backend(ABC):
         self.stage_on_gpu = on_gpu
 
     def engine_work(self) -> int | None:
-        """How many units of work the engine has run so far (Spark jobs, Dask task graphs), or None
-        where it does not count them. Read before and after each stage's read, call and publish, so
-        that a run record shows what each phase cost the engine; cheap, and never waits on work."""
+        """How many units of work the engine has run so far (Spark jobs, Dask task graphs, Ray Data
+        executions), or None where it does not count them. Read before and after each stage's read,
+        call and publish, so that a run record shows what each phase cost the engine; cheap, and never
+        waits on work."""
         return None
 
     def progress(self) -> str | None:

@@ -13,6 +13,7 @@ param (default 1) on the GPU, 0 on the CPU, so the same code runs either way.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -108,6 +109,7 @@ class RayBackend(Backend):
         self._node = None  # the raynode.DriverNode started for that, if this host had none
         self._tune_callbacks: str | None = None  # RAY_TUNE_CALLBACKS before start() named ours
         self._set_single_node = False  # start() set SINGLE_NODE in this process's environment
+        self._counting = False  # Ray Data's executions are counted (see _count_executions)
 
     def start(self, code: Sequence[Path] = ()) -> None:
         if not self.settings.address and SINGLE_NODE not in os.environ:
@@ -166,6 +168,7 @@ class RayBackend(Backend):
         if not self.settings.address:
             _warm_up(ray, options["num_cpus"])
         self.ray = ray
+        self._counting = _count_executions()
 
     def _join_cluster(self) -> None:
         from . import raynode
@@ -204,6 +207,10 @@ class RayBackend(Backend):
         super().begin_stage(on_gpu, params, log)
         self._gpus_per_trial = gpus_per_trial(on_gpu, params)
         TUNING.clear()  # a Tune run that an earlier stage left unfinished says nothing now
+
+    def engine_work(self) -> int | None:
+        """Ray Data executions this process has started (a Dataset run, materialized or written)."""
+        return _EXECUTIONS[0] if self._counting else None
 
     def progress(self) -> str | None:
         """Tune trials finished out of all, with the best score so far, while a Tune run goes on in
@@ -483,3 +490,27 @@ def _as_module_dir(path: Path, scratch: Path) -> Path:
 
 def create(settings, log_dir: Path) -> RayBackend:
     return RayBackend(settings, log_dir)
+
+
+_EXECUTIONS = [0]  # Ray Data executions started in this process, once _count_executions is in place
+
+
+def _count_executions() -> bool:
+    """Count Ray Data's executions in this process: each run of a Dataset makes one StreamingExecutor,
+    and Ray offers no public count of them. False where Ray's internals have moved (nothing counted)."""
+    try:
+        from ray.data._internal.execution.streaming_executor import StreamingExecutor
+    except ImportError:
+        return False
+    original = StreamingExecutor.__init__
+    if getattr(original, "counted_by_hybridflow", False):
+        return True
+
+    @functools.wraps(original)
+    def counted(self, *args, **kwargs):
+        _EXECUTIONS[0] += 1
+        original(self, *args, **kwargs)
+
+    counted.counted_by_hybridflow = True
+    StreamingExecutor.__init__ = counted
+    return True
