@@ -63,7 +63,8 @@ import duckdb
 
 
 def totals({input}: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
-    return {input}.aggregate("customer_id, count(*) AS events, sum(amount) AS spend", "customer_id")
+    """Each event with its customer's total spend: its columns kept, so any stage can come after it."""
+    return {input}.project("*, sum(amount) OVER (PARTITION BY customer_id) AS customer_spend")
 '''
 
 
