@@ -366,9 +366,10 @@ def collect_garbage(pipeline: PipelineLike, keep: int | None = None, dry_run: bo
         raise UsageError(f"keep must be 1 or more, not {keep}", hint="the current version is always kept")
     loaded = _pipeline(pipeline)
     home = loaded.workdir / loaded.name
+    if loaded.workdir.exists():  # not a file, nor a folder of the user's own files that only looks like one
+        claim(loaded.workdir)
     if not home.is_dir():
         return []  # never run: nothing to remove, and no workdir to make
-    claim(loaded.workdir)  # not a folder of the user's own files that only looks like one
     lock = RunLock(home / "run.lock")
     lock.acquire(f"gc-{new_run_id()}")
     try:

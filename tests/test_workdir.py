@@ -149,14 +149,28 @@ def test_a_workdir_removed_during_a_run_is_one_line_and_not_made_again(project, 
     assert CliRunner().invoke(app, ["run", str(path)]).exit_code == 0  # and the next run starts afresh
 
 
-def test_a_workdir_that_is_a_file_is_a_config_error(project):
+@pytest.mark.parametrize("command", ["plan", "run", "gc"])
+def test_a_workdir_that_is_a_file_is_a_config_error(project, command):
     path = demo(project)
     (project.root / ".hybridflow").write_text("not a folder")
-    result = CliRunner().invoke(app, ["plan", str(path)])
+    result = CliRunner().invoke(app, [command, str(path)])
     assert result.exit_code == 78, result.output
     assert result.output.strip().splitlines()[-1] == (
         f"error: the workdir {project.root / '.hybridflow'} is a file, not a folder (point workdir: in the "
         "pipeline file at a folder (hybridflow makes it))")
+    assert (project.root / ".hybridflow").read_text() == "not a folder"
+
+
+def test_a_workdir_below_a_file_says_where_and_publishes_nothing(project):
+    path = demo(project)
+    (project.root / "blocked").write_text("a file where a folder should be")
+    text = path.read_text().replace("name:", "workdir: blocked/hf\nname:", 1)
+    path.write_text(text)
+    result = CliRunner().invoke(app, ["run", str(path)])
+    assert result.exit_code in (74, 78), result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "blocked" in last and "Traceback" not in result.output, result.output
+    assert (project.root / "blocked").read_text() == "a file where a folder should be"
 
 
 # -- 7: what hybridflow leaves in the workdir, and whose folder it is --------------------------------------
