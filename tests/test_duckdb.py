@@ -353,4 +353,7 @@ def test_init_writes_a_duckdb_stage_that_runs(tmp_path):
                          capture_output=True, text=True, env=env, timeout=120)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     totals = read_arrow(Catalog(tmp_path / "proj" / ".hybridflow" / "proj").current("totals").source())
-    assert totals.num_rows > 0 and totals.schema.names == ["customer_id", "events", "spend"]
+    assert totals.num_rows > 0
+    assert totals.schema.names == ["event_id", "customer_id", "amount", "kind", "customer_spend"]
+    rows = totals.to_pandas()
+    assert rows["customer_spend"].tolist() == rows.groupby("customer_id")["amount"].transform("sum").tolist()
