@@ -346,10 +346,9 @@ class SparkBackend(Backend):
     def begin_stage(self, on_gpu: bool, params, log) -> None:
         super().begin_stage(on_gpu, params, log)
         self._log = log
-        if self.session is not None:  # jobs are numbered from here in progress()
-            with contextlib.suppress(Exception):
-                known = self.session.sparkContext.statusTracker().getJobIdsForGroup(None)
-                self._first_job = max(known, default=-1) + 1
+        first = self.engine_work()  # jobs are numbered from here in progress()
+        if first is not None:
+            self._first_job = first
         if self.gpu is not None and self.session is not None:
             self.session.conf.set("spark.rapids.sql.enabled", "true" if on_gpu else "false")
 
