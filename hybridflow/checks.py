@@ -14,6 +14,7 @@ from .pipeline import Pipeline
 from .spec import IDENTIFIER
 from .sqlstage import is_sql
 from .stagecode import inspect_target
+from .storage import is_object_uri, object_path
 
 
 def check_pipeline(pipeline: Pipeline) -> list[Problem]:
@@ -151,7 +152,14 @@ def _check_datasets(p: Pipeline) -> list[Problem]:
             except ArrowTypeError as exc:
                 problems.append(p.source.problem(at + ("schema", column), f"dataset '{name}', column "
                                                  f"'{column}': {exc}"))
-        if ds.path and not producer and name in consumed and not p.external_path(name).exists():
+        if is_object_uri(ds.path):
+            try:
+                object_path(ds.path)
+            except ValueError as exc:
+                problems.append(p.source.problem(at + ("path",), f"dataset '{name}': {exc}"))
+                continue
+        # an s3:// input is looked at when a run starts: validate works offline
+        if ds.path and not producer and name in consumed and _local(p, name) and not p.external_path(name).exists():
             problems.append(p.source.problem(at + ("path",), f"external dataset '{name}' does not exist yet at "
                                              f"{p.external_path(name)} (it must exist when a run starts)",
                                              severity="warning"))
@@ -162,6 +170,10 @@ def _check_datasets(p: Pipeline) -> list[Problem]:
     return problems
 
 
+def _local(p: Pipeline, name: str) -> bool:
+    return not is_object_uri(p.dataset(name).path)
+
+
 def _footer_problems(p: Pipeline, name: str, ds) -> list[Problem]:
     """Warnings from an existing external Parquet input's footers (no data is read): a file that a
     run would refuse, or a type an engine of a stage reading it cannot hold."""
@@ -169,7 +181,8 @@ def _footer_problems(p: Pipeline, name: str, ds) -> list[Problem]:
     from .footers import read_footers
     from .tables import TableSource, parquet_files
 
-    if not ds.path or ds.format != "parquet" or ds.kind != "table" or not p.external_path(name).exists():
+    if (not ds.path or ds.format != "parquet" or ds.kind != "table" or not _local(p, name)
+            or not p.external_path(name).exists()):
         return []
     at = ("datasets", name, "path")
     try:

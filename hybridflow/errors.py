@@ -241,6 +241,34 @@ def storage_error(exc: BaseException, where) -> HybridflowError | None:
     return None
 
 
+# pyarrow's (and the AWS SDK's) words for an object store's answers that are the user's to fix
+_NO_BUCKET = ("NO_SUCH_BUCKET", "NoSuchBucket", "bucket does not exist")
+_DENIED = ("ACCESS_DENIED", "AccessDenied", "INVALID_ACCESS_KEY_ID", "InvalidAccessKeyId", "SIGNATURE_DOES_NOT_MATCH",
+           "SignatureDoesNotMatch", "EXPIRED_TOKEN", "ExpiredToken", "Forbidden", "HTTP response code: 403",
+           "No response body")
+_UNREACHABLE = ("NETWORK_CONNECTION", "Couldn't connect", "curlCode: 7", "curlCode: 28", "Connection refused",
+                "Could not connect", "timed out", "Timeout")
+
+
+def store_error(exc: BaseException, uri: str) -> HybridflowError:
+    """An object store's failure for `uri` as one line and a documented exit code: a bucket that does
+    not exist (65), credentials refused (74), a store that does not answer (69). Never the request's
+    headers or credentials: pyarrow's text names the operation, the bucket and the key only."""
+    text = str(exc)
+    bucket = uri.split("://", 1)[-1].split("/", 1)[0]
+    if any(word in text for word in _NO_BUCKET):
+        return DataError(f"the bucket '{bucket}' of {uri} does not exist",
+                         hint="create it, or correct the URI (and storage: endpoint, if it is not AWS S3)")
+    if any(word in text for word in _DENIED):
+        return StorageError(f"the object store refused access to {uri} (403: wrong or missing credentials, or no "
+                            "permission)", hint="set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) "
+                                                "to credentials allowed to use the bucket")
+    if any(word in text for word in _UNREACHABLE):
+        return UnavailableError(f"the object store does not answer for {uri}: {first_line(exc)}",
+                                hint="check storage: endpoint (or AWS_ENDPOINT_URL) and that the store is up")
+    return StorageError(f"the object store failed for {uri}: {first_line(exc)}")
+
+
 def vanished(path) -> StorageError:
     """The error for a workdir (or its runs.db) deleted while a run or command was using it: what was
     not yet published never will be, and nothing is made anew half-empty."""

@@ -9,12 +9,13 @@ error); this module names the file and what is wrong with it, the same way for e
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import PurePath
 from typing import NamedTuple, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from . import storage
 from .contract import standard_schema
 from .errors import DataError, first_line
 
@@ -25,7 +26,7 @@ PIECE_BYTES = 256 * 2**20  # engines read consecutive row groups up to about thi
 class Piece(NamedTuple):
     """Consecutive row groups of one file: what one read task of an engine reads."""
 
-    file: Path
+    file: PurePath
     row_groups: tuple[int, ...]
     rows: int
     bytes: int  # uncompressed, as the footer says: about what the rows take in memory
@@ -40,17 +41,18 @@ class Footers:
     variants: bool = False  # some file stores a physical variant (string_view, large_list, ...)
 
 
-def read_footers(dataset: str, files: Sequence[Path]) -> Footers:
-    """Footers of every file, checked: raises DataError naming the first bad file."""
+def read_footers(dataset: str, files: Sequence[PurePath], filesystem=None) -> Footers:
+    """Footers of every file (local, or ObjectPaths reached through `filesystem`), checked: raises
+    DataError naming the first bad file."""
     if not files:
         raise DataError(f"dataset '{dataset}' has no Parquet files")
-    reference: tuple[Path, pa.Schema] | None = None
+    reference: tuple[PurePath, pa.Schema] | None = None
     rows = 0
     nullable: set[str] = set()
     pieces: list[Piece] = []
     variants = False
     for file in files:
-        metadata = _metadata(dataset, file)
+        metadata = _metadata(dataset, file, filesystem)
         stored = metadata.schema.to_arrow_schema()
         schema = standard_schema(stored)
         variants = variants or schema.types != stored.types
@@ -64,23 +66,23 @@ def read_footers(dataset: str, files: Sequence[Path]) -> Footers:
     return Footers(reference[1].remove_metadata(), rows, frozenset(nullable), tuple(pieces), variants)
 
 
-def _metadata(dataset: str, file: Path) -> pq.FileMetaData:
-    problem = _framing_problem(file)
+def _metadata(dataset: str, file: PurePath, filesystem) -> pq.FileMetaData:
+    problem = _framing_problem(file, filesystem)
     if problem:
         raise DataError(f"input '{dataset}': {file} {problem}",
                         hint="replace the file with a complete Parquet file, or remove it from the input")
     try:
-        return pq.read_metadata(file)
+        return pq.read_metadata(str(file), filesystem=filesystem)
     except (OSError, pa.ArrowException) as exc:
         raise DataError(f"input '{dataset}': {file} has a corrupt Parquet footer ({first_line(exc)})",
                         hint="replace the file with a complete Parquet file, or remove it from the input") from None
 
 
-def _framing_problem(file: Path) -> str | None:
+def _framing_problem(file: PurePath, filesystem) -> str | None:
     """Parquet files start and end with PAR1, and the footer's length sits just before the end."""
     try:
-        size = file.stat().st_size
-        with open(file, "rb") as handle:
+        size = storage.size_of(file, filesystem)
+        with storage.open_input(file, filesystem) as handle:
             head = handle.read(4)
             handle.seek(max(size - 8, 0))
             tail = handle.read(8)
@@ -97,7 +99,7 @@ def _framing_problem(file: Path) -> str | None:
     return None
 
 
-def _check_same_schema(dataset: str, reference: tuple[Path, pa.Schema], file: Path, schema: pa.Schema) -> None:
+def _check_same_schema(dataset: str, reference: tuple[PurePath, pa.Schema], file: PurePath, schema: pa.Schema) -> None:
     first, expected = reference
     theirs = {f.name: f.type for f in expected}
     ours = {f.name: f.type for f in schema}
@@ -129,7 +131,7 @@ def _nullable_columns(metadata: pq.FileMetaData) -> set[str]:
     return found
 
 
-def _pieces(file: Path, metadata: pq.FileMetaData) -> list[Piece]:
+def _pieces(file: PurePath, metadata: pq.FileMetaData) -> list[Piece]:
     pieces, current, rows, size = [], [], 0, 0
     for group in range(metadata.num_row_groups):
         row_group = metadata.row_group(group)

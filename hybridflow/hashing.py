@@ -14,7 +14,9 @@ import json
 import os
 import secrets
 import time
-from pathlib import Path
+from pathlib import Path, PurePath
+
+from .storage import ObjectPath, content_tag
 
 RECENT_NS = 2 * 10**9  # coarse file system timestamps: a change within this window may not show
 
@@ -100,6 +102,13 @@ class HashCache:
 
     def _key_of(self, file: Path) -> str:
         return hmac.new(self._key, os.fsencode(file.resolve()), "sha256").hexdigest()
+
+    def content(self, file: PurePath, filesystem=None) -> str:
+        """What names a file's content: the sha256 of a local file, an object's ETag (never read:
+        the store computed it when the object was written)."""
+        if isinstance(file, ObjectPath):
+            return "etag:" + content_tag(file, filesystem)
+        return self.sha256(Path(file))
 
     def sha256(self, file: Path) -> str:
         stat = file.stat()

@@ -15,10 +15,11 @@ import os
 import re
 import shutil
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path, PurePath, PurePosixPath
 
 import pyarrow as pa
 
+from . import storage
 from .catalog import data_digest
 from .errors import DataError, counted
 from .hashing import HashCache, digest_of
@@ -72,14 +73,17 @@ def schema_types(schema: pa.Schema | None) -> Types:
     return dict(zip(schema.names, schema.types)) if schema is not None else {}
 
 
-def external_datums(path: Path, partition_by: tuple[str, ...], cache: HashCache,
-                    types: Types | None = None) -> dict[str, str]:
-    """{partition key: digest} of an external partitioned parquet directory."""
+def external_datums(path: PurePath, partition_by: tuple[str, ...], cache: HashCache,
+                    types: Types | None = None, filesystem=None) -> dict[str, str]:
+    """{partition key: digest} of an external partitioned parquet directory (local, or a prefix in
+    object storage reached through `filesystem`)."""
     groups: dict[str, list] = {}
-    for file in sorted(path.rglob("*.parquet")):
+    for file in storage.files_under(path, filesystem):
+        if file.suffix != ".parquet":
+            continue
         key = partition_key(file.relative_to(path), partition_by, types)
-        if key is not None:
-            groups.setdefault(key, []).append(("", cache.sha256(file)))  # names left out: engines pick them at random
+        if key is not None:  # names left out: engines pick them at random
+            groups.setdefault(key, []).append(("", cache.content(file, filesystem)))
     return {key: digest_of(files) for key, files in groups.items()}
 
 

@@ -4,11 +4,12 @@ the version the stage used (what its outputs' manifests record)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 import pyarrow as pa
 
+from . import storage
 from .catalog import Catalog, Version
 from .contract import check_schema, declared_schema
 from .errors import DataError, HybridflowError, first_line
@@ -40,8 +41,8 @@ class StageInputs:
         ds = self.pipeline.dataset(dataset)
         if self.pipeline.is_external(dataset):
             path = self.pipeline.external_path(dataset)
-            if ds.kind == "files":
-                return path
+            if ds.kind == "files":  # an object-store prefix as its URI, for the stage's own client
+                return path if isinstance(path, Path) else storage.uri_of(path)
             source = self.external_source(dataset, partitions)
         else:
             version = self.catalog.current(dataset)
@@ -62,6 +63,7 @@ class StageInputs:
         costs no data: Parquet footers, the first block of each text file."""
         ds = self.pipeline.dataset(dataset)
         path = self.pipeline.external_path(dataset)
+        store, filesystem = self.pipeline.store_of(path), self.pipeline.filesystem_of(path)
         declared = declared_schema(ds.schema_)
         schema = pa.schema(list(declared.items())) if declared else None
         if ds.format == "parquet":
@@ -70,20 +72,23 @@ class StageInputs:
                 # partition columns live in the paths: the footers answer for the others
                 in_files = pa.schema([f for f in footers.schema if f.name not in ds.partition_by])
                 check_schema(dataset, {k: v for k, v in declared.items() if k not in ds.partition_by}, in_files)
-            source = TableSource(dataset, (path,), ds.format, schema, tuple(ds.partition_by), path)
+            source = TableSource(dataset, (path,), ds.format, schema, tuple(ds.partition_by), path, store)
             if partitions is not None:
-                source = only_partitions(source, partitions, sorted(path.rglob("*.parquet")))
+                source = only_partitions(source, partitions, [f for f in storage.files_under(path, filesystem)
+                                                              if f.suffix == ".parquet"])
             return source
-        files = text_files(path, ds.format)
-        schema = input_schema(dataset, files, ds.format, schema)
-        return TableSource(dataset, tuple(files), ds.format, schema, (), path)
+        files = text_files(path, ds.format, filesystem)
+        schema = input_schema(dataset, files, ds.format, schema, filesystem)
+        return TableSource(dataset, tuple(files), ds.format, schema, (), path, store)
 
     def size(self, datasets: list[str]) -> tuple[int | None, int | None]:
         """Rows and bytes a stage reads: from manifests; an external input counts its bytes only."""
         rows, size = 0, 0
         for dataset in datasets:
             if self.pipeline.is_external(dataset):
-                size += sum(f.stat().st_size for f in external_files(self.pipeline.external_path(dataset)))
+                path = self.pipeline.external_path(dataset)
+                filesystem = self.pipeline.filesystem_of(path)
+                size += sum(storage.size_of(f, filesystem) for f in storage.files_under(path, filesystem))
                 ds = self.pipeline.dataset(dataset)
                 countable = ds.kind == "table" and ds.format == "parquet"
                 rows = None if rows is None or not countable else rows + self.external_footers(dataset).rows
@@ -98,7 +103,9 @@ class StageInputs:
         from them before it reads the input, and several stages may read one input)."""
         if dataset not in self._footers:
             path = self.pipeline.external_path(dataset)
-            self._footers[dataset] = read_footers(dataset, parquet_files(TableSource(dataset, (path,))))
+            filesystem = self.pipeline.filesystem_of(path)
+            files = parquet_files(TableSource(dataset, (path,), store=self.pipeline.store_of(path)))
+            self._footers[dataset] = read_footers(dataset, files, filesystem)
         return self._footers[dataset]
 
     def version_of(self, dataset: str) -> str:
@@ -107,22 +114,18 @@ class StageInputs:
         version: Version | None = self.catalog.current(dataset)
         return version.id if version else "unknown"
 
-    def paths(self, dataset: str) -> list[Path]:
+    def paths(self, dataset: str) -> list[PurePath]:
         if self.pipeline.is_external(dataset):
             return [self.pipeline.external_path(dataset)]
         version = self.catalog.current(dataset)
         return [version.directory] if version else []
 
 
-def only_partitions(source: TableSource, partitions: set[str], files: list[Path] | None = None) -> TableSource:
+def only_partitions(source: TableSource, partitions: set[str], files: list[PurePath] | None = None) -> TableSource:
     """The same dataset restricted to some of its partitions (by partition key, e.g. 'week=2026-11-16')."""
     base = source.base or source.files[0]
     types = schema_types(source.schema)
     chosen = tuple(f for f in (files if files is not None else source.files)
                    if partition_key(f.relative_to(base), source.partition_by, types) in partitions)
-    return TableSource(source.name, chosen, source.format, source.schema, source.partition_by, base)
-
-
-def external_files(path: Path) -> list[Path]:
-    """The files of an external input given as a file or a directory."""
-    return [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    return TableSource(source.name, chosen, source.format, source.schema, source.partition_by, base,
+                       source.store)

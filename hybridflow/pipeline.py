@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from .dag import Dag
 from .spec import DatasetSpec, PipelineSpec, StageSpec
+from .storage import ObjectPath, StoreSettings, is_object_uri, object_path
 from .yamlsource import SourceMap
 
 REDACTED = "***"
@@ -46,8 +47,25 @@ class Pipeline:
     def is_external(self, name: str) -> bool:
         return name not in self.dag.producer
 
-    def external_path(self, name: str) -> Path:
-        return (self.root / (self.dataset(name).path or "")).resolve()
+    def external_path(self, name: str) -> PurePath:
+        """Where an external input lives: a local path (relative ones under root), or an ObjectPath
+        for an s3:// URI."""
+        path = self.dataset(name).path or ""
+        return object_path(path) if is_object_uri(path) else (self.root / path).resolve()
+
+    @cached_property
+    def store(self) -> StoreSettings:
+        """How this pipeline reaches object storage: its storage: section over the AWS variables."""
+        section = self.spec.storage.model_dump(exclude_none=True) if self.spec.storage else None
+        return StoreSettings.of(section)
+
+    def store_of(self, path: PurePath) -> StoreSettings | None:
+        """How to reach `path`: None for a local path."""
+        return self.store if isinstance(path, ObjectPath) else None
+
+    def filesystem_of(self, path: PurePath):
+        """pyarrow's filesystem to reach `path` with: None for a local path."""
+        return self.store.arrow_filesystem() if isinstance(path, ObjectPath) else None
 
     @property
     def shown_file(self) -> str:

@@ -7,10 +7,10 @@ front and says "will be rebuilt" for inputs an earlier stage of the same run is 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import PurePath, PurePosixPath
 
 from . import fingerprint as fp
-from . import gpu
+from . import gpu, storage
 from .backends import engine
 from .catalog import Catalog, Version, data_digest
 from .codereach import CodeIndex
@@ -126,12 +126,13 @@ class Planner:
         """The content of an input as one digest: unchanged bytes give the same digest, whoever wrote them."""
         if self.pipeline.is_external(dataset):
             path = self.pipeline.external_path(dataset)
-            if not path.exists():
+            filesystem = self.pipeline.filesystem_of(path)
+            if not storage.exists(path, filesystem):
                 return "missing"
-            if path.is_file():
-                return self.hashes.sha256(path)
-            return digest_of((f.relative_to(path).as_posix(), self.hashes.sha256(f))
-                             for f in sorted(path.rglob("*")) if f.is_file() and not _hidden(f, path))
+            if not storage.is_dir(path, filesystem):
+                return self.hashes.content(path, filesystem)
+            return digest_of((f.relative_to(path).as_posix(), self.hashes.content(f, filesystem))
+                             for f in storage.files_under(path, filesystem) if not _hidden(f, path))
         version = self.catalog.current(dataset)
         if version is None:
             return "missing"
@@ -145,7 +146,10 @@ class Planner:
         if self.pipeline.is_external(dataset):
             path = self.pipeline.external_path(dataset)
             types = declared_schema(spec.schema_) or {}
-            return external_datums(path, partition_by, self.hashes, types) if path.is_dir() else {}
+            filesystem = self.pipeline.filesystem_of(path)
+            if not storage.is_dir(path, filesystem):
+                return {}
+            return external_datums(path, partition_by, self.hashes, types, filesystem)
         version = self.catalog.current(dataset)
         return version_datums(version.manifest, partition_by, schema_types(version.schema)) if version else {}
 
@@ -169,5 +173,5 @@ def _aligned(outputs, datums: dict[str, str]) -> bool:
     return True
 
 
-def _hidden(file: Path, root: Path) -> bool:
+def _hidden(file: PurePath, root: PurePath) -> bool:
     return any(part.startswith((".", "_")) for part in file.relative_to(root).parts)

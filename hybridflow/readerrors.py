@@ -124,7 +124,7 @@ def text_input_failure(exc: BaseException, sources: Sequence[TableSource]) -> Da
     if not match or not sources:
         return None
     for source in sources:
-        found = find_bad_value(source.name, list(source.files), source.format, source.schema)
+        found = find_bad_value(source.name, list(source.files), source.format, source.schema, source.filesystem)
         if found is not None:
             return found
     names = ", ".join(f"'{s.name}'" for s in sources)

@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from . import backends, gpu, processes
+from . import backends, gpu, processes, storage
 from .catalog import Catalog
 from .enginepool import EnginePool
 from .errors import DataError, HybridflowError, InterruptedRun, first_line, is_out_of_space, out_of_space
@@ -127,7 +127,8 @@ class Runner:
             return PlannedInput(dataset, "produced in this run", f"by stage {self.pipeline.dag.producer[dataset]}")
         if self.pipeline.is_external(dataset):
             path = self.pipeline.external_path(dataset)
-            return PlannedInput(dataset, "external" if path.exists() else "missing", str(path))
+            found = storage.exists(path, self.pipeline.filesystem_of(path))
+            return PlannedInput(dataset, "external" if found else "missing", storage.uri_of(path))
         version = self.catalog.current(dataset)
         if version:
             return PlannedInput(dataset, "published", f"version {version.id}")

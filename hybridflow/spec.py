@@ -80,7 +80,8 @@ Backend = Annotated[str, AfterValidator(_registered)]
 
 
 class DatasetSpec(Section):
-    path: str | None = Field(None, description="external input only: where it lives, relative to root")
+    path: str | None = Field(None, description="external input only: where it lives, relative to root, or an "
+                                               "s3:// URI (s3://BUCKET/PREFIX)")
     format: Literal["parquet", "csv", "json"] = "parquet"
     kind: Literal["table", "files"] = "table"
     schema_: Params | None = Field(None, alias="schema", description="column -> Arrow type name")
@@ -88,6 +89,18 @@ class DatasetSpec(Section):
     target_file_size: ByteSize | None = Field(None, gt=0, description="bytes of Parquet per file of each version "
                                                                   "(default: the engine's setting, else 128MB)")
     description: str | None = None
+
+
+class StorageSpec(Section):
+    """How to reach object storage (s3:// paths), over the standard AWS variables and profile;
+    credentials always come from those, never from the pipeline file."""
+
+    endpoint: str | None = Field(None, pattern=r"^https?://[^/\s]+/?$",
+                                 description="an S3-compatible store's URL, e.g. http://127.0.0.1:9000 "
+                                             "(default: AWS_ENDPOINT_URL, else AWS S3)")
+    region: str | None = Field(None, description="default: AWS_REGION")
+    path_style: bool | None = Field(None, description="bucket in the URL's path, not its host name (default: "
+                                                      "true with an endpoint, false for AWS S3)")
 
 
 class StageSpec(Section):
@@ -218,6 +231,7 @@ class PipelineSpec(Section):
     params: Params = Field(default_factory=dict)
     # each registered engine's settings model, as pipeline_model() puts it together
     backends: Any = Field(None, description="settings per engine: backends.<engine>")
+    storage: StorageSpec | None = Field(None, description="how s3:// paths are reached (endpoint, region)")
     datasets: Annotated[dict[str, DatasetSpec], none_as_empty(dict)] = Field(default_factory=dict)
     stages: dict[str, StageSpec] = Field(min_length=1)
     schedule: ScheduleSpec | None = None

@@ -39,7 +39,8 @@ class StageErrors:
 
     def _parquet_inputs(self, stage: str, paths: dict[str, list[Path]]) -> list[TableSource]:
         """The stage's Parquet inputs, where to look for a damaged file the engine did not name."""
-        return [TableSource(dataset, tuple(paths[dataset])) for dataset in self.pipeline.stages[stage].inputs
+        return [TableSource(dataset, tuple(paths[dataset]), store=self.pipeline.store_of(paths[dataset][0]))
+                for dataset in self.pipeline.stages[stage].inputs
                 if self.pipeline.dataset(dataset).kind == "table" and self.pipeline.dataset(dataset).format == "parquet"
                 and paths[dataset]]
 

@@ -8,16 +8,18 @@ no pandas index or pandas metadata, a few large files rather than many small one
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from . import storage
 from .contract import check_schema, standard_schema
 from .errors import DataError, first_line
 from .footers import Piece
 from .settings import TARGET_FILE_SIZE
+from .storage import StoreSettings, uri_of
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 ROW_GROUP_ROWS = 1_000_000
@@ -29,11 +31,22 @@ class TableSource:
     """Where a stage input comes from: a published version's files, or an external path."""
 
     name: str
-    files: tuple[Path, ...]  # for external inputs: the path given (a file or a directory)
+    files: tuple[PurePath, ...]  # for external inputs: the path given (a file or a directory)
     format: str = "parquet"
     schema: pa.Schema | None = None  # the declared or recorded schema, applied on read
     partition_by: tuple[str, ...] = ()  # Hive-style partition columns, their values in the file paths
-    base: Path | None = None  # the directory the partition paths start from
+    base: PurePath | None = None  # the directory the partition paths start from
+    store: StoreSettings | None = None  # how to reach files in object storage (storage.ObjectPath); None: local
+
+    @property
+    def filesystem(self):
+        """pyarrow's filesystem for the files (None: local), made once per process: a source is
+        shipped to engines' workers, which make their own."""
+        return self.store.arrow_filesystem() if self.store is not None else None
+
+    def uris(self) -> list[str]:
+        """The files as engines that take URIs name them (s3://bucket/key, or the local path)."""
+        return [uri_of(f) for f in self.files]
 
 
 def read_arrow(source: TableSource) -> pa.Table:
@@ -46,7 +59,8 @@ def read_arrow(source: TableSource) -> pa.Table:
         else:
             files = [str(f) for f in source.files]
             # no partitioning inferred from the path: a folder like env=prod above the data is not a column
-            table = pq.read_table(files if len(files) > 1 else files[0], partitioning=None)
+            table = pq.read_table(files if len(files) > 1 else files[0], partitioning=None,
+                                  filesystem=source.filesystem)
     except (OSError, pa.ArrowException) as exc:
         raise _unreadable(source, exc) from exc
     table = standard_types(table)
@@ -70,7 +84,7 @@ def damaged_file(source: TableSource) -> tuple[Path, Exception] | None:
     read failed."""
     for file in parquet_files(source):
         try:
-            for _ in pq.ParquetFile(file).iter_batches():
+            for _ in pq.ParquetFile(str(file), filesystem=source.filesystem).iter_batches():
                 pass
         except (OSError, pa.ArrowException) as exc:
             return file, exc
@@ -96,22 +110,22 @@ def _read_text(source: TableSource, fmt: str) -> pa.Table:
     from .textfiles import read_text_file, text_files, unreadable
 
     tables = []
-    for file in [f for path in source.files for f in text_files(path, fmt)]:
+    for file in [f for path in source.files for f in text_files(path, fmt, source.filesystem)]:
         try:  # every column the file has, typed where declared: the check below names extra ones
-            tables.append(read_text_file(file, fmt, source.schema, only_declared=False))
+            tables.append(read_text_file(file, fmt, source.schema, only_declared=False, filesystem=source.filesystem))
         except (OSError, pa.ArrowException) as exc:
             raise unreadable(source.name, file, exc) from None
     return pa.concat_tables(tables, promote_options="default")
 
 
-def parquet_files(source: TableSource) -> list[Path]:
+def parquet_files(source: TableSource) -> list[PurePath]:
     """An external dataset is given as its directory (or a file), a published one as its file list.
     A directory's data files are all files not named _* or .* at any depth (_SUCCESS, .crc, ...),
     the rule Spark and pyarrow share."""
-    if len(source.files) == 1 and source.files[0].is_dir():
+    if len(source.files) == 1 and storage.is_dir(source.files[0], source.filesystem):
         root = source.files[0]
-        return sorted(p for p in root.rglob("*") if p.is_file()
-                      and not any(part.startswith(("_", ".")) for part in p.relative_to(root).parts))
+        return [p for p in storage.files_under(root, source.filesystem)
+                if not any(part.startswith(("_", ".")) for part in p.relative_to(root).parts)]
     return list(source.files)
 
 
@@ -149,7 +163,8 @@ def respell_partition_directories(directory: Path, partition_by: tuple[str, ...]
 
 def read_partitioned_file(file: Path, source: TableSource) -> pa.Table:
     """One file of a partitioned dataset, with its partition columns restored in their recorded types."""
-    return _with_partition_columns(pq.read_table(file), file, source, source.partition_by)
+    return _with_partition_columns(pq.read_table(str(file), filesystem=source.filesystem), file, source,
+                                   source.partition_by)
 
 
 def read_piece(piece: Piece, source: TableSource, schema: pa.Schema, columns=None) -> pa.Table:
@@ -159,7 +174,8 @@ def read_piece(piece: Piece, source: TableSource, schema: pa.Schema, columns=Non
     partitions = [name for name in names if name in source.partition_by]
     stored = [name for name in names if name not in source.partition_by]
     try:
-        table = pq.ParquetFile(piece.file).read_row_groups(list(piece.row_groups), columns=stored)
+        table = pq.ParquetFile(str(piece.file), filesystem=source.filesystem).read_row_groups(
+            list(piece.row_groups), columns=stored)
     except (OSError, pa.ArrowException) as exc:
         # this runs in Dask's and Ray's workers, where pyarrow's error does not name the file: the
         # DataError does, and travels back to the driver (pickled) inside the engine's wrappers
@@ -244,7 +260,7 @@ def partition_table(files: list[Path], source: TableSource, schema: pa.Schema) -
     values, parsed by the rules every engine shares and cast to their recorded types."""
     base = source.base or source.files[0]
     values = [partition_values(file, base, source.partition_by) for file in files]
-    columns = {FILE_COLUMN: pa.array([str(f) for f in files], pa.string())}
+    columns = {FILE_COLUMN: pa.array([uri_of(f) for f in files], pa.string())}
     for name in source.partition_by:
         raw = pa.array([found.get(name) for found in values], pa.string())
         columns[name] = raw.cast(schema.field(name).type)
@@ -265,4 +281,5 @@ def text_dataset(source: TableSource):
         file_format = ds.CsvFileFormat(convert_options=pacsv.ConvertOptions(column_types=types))
     else:
         file_format = ds.JsonFileFormat(parse_options=pajson.ParseOptions(explicit_schema=source.schema))
-    return ds.dataset([str(f) for f in source.files], format=file_format, schema=source.schema)
+    return ds.dataset([str(f) for f in source.files], format=file_format, schema=source.schema,
+                      filesystem=source.filesystem)

@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import storage
 from .codereach import CodeIndex
 from .errors import HybridflowError, InterruptedRun
-from .inputs import external_files
 from .pipeline import Pipeline
 from .results import Listener, RunResult, Selection, new_run_id
 from .stagelog import private_dir
@@ -157,7 +157,9 @@ def watched_files(pipeline: Pipeline) -> set[Path]:
     for spec in pipeline.stages.values():
         for unit in index.reach(spec.run).digests:
             files.add(pipeline.root / unit.rsplit(":", 1)[0])
-        files.update(pipeline.external_path(name) for name in spec.inputs if pipeline.is_external(name))
+        # an input in object storage is not watched: polling a bucket would cost a request a second
+        files.update(path for name in spec.inputs if pipeline.is_external(name)
+                     and isinstance(path := pipeline.external_path(name), Path))
     return files
 
 
@@ -166,7 +168,7 @@ def _snapshot(paths: list[Path]) -> dict[Path, tuple[int, int] | None]:
     added, removed or replaced there is a change too)."""
     state: dict[Path, tuple[int, int] | None] = {}
     for path in paths:
-        for file in external_files(path) if path.is_dir() else [path]:
+        for file in storage.files_under(path) if path.is_dir() else [path]:
             try:
                 stat = file.stat()
                 state[file] = (stat.st_mtime_ns, stat.st_size)

@@ -17,7 +17,7 @@ import contextlib
 import gc
 import logging
 import math
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, Sequence
 
 import pyarrow as pa
@@ -254,9 +254,10 @@ class DaskBackend(Backend):
         if source.format != "parquet":  # external text: each worker parses whole files with pyarrow
             kinds = pandas_frames.schema_kinds(source.schema, source.schema.names)  # nulls unknown: nullable
             return dd.from_map(_read_text_pandas, list(source.files), fmt=source.format, schema=source.schema,
+                               store=source.store,
                                kinds=kinds, meta=pandas_frames.to_pandas(source.schema.empty_table(), kinds),
                                label=f"read-{source.format}")
-        footers = read_footers(source.name, parquet_files(source))
+        footers = read_footers(source.name, parquet_files(source), source.filesystem)
         schema = source.schema or footers.schema
         nullable = set(footers.nullable)
         if source.partition_by:  # partition values come from the paths: a null is __HIVE_DEFAULT_PARTITION__
@@ -470,11 +471,11 @@ def _read_piece(piece: Piece, source: TableSource, schema: pa.Schema, kinds: lis
     return pandas_frames.to_pandas(read_piece(piece, source, schema, columns), kinds)
 
 
-def _read_text_pandas(file: Path, fmt: str, schema: pa.Schema, kinds: list[str], columns=None):
+def _read_text_pandas(file: PurePath, fmt: str, schema: pa.Schema, kinds: list[str], store=None, columns=None):
     from .. import pandas_frames
     from ..textfiles import read_text_file
 
-    table = read_text_file(file, fmt, schema)
+    table = read_text_file(file, fmt, schema, filesystem=store.arrow_filesystem() if store else None)
     if columns is not None:
         chosen = [schema.get_field_index(c) for c in columns]
         table, kinds = table.select(list(columns)), [kinds[i] for i in chosen]

@@ -21,7 +21,7 @@ import contextlib
 import os
 import re
 import shutil
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, Sequence
 from urllib.parse import unquote
 
@@ -33,6 +33,7 @@ from ..errors import DataError, HybridflowError, StageError, UnavailableError, f
 from ..footers import read_footers
 from ..settings import ByteSize, EngineSection
 from ..stagelog import private_dir
+from ..storage import uri_of
 from ..tables import (
     FILE_COLUMN,
     TableSource,
@@ -109,6 +110,7 @@ class DuckDBBackend(Backend):
         self.con = None
         self._spill: Path | None = None  # the spill directory this backend made (removed at stop)
         self._threads_started = False
+        self._stores: set = set()  # object stores whose filesystem the connection has
 
     def start(self, code: Sequence[Path] = ()) -> None:
         import duckdb
@@ -168,6 +170,7 @@ class DuckDBBackend(Backend):
             with contextlib.suppress(Exception):
                 self.con.close()
             self.con = None
+            self._stores.clear()
         if self._spill is not None:
             shutil.rmtree(self._spill, ignore_errors=True)
             self._spill = None
@@ -184,18 +187,27 @@ class DuckDBBackend(Backend):
             return self.con.from_arrow(source.schema.empty_table())
         if source.partition_by:
             return self._read_partitioned(source, files)
-        relation = self.con.read_parquet([str(f) for f in files], hive_partitioning=False)
+        relation = self.con.read_parquet(self._paths(source, files), hive_partitioning=False)
         if source.schema is not None and relation.columns != source.schema.names:
             relation = relation.project(column_list(source.schema.names))  # the recorded order
         return relation
 
-    def _read_partitioned(self, source: TableSource, files: list[Path]):
+    def _paths(self, source: TableSource, files: list[PurePath]) -> list[str]:
+        """The files as DuckDB's scans name them; objects through s3fs, registered with the connection
+        once (DuckDB's own S3 reader is an extension it would download)."""
+        if source.store is not None and source.store not in self._stores:
+            self.con.register_filesystem(source.store.fsspec_filesystem())
+            self._stores.add(source.store)
+        return [uri_of(f) for f in files]
+
+    def _read_partitioned(self, source: TableSource, files: list[PurePath]):
         """The files' columns joined, by file, to the partition values of its path: parsed and typed as
         every engine does (tables.partition_values), where DuckDB's own Hive reading also takes every
         key=value folder above the data for a column, and reads a value spelt NULL as a null."""
-        schema = source.schema or with_string_partitions(read_footers(source.name, files).schema, source.partition_by)
+        schema = source.schema or with_string_partitions(read_footers(source.name, files, source.filesystem).schema,
+                                                          source.partition_by)
         stored = [name for name in schema.names if name not in source.partition_by]
-        paths = sql_list([str(f) for f in files])
+        paths = sql_list(self._paths(source, files))
         data = self.con.sql(f"SELECT {column_list([*stored, FILE_COLUMN])} FROM read_parquet({paths}, "
                             f"filename={sql_string(FILE_COLUMN)}, hive_partitioning=false)")
         parts = self.con.from_arrow(partition_table(files, source, schema))

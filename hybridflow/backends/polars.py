@@ -51,6 +51,7 @@ from ..errors import DataError, HybridflowError, StageError, first_line
 from ..footers import read_footers
 from ..settings import ByteSize, EngineSection, GpuMode
 from ..stagelog import private_dir
+from ..storage import uri_of
 from ..tables import (
     FILE_COLUMN,
     SAMPLE_ROWS,
@@ -249,14 +250,15 @@ class PolarsBackend(Backend):
         if source.format != "parquet":
             return self._remember(pl.scan_pyarrow_dataset(text_dataset(source)), source.schema)
         files = parquet_files(source)
-        schema = source.schema or with_string_partitions(read_footers(source.name, files).schema,
+        schema = source.schema or with_string_partitions(read_footers(source.name, files, source.filesystem).schema,
                                                           source.partition_by)
         if not files:  # a partitioned input with no partition chosen
             return self._remember(pl.LazyFrame(schema=_polars_schema(pl, schema)), schema)
         stored = pa.schema([field for field in schema if field.name not in source.partition_by])
         with _quiet(pl):
             frame = pl.scan_parquet(
-                [str(f) for f in files], schema=_polars_schema(pl, stored), hive_partitioning=False,
+                [uri_of(f) for f in files], schema=_polars_schema(pl, stored), hive_partitioning=False,
+                storage_options=source.store.polars_options() if source.store is not None else None,
                 include_file_paths=FILE_COLUMN if source.partition_by else None,
                 # the forms one type takes in files other tools wrote (a dictionary-encoded string, a
                 # "+00:00" zone), which the footers check accepted as the recorded type

@@ -242,7 +242,7 @@ class RayBackend(Backend):
             return self._read_text(source)
         from .rayfiles import ParquetPieces  # imports Ray Data
 
-        footers = read_footers(source.name, parquet_files(source))
+        footers = read_footers(source.name, parquet_files(source), source.filesystem)
         # Ray splits a read into at least 200 blocks (DataContext.read_op_min_num_blocks): 5M rows in
         # 3 pieces came out as 335 blocks of 1.5 MB, and the read took 1.4 s instead of 0.8 s. Two
         # blocks per CPU of the cluster keep every CPU busy downstream; a larger input has more pieces.
@@ -259,11 +259,11 @@ class RayBackend(Backend):
         if source.format == "csv":
             options = pacsv.ConvertOptions(column_types=types, include_columns=source.schema.names)
             dataset = self.ray.data.read_csv(files, convert_options=options, file_extensions=None,
-                                             partitioning=None)
+                                             partitioning=None, filesystem=source.filesystem)
         else:
             options = pajson.ParseOptions(explicit_schema=source.schema, unexpected_field_behavior="ignore")
             dataset = self.ray.data.read_json(files, parse_options=options, file_extensions=None,
-                                              partitioning=None)
+                                              partitioning=None, filesystem=source.filesystem)
         return dataset.map_batches(_as_schema, batch_format="pyarrow", fn_kwargs={"schema": source.schema})
 
     def write(self, frame: Any, directory: Path, partition_by: tuple[str, ...] = (),
