@@ -165,6 +165,20 @@ ToOption = typer.Option(None, "--to", help="Run this stage and everything before
 ForceOption = typer.Option(None, "--force", metavar="[STAGE,...]", autocompletion=stage_lists,
                            help="Run stages even if they are up to date: all of them (a bare --force, anywhere "
                                 "on the line), or the stages named (comma-separated).")
+RunWorkdirOption = typer.Option(None, "--workdir", "-w", envvar="HYBRIDFLOW_WORKDIR", show_envvar=True,
+                                help="Use this workdir instead of the pipeline file's workdir: (relative to the "
+                                     "current directory).")
+
+
+def _use_workdir(workdir: str | None) -> None:
+    """--workdir (or HYBRIDFLOW_WORKDIR) for every load of the pipeline in this command, its run's
+    process included: the pipeline loader reads it from the environment."""
+    if workdir is not None:
+        from .config import WORKDIR_VARIABLE
+
+        os.environ[WORKDIR_VARIABLE] = workdir
+
+
 KeepGoingOption = typer.Option(False, "--keep-going", "-k", help="After a failure, still run stages that do not "
                                "depend on it.")
 
@@ -178,10 +192,13 @@ def plan(
     end: Optional[List[str]] = ToOption,
     params: Optional[List[str]] = ParamOption,
     force: Optional[str] = ForceOption,
+    workdir: Optional[str] = RunWorkdirOption,
     verbose: bool = VerboseOption,
 ) -> None:
     """Show which stages a run would execute or skip, and why. Starts no engine."""
     from . import api
+
+    _use_workdir(workdir)
 
     _print_plan(api.plan(pipeline_file, only=only, from_=start, to=end, force=force, params=params))
 
@@ -206,11 +223,14 @@ def run(
     watch: bool = typer.Option(False, "--watch", help="Keep the engines running and run again on each save of "
                                "the pipeline file, of the stage code it reaches or of an external input; "
                                "Ctrl-C stops."),
+    workdir: Optional[str] = RunWorkdirOption,
     verbose: bool = VerboseOption,
 ) -> None:
     """Validate a pipeline, then run its stages in dependency order."""
     from . import api
     from .progress import listener_for
+
+    _use_workdir(workdir)
 
     if watch:
         clashing = [flag for flag, given in (("--resume", resume), ("--dry-run", dry_run), ("--if-due", if_due),
@@ -257,10 +277,12 @@ def dev(
     params: Optional[List[str]] = ParamOption,
     force: Optional[str] = ForceOption,
     keep_going: bool = KeepGoingOption,
+    workdir: Optional[str] = RunWorkdirOption,
     verbose: bool = VerboseOption,
 ) -> None:
     """Warm iteration (the same as run --watch): run, then again on each save of the pipeline file, of
     the stage code it reaches or of an external input, on engines kept running; Ctrl-C stops them."""
+    _use_workdir(workdir)
     _watch(pipeline_file, only=only, start=start, end=end, params=params, force=force, keep_going=keep_going,
            verbose=verbose)
 
@@ -429,10 +451,13 @@ def gc(
     keep: Optional[int] = typer.Option(None, "--keep", min=1, help="Versions to keep per dataset "
                                        "(default: the pipeline's keep_versions)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List what would be removed."),
+    workdir: Optional[str] = RunWorkdirOption,
     verbose: bool = VerboseOption,
 ) -> None:
     """Remove old dataset versions, never a current one or one the current versions were made from."""
     from . import api
+
+    _use_workdir(workdir)
 
     pipeline = api.load(pipeline_file)
     keep = keep or pipeline.spec.keep_versions
@@ -477,7 +502,7 @@ def schema(verbose: bool = VerboseOption) -> None:
     sys.stdout.write(json.dumps(json_schema(), indent=2) + "\n")
 
 
-WorkdirOption = typer.Option(Path(".hybridflow"), "--workdir", "-w",
+WorkdirOption = typer.Option(Path(".hybridflow"), "--workdir", "-w", envvar="HYBRIDFLOW_WORKDIR", show_envvar=True,
                              help="The workdir holding runs.db (ignored when a pipeline file is given).")
 PipelineOption = typer.Option(None, "--pipeline", "-f", help="Find the run records through this pipeline file.")
 

@@ -17,6 +17,7 @@ from .diagnostics import Problem, did_you_mean, errors_in
 from .errors import ConfigError, counted
 from .pipeline import Pipeline
 from .spec import pipeline_model
+from .storage import is_object_uri
 from .yamlsource import MAX_FILE_BYTES, SourceMap, load_yaml, scalar_or_text, too_big
 
 _ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -61,10 +62,30 @@ def check_file(file: str | Path, params: list[str] = (),
         problems += [_locate(error, source) for error in exc.errors()]
         return None, _redacted(problems, secrets)
     root = (path.parent / (spec.root or ".")).resolve()
-    pipeline = Pipeline(spec, path.resolve(), root, (root / spec.workdir).resolve(), source, frozenset(secrets))
+    workdir, problem = _workdir(spec, root, environ, source)
+    if problem is not None:
+        return None, _redacted([problem], secrets)
+    pipeline = Pipeline(spec, path.resolve(), root, workdir, source, frozenset(secrets))
     problems += _apply_cli_params(pipeline, params)  # before the checks: a --param can satisfy a parameter
     problems += check_pipeline(pipeline)
     return pipeline, _redacted(problems, secrets)
+
+
+WORKDIR_VARIABLE = "HYBRIDFLOW_WORKDIR"  # what --workdir sets: over the pipeline file's workdir:
+
+
+def _workdir(spec, root: Path, environ, source: SourceMap) -> tuple[Path | None, Problem | None]:
+    """The workdir: HYBRIDFLOW_WORKDIR (relative to the current directory, as a command line path
+    is) over the file's workdir: (relative to root)."""
+    override = environ.get(WORKDIR_VARIABLE)
+    given = override or spec.workdir
+    if is_object_uri(given):  # not yet: the run store, lock and versions are files on a POSIX file system
+        message = (f"a workdir in object storage ({given}) is not supported yet; external inputs may be s3:// "
+                   "(datasets: <name>: path:), the workdir must be a local or shared folder")
+        problem = (Problem(CLI, 1, 1, f"{WORKDIR_VARIABLE}: {message}") if override
+                   else source.problem(("workdir",), message))
+        return None, problem
+    return (Path(override).expanduser().resolve() if override else (root / spec.workdir).resolve()), None
 
 
 class _TooBig(Exception):

@@ -311,3 +311,41 @@ def test_the_run_summary_says_where_its_report_is(project):
     assert f"report: {report} (hybridflow report --open opens it)" in result.stdout.splitlines()
     elsewhere = hybridflow(project.root / "mypkg", "run", "../pipeline.yaml", "--force")  # another cwd
     assert f" (hybridflow report -w {project.root / '.hybridflow'} --open opens it)" in elsewhere.stdout
+
+
+# -- where the workdir is: the pipeline file's workdir:, over it HYBRIDFLOW_WORKDIR, over that --workdir ------
+
+
+def test_workdir_option_and_variable_move_every_record_and_version_and_the_option_wins(project, tmp_path):
+    demo(project)
+    from_variable = tmp_path / "from-variable"
+    done = hybridflow(project.root, "run", "pipeline.yaml", env={"HYBRIDFLOW_WORKDIR": str(from_variable)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (from_variable / "runs.db").exists() and Catalog(from_variable / "demo").current("b") is not None
+    assert not (project.root / ".hybridflow").exists()
+    # the same variable finds those records again: the run is skipped, and `runs` lists both runs
+    again = hybridflow(project.root, "run", "pipeline.yaml", env={"HYBRIDFLOW_WORKDIR": str(from_variable)})
+    assert again.returncode == 0 and "skipped" in again.stdout, again.stdout + again.stderr
+    listed = hybridflow(project.root, "runs", env={"HYBRIDFLOW_WORKDIR": str(from_variable)})
+    assert listed.returncode == 0 and listed.stdout.count("success") == 2, listed.stdout + listed.stderr
+
+    relative = hybridflow(project.root, "run", "pipeline.yaml", "--workdir", "from-option",
+                          env={"HYBRIDFLOW_WORKDIR": str(from_variable)})
+    assert relative.returncode == 0, relative.stdout + relative.stderr
+    assert Catalog(project.root / "from-option" / "demo").current("b") is not None  # relative to the current dir
+    assert len(RunStore(from_variable / "runs.db").runs()) == 2
+    forced = hybridflow(project.root, "run", "pipeline.yaml", "--force", "-w", "from-option")
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    collected = hybridflow(project.root, "gc", "pipeline.yaml", "--keep", "1", "-w", "from-option")
+    assert collected.returncode == 0 and "removed 2 versions" in collected.stdout, collected.stdout + collected.stderr
+    assert len(RunStore(from_variable / "runs.db").runs()) == 2 and not (project.root / ".hybridflow").exists()
+
+
+def test_a_workdir_in_object_storage_is_refused_in_one_line_until_it_is_supported(project):
+    demo(project)
+    for args, env in ((("--workdir", "s3://bucket/prefix"), {}), ((), {"HYBRIDFLOW_WORKDIR": "s3://bucket/prefix"})):
+        done = hybridflow(project.root, "run", "pipeline.yaml", *args, env=env)
+        assert done.returncode == 78, done.stdout + done.stderr
+        assert "object storage (s3://bucket/prefix) is not supported yet" in done.stderr
+        assert "Traceback" not in done.stderr
+    assert sorted(p.name for p in project.root.iterdir()) == ["mypkg", "pipeline.yaml"]
