@@ -194,9 +194,11 @@ def _resumed(pipeline: Pipeline, force, listener: Listener, arguments: dict):
     """(pipeline, arguments, forced stages) repeating the last run, or None (listener told why)."""
     import json
 
-    from .state import RunStore, resumed_arguments
+    from . import runsync
+    from .state import resumed_arguments
 
-    store = RunStore(pipeline.workdir / "runs.db") if (pipeline.workdir / "runs.db").exists() else None
+    remote = pipeline.remote is not None
+    store = (runsync.open_store(pipeline) if remote or (pipeline.workdir / "runs.db").exists() else None)
     last = store.last_run(pipeline.name) if store else None
     if last is None or last["status"] == "success":
         listener.nothing_to_resume(f"the last run, {last['run_id']}, succeeded" if last
@@ -279,8 +281,9 @@ def read(pipeline: PipelineLike, dataset: str, engine: str = "pandas", *, versio
     """The current published version of a dataset (or `version`, an id from `hybridflow show`):
     engine "pandas" (a DataFrame with the dtypes a python stage gets), "arrow" (a pyarrow Table), or
     "path" (its version directory; what a `kind: files` dataset always gives)."""
-    from .catalog import Catalog
     from .diagnostics import did_you_mean
+    from .objectcatalog import open_catalog
+    from .storage import uri_of
 
     loaded = _pipeline(pipeline)
     known = set(loaded.spec.datasets) | {ds for s in loaded.stages.values() for ds in s.outputs}
@@ -290,14 +293,14 @@ def read(pipeline: PipelineLike, dataset: str, engine: str = "pandas", *, versio
         raise UsageError(f"cannot read '{dataset}': {where}", hint="read() gives a published output of a stage")
     if engine not in ("pandas", "arrow", "path"):
         raise UsageError(f"engine must be pandas, arrow or path, not '{engine}'")
-    catalog = Catalog(loaded.workdir / loaded.name)
+    catalog = open_catalog(loaded)
     found = catalog.version(dataset, version) if version else catalog.current(dataset)
     if found is None:
         producer = loaded.dag.producer[dataset]
         raise UsageError(f"dataset '{dataset}' has no published version yet",
                          hint=f"run stage '{producer}' first: hybridflow run {loaded.file} --to {producer}")
-    if engine == "path" or loaded.dataset(dataset).kind == "files":
-        return found.directory
+    if engine == "path" or loaded.dataset(dataset).kind == "files":  # in object storage: its s3:// URI
+        return found.directory if loaded.remote is None else uri_of(found.directory)
     from .tables import read_arrow
 
     table = read_arrow(found.source())
@@ -343,12 +346,18 @@ def report(run_id: str = "last", pipeline: PipelineLike | None = None, *, workdi
 def _records(pipeline: PipelineLike | None, workdir: str | os.PathLike):
     """(the run store, the pipeline's name) for a pipeline, else (the workdir's store, None); the
     store is None where no run was ever recorded."""
+    from . import runsync
     from .state import RunStore
+    from .storage import is_object_uri
 
     name = None
     if pipeline is not None:
         loaded = _pipeline(pipeline)
+        if loaded.remote is not None:
+            return runsync.open_store(loaded), loaded.name
         workdir, name = loaded.workdir, loaded.name
+    if is_object_uri(os.fspath(workdir)):
+        return runsync.open_remote_workdir(os.fspath(workdir)), None
     db = Path(workdir) / "runs.db"
     return (RunStore(db) if db.exists() else None), name
 
@@ -358,8 +367,8 @@ def collect_garbage(pipeline: PipelineLike, keep: int | None = None, dry_run: bo
     never a current one or one the current versions were made from, and the temporary files of
     writers that died; under the run lock, so never while the pipeline runs. Returns the (dataset,
     version) pairs removed (or that would be)."""
-    from .catalog import Catalog
-    from .lock import RunLock
+    from .lock import pipeline_lock
+    from .objectcatalog import open_catalog
     from .workdir import claim, remove_leftovers
 
     if keep is not None and keep < 1:
@@ -368,12 +377,15 @@ def collect_garbage(pipeline: PipelineLike, keep: int | None = None, dry_run: bo
     home = loaded.workdir / loaded.name
     if loaded.workdir.exists():  # not a file, nor a folder of the user's own files that only looks like one
         claim(loaded.workdir)
+    if loaded.remote is not None:
+        claim(loaded.workdir)  # this machine's cache of it, made on demand
+        home.mkdir(exist_ok=True)
     if not home.is_dir():
         return []  # never run: nothing to remove, and no workdir to make
-    lock = RunLock(home / "run.lock")
+    lock = pipeline_lock(loaded)
     lock.acquire(f"gc-{new_run_id()}")
     try:
-        removed = Catalog(home).collect_garbage(keep or loaded.spec.keep_versions, dry_run=dry_run)
+        removed = open_catalog(loaded).collect_garbage(keep or loaded.spec.keep_versions, dry_run=dry_run)
         if not dry_run:
             remove_leftovers(home)
         return removed

@@ -24,7 +24,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
+from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
 
 import pyarrow as pa
@@ -34,6 +34,7 @@ from . import faults
 from .contract import check_schema, schema_to_dict
 from .errors import DataError, vanished
 from .hashing import file_digests
+from .storage import StoreSettings
 from .tables import TableSource, partition_values
 from .workdir import remove_leftovers
 
@@ -48,11 +49,12 @@ _COMPONENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 class Version:
     dataset: str
     id: str
-    directory: Path
+    directory: PurePath  # a local Path, or an ObjectPath in a workdir in object storage
     manifest: dict[str, Any]
+    store: StoreSettings | None = None  # how to reach an ObjectPath directory
 
     @property
-    def files(self) -> tuple[Path, ...]:
+    def files(self) -> tuple[PurePath, ...]:
         return tuple(self.directory / f["path"] for f in self.manifest["files"])
 
     @property
@@ -70,7 +72,7 @@ class Version:
 
     def source(self) -> TableSource:
         return TableSource(self.dataset, self.files, "parquet", self.schema,
-                           tuple(self.manifest.get("partition_by", ())), self.directory)
+                           tuple(self.manifest.get("partition_by", ())), self.directory, self.store)
 
 
 class Catalog:
@@ -131,6 +133,28 @@ class Catalog:
         """Check, hash and fsync what a stage wrote, and move it into an immutable version directory
         that no reader sees until commit() points the dataset at it."""
         self._require_workdir()
+        manifest, files = self._manifest(name, staging, kind=kind, stage=stage, run_id=run_id, inputs=inputs,
+                                         declared=declared, partition_by=partition_by, written=written,
+                                         fingerprint=fingerprint)
+        for file in files:
+            file.chmod(0o444)  # published versions are immutable
+        _fsync_tree(staging, files)
+        version_id = manifest["version"]
+        _write_durably(staging / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
+        (staging / MANIFEST).chmod(0o444)
+        versions = self._made(self.dataset_dir(name) / "versions")
+        final = versions / version_id
+        os.rename(staging, final)
+        _fsync_dir(versions)
+        faults.checkpoint("publish:moved")
+        return Version(name, version_id, final, manifest)
+
+    @staticmethod
+    def _manifest(name: str, staging: Path, *, kind: str, stage: str, run_id: str, inputs: dict[str, str],
+                  declared: dict[str, pa.DataType] | None, partition_by: tuple[str, ...], written: pa.Schema | None,
+                  fingerprint: dict[str, Any] | None) -> tuple[dict[str, Any], list[Path]]:
+        """What a stage wrote into `staging`, checked against its contract and described: every file
+        with its size and digests, the rows, the schema; and the new version's id."""
         files = _list_files(staging, name)
         manifest: dict[str, Any] = {
             "format": MANIFEST_FORMAT, "dataset": name, "kind": kind, "stage": stage, "run_id": run_id,
@@ -142,19 +166,19 @@ class Catalog:
         if kind == "table":
             manifest.update(_table_facts(name, staging, files, declared, tuple(partition_by), written))
         faults.checkpoint("publish:staged")
-        for file in files:
-            file.chmod(0o444)  # published versions are immutable
-        _fsync_tree(staging, files)
-        version_id = _new_version_id(manifest)
-        manifest["version"] = version_id
-        _write_durably(staging / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
-        (staging / MANIFEST).chmod(0o444)
-        versions = self._made(self.dataset_dir(name) / "versions")
-        final = versions / version_id
-        os.rename(staging, final)
-        _fsync_dir(versions)
-        faults.checkpoint("publish:moved")
-        return Version(name, version_id, final, manifest)
+        manifest["version"] = _new_version_id(manifest)
+        return manifest, files
+
+    def bring(self, version: Version, files: list[PurePosixPath], into: Path) -> None:
+        """Some files of a published version (relative paths) into a staging directory: hard-linked,
+        since published files never change (copied across file systems)."""
+        for relative in files:
+            target = into / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(version.directory / relative, target)
+            except OSError:
+                shutil.copy2(version.directory / relative, target)
 
     def discard(self, version: Version) -> None:
         """Remove a prepared version that will never be committed (renamed out of versions/ first, so
@@ -248,12 +272,15 @@ class Catalog:
                 if (dataset, version_id) in protected:
                     continue
                 removed.append((dataset, version_id))
-                if not dry_run:
-                    trash = self._made(self.home / "trash") / f"{dataset}-{version_id}"
-                    os.rename(self.dataset_dir(dataset) / "versions" / version_id, trash)
         if not dry_run:
-            shutil.rmtree(self.home / "trash", ignore_errors=True)
+            self._remove_versions(removed)
         return removed
+
+    def _remove_versions(self, versions: list[tuple[str, str]]) -> None:
+        for dataset, version_id in versions:
+            trash = self._made(self.home / "trash") / f"{dataset}-{version_id}"
+            os.rename(self.dataset_dir(dataset) / "versions" / version_id, trash)
+        shutil.rmtree(self.home / "trash", ignore_errors=True)
 
     def _made(self, directory: Path) -> Path:
         """`directory` below home, made with what is missing above it, but never the workdir itself."""

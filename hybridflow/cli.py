@@ -502,21 +502,29 @@ def schema(verbose: bool = VerboseOption) -> None:
     sys.stdout.write(json.dumps(json_schema(), indent=2) + "\n")
 
 
-WorkdirOption = typer.Option(Path(".hybridflow"), "--workdir", "-w", envvar="HYBRIDFLOW_WORKDIR", show_envvar=True,
+WorkdirOption = typer.Option(".hybridflow", "--workdir", "-w", envvar="HYBRIDFLOW_WORKDIR", show_envvar=True,
                              help="The workdir holding runs.db (ignored when a pipeline file is given).")
 PipelineOption = typer.Option(None, "--pipeline", "-f", help="Find the run records through this pipeline file.")
 
 
-def _store(pipeline_file: Path | None, workdir: Path):
+def _store(pipeline_file: Path | None, given: str):
     """The run store, and the name of the pipeline whose runs are meant (None: every run in the workdir)."""
+    from . import runsync
     from .state import RunStore
+    from .storage import is_object_uri
 
     name = None
     if pipeline_file is not None:
         from .config import load_pipeline
 
         pipeline = load_pipeline(pipeline_file)
+        if pipeline.remote is not None:
+            return runsync.open_store(pipeline), pipeline.name
         workdir, name = pipeline.workdir, pipeline.name
+    elif is_object_uri(given):
+        return runsync.open_remote_workdir(given), None
+    else:
+        workdir = Path(given)
     if not (workdir / "runs.db").exists():
         raise UsageError(f"no run records in {workdir}", hint="pass --workdir, or --pipeline PIPELINE.yaml")
     return RunStore(workdir / "runs.db"), name
@@ -545,7 +553,7 @@ RunArgument = typer.Argument(..., metavar="RUN", autocompletion=run_ids,
 @_guarded
 def runs(
     pipeline_file: Optional[Path] = typer.Argument(None, metavar="[PIPELINE.yaml]"),
-    workdir: Path = WorkdirOption,
+    workdir: str = WorkdirOption,
     limit: int = typer.Option(20, "--limit", "-n"),
     verbose: bool = VerboseOption,
 ) -> None:
@@ -561,7 +569,7 @@ def runs(
 def show(
     run_id: str = RunArgument,
     pipeline_file: Optional[Path] = PipelineOption,
-    workdir: Path = WorkdirOption,
+    workdir: str = WorkdirOption,
     verbose: bool = VerboseOption,
 ) -> None:
     """One run: its stages, their figures, and the lineage of what they published."""
@@ -580,7 +588,7 @@ def report(
                                  help=f"A run id, a unique prefix of one, or '{LAST_RUN}' (the default): the "
                                  "newest run."),
     pipeline_file: Optional[Path] = PipelineOption,
-    workdir: Path = WorkdirOption,
+    workdir: str = WorkdirOption,
     out_file: Optional[Path] = typer.Option(None, "--out", "-o", help="Where to write it (default: report.html "
                                             "in the run's directory)."),
     open_it: bool = typer.Option(False, "--open", help="Open it in the browser."),
@@ -605,7 +613,7 @@ def logs(
     run_id: str = RunArgument,
     stage: Optional[str] = typer.Argument(None, help="Only this stage's log.", autocompletion=stage_names),
     pipeline_file: Optional[Path] = PipelineOption,
-    workdir: Path = WorkdirOption,
+    workdir: str = WorkdirOption,
     verbose: bool = VerboseOption,
 ) -> None:
     """Print a run's stage logs (all of them, or one stage's)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import re
 import types
@@ -17,7 +18,7 @@ from .diagnostics import Problem, did_you_mean, errors_in
 from .errors import ConfigError, counted
 from .pipeline import Pipeline
 from .spec import pipeline_model
-from .storage import is_object_uri
+from .storage import ObjectPath, is_object_uri, object_path
 from .yamlsource import MAX_FILE_BYTES, SourceMap, load_yaml, scalar_or_text, too_big
 
 _ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -62,10 +63,10 @@ def check_file(file: str | Path, params: list[str] = (),
         problems += [_locate(error, source) for error in exc.errors()]
         return None, _redacted(problems, secrets)
     root = (path.parent / (spec.root or ".")).resolve()
-    workdir, problem = _workdir(spec, root, environ, source)
+    workdir, remote, problem = _workdir(spec, root, environ, source)
     if problem is not None:
         return None, _redacted([problem], secrets)
-    pipeline = Pipeline(spec, path.resolve(), root, workdir, source, frozenset(secrets))
+    pipeline = Pipeline(spec, path.resolve(), root, workdir, source, frozenset(secrets), remote=remote)
     problems += _apply_cli_params(pipeline, params)  # before the checks: a --param can satisfy a parameter
     problems += check_pipeline(pipeline)
     return pipeline, _redacted(problems, secrets)
@@ -74,18 +75,31 @@ def check_file(file: str | Path, params: list[str] = (),
 WORKDIR_VARIABLE = "HYBRIDFLOW_WORKDIR"  # what --workdir sets: over the pipeline file's workdir:
 
 
-def _workdir(spec, root: Path, environ, source: SourceMap) -> tuple[Path | None, Problem | None]:
-    """The workdir: HYBRIDFLOW_WORKDIR (relative to the current directory, as a command line path
-    is) over the file's workdir: (relative to root)."""
+def _workdir(spec, root: Path, environ, source: SourceMap) -> tuple[Path | None, ObjectPath | None, Problem | None]:
+    """(the local workdir, the workdir in object storage or None, a problem): HYBRIDFLOW_WORKDIR
+    (relative to the current directory, as a command line path is) over the file's workdir:
+    (relative to root). A workdir in object storage keeps a local cache (logs, staging, the run
+    records' copy) under HYBRIDFLOW_CACHE (default ~/.cache/hybridflow)."""
     override = environ.get(WORKDIR_VARIABLE)
     given = override or spec.workdir
-    if is_object_uri(given):  # not yet: the run store, lock and versions are files on a POSIX file system
-        message = (f"a workdir in object storage ({given}) is not supported yet; external inputs may be s3:// "
-                   "(datasets: <name>: path:), the workdir must be a local or shared folder")
-        problem = (Problem(CLI, 1, 1, f"{WORKDIR_VARIABLE}: {message}") if override
-                   else source.problem(("workdir",), message))
-        return None, problem
-    return (Path(override).expanduser().resolve() if override else (root / spec.workdir).resolve()), None
+    if not is_object_uri(given):
+        return (Path(override).expanduser().resolve() if override else (root / spec.workdir).resolve()), None, None
+    try:
+        remote = object_path(given)
+    except ValueError as exc:
+        problem = (Problem(CLI, 1, 1, f"{WORKDIR_VARIABLE}: {exc}") if override
+                   else source.problem(("workdir",), str(exc)))
+        return None, None, problem
+    return local_cache(remote, environ), remote, None
+
+
+def local_cache(remote: ObjectPath, environ) -> Path:
+    """Where a workdir in object storage keeps what is local to this machine: one folder per workdir."""
+    base = environ.get("HYBRIDFLOW_CACHE") or Path(environ.get("XDG_CACHE_HOME") or Path.home() / ".cache",
+                                                   "hybridflow")
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(remote))[:80]
+    digest = hashlib.sha256(remote.uri.encode()).hexdigest()[:8]
+    return (Path(base).expanduser() / "workdirs" / f"{slug}-{digest}").resolve()
 
 
 class _TooBig(Exception):

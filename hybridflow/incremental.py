@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import os
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path, PurePath, PurePosixPath
+from typing import Callable
 
 import pyarrow as pa
 
@@ -126,11 +125,12 @@ def compare(previous: dict[str, str], current: dict[str, str]) -> DatumChanges:
     return DatumChanges(changed, removed, unchanged)
 
 
-def carry_over(output: str, staging: Path, previous_dir: Path, previous_manifest: dict, changes: DatumChanges,
-               partition_by: tuple[str, ...], types: Types) -> None:
+def carry_over(output: str, staging: Path, previous_manifest: dict, changes: DatumChanges,
+               partition_by: tuple[str, ...], types: Types, bring: Callable[[list[PurePosixPath], Path], None]) -> None:
     """Complete a staged incremental output with the previous version's partitions of unchanged datums.
 
-    Published files are immutable, so they are hard-linked (copied across file systems)."""
+    `bring(relative_paths, staging)` puts those files of the previous version into staging: the
+    workdir's layout knows how (a local one hard-links its immutable files)."""
     processed = set(changes.changed)
     for file in sorted(staging.rglob("*.parquet")):
         key = partition_key(file.relative_to(staging), partition_by, types)
@@ -140,17 +140,9 @@ def carry_over(output: str, staging: Path, previous_dir: Path, previous_manifest
                             hint="an incremental stage must write each row into the partition of the input "
                                  "partition it came from")
     keep = set(changes.unchanged)
-    for entry in previous_manifest["files"]:
-        relative = PurePosixPath(entry["path"])
-        if partition_key(relative, partition_by, types) not in keep:
-            continue
-        source = previous_dir / relative
-        target = staging / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.link(source, target)
-        except OSError:
-            shutil.copy2(source, target)
+    kept = [PurePosixPath(entry["path"]) for entry in previous_manifest["files"]
+            if partition_key(PurePosixPath(entry["path"]), partition_by, types) in keep]
+    bring(kept, staging)
     partitioned = [f for f in staging.rglob("*.parquet") if partition_key(f.relative_to(staging), partition_by, types)]
     if partitioned:  # the schema-only file of an empty write is not needed beside real partitions
         for file in staging.glob("*.parquet"):

@@ -27,6 +27,9 @@ class Pipeline:
     overrides: dict[str, Any] = field(default_factory=dict)  # --param key=value
     stage_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)  # --param stage.key=value
     param_args: tuple[str, ...] = ()  # the --param strings as given: what a run records for --resume
+    # a workdir in object storage (bucket/prefix): the truth of versions, pointers, run records and the
+    # lease; `workdir` is then this machine's cache of it (logs, staging, a copy of the run records)
+    remote: ObjectPath | None = None
 
     @property
     def name(self) -> str:

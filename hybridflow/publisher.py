@@ -117,8 +117,8 @@ class Publisher:
                                     f"{'; '.join(drift)}", hint=f"reprocess every partition: hybridflow run "
                                                                  f"{self.pipeline.shown_file} --force {stage}")
             written = written or previous.schema
-            carry_over(dataset, staging, previous.directory, previous.manifest, decision.changes, partition_by,
-                       schema_types(written))
+            carry_over(dataset, staging, previous.manifest, decision.changes, partition_by, schema_types(written),
+                       lambda files, into: self.catalog.bring(previous, files, into))
             ensure_schema_file(staging, written, partition_by)  # every partition removed: still a schema
             log.info("output %s: %s written, %d carried over, %d removed", dataset,
                      counted(len(decision.changes.changed), "partition"), len(decision.changes.unchanged),

@@ -24,20 +24,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from . import backends, gpu, processes, storage
-from .catalog import Catalog
+from . import backends, gpu, processes, runsync, storage
 from .enginepool import EnginePool
 from .errors import DataError, HybridflowError, InterruptedRun, first_line, is_out_of_space, out_of_space
 from .executor import StageExecutor
 from .inputs import StageInputs
-from .lock import RunLock
+from .lock import pipeline_lock
+from .objectcatalog import open_catalog
 from .pipeline import Pipeline
 from .planner import SKIP, Decision, Planner
 from .publisher import Publisher
 from .results import Listener, PlannedInput, RunResult, Selection, StageResult, new_run_id, now  # noqa: F401 - re-exported
 from .stageerrors import StageErrors
 from .stagelog import private_dir
-from .state import RunStore
 from .stopping import SignalState, Terminated, signals_as_exceptions
 from .timeline import Timeline
 
@@ -59,8 +58,8 @@ class Runner:
         self.wait_for_lock = wait_for_lock
         self.trigger = trigger
         self.home = pipeline.workdir / pipeline.name
-        self.catalog = Catalog(self.home)
-        self.store = RunStore(pipeline.workdir / "runs.db")
+        self.catalog = open_catalog(pipeline)
+        self.store = runsync.open_store(pipeline)
         self.stages = pipeline.dag.select(self.selection.only, self.selection.start, self.selection.end)
         self.planner = Planner(pipeline, self.catalog, force, runs=self.store)
         self.arguments = arguments or {}  # how the run was asked for, so --resume can ask again
@@ -158,7 +157,7 @@ class Runner:
         self.inputs.forget()
         run_dir = self.home / "runs" / run_id
         results = {s: StageResult(s, self.pipeline.stages[s].backend) for s in self.stages}
-        lock = RunLock(self.home / "run.lock")
+        lock = pipeline_lock(self.pipeline)
         try:
             lock.acquire(run_id, wait=self.wait_for_lock)
             try:  # the lock is held until the run's record is final: the next run trusts what it finds
@@ -178,6 +177,7 @@ class Runner:
                   "trigger": self.trigger, "started_at": started.isoformat(timespec="milliseconds"),
                   "run_dir": str(run_dir), "arguments": json.dumps(self.arguments)}
         self.store.save_run(**record, status="running")
+        self._push_records(run_id)  # seen from other machines as running, and marked killed if it dies
         self._engines = self._pool(self.pipeline, self.stages, run_dir / "logs", signals=self._signals,
                                    given=self._given, gpu=lambda name: self._gpu.engine(name) if self._gpu else None,
                                    on_started=self.listener.engine_started, timeline=Timeline(self.store, run_id))
@@ -233,6 +233,7 @@ class Runner:
                             error=self.pipeline.redact(error.one_line()) if error else None)
         if self.pipeline.spec.report:
             self._write_report(run_id)
+        self._push_records(run_id, run_dir)
         self.listener.run_finished(result)
         return result
 
@@ -249,6 +250,17 @@ class Runner:
         with contextlib.suppress(Exception):
             self.store.save_run(**record, status="failed", ended_at=now(),
                                 error=self.pipeline.redact(f"{type(exc).__name__}: {first_line(exc)}"))
+
+    def _push_records(self, run_id: str, run_dir: Path | None = None) -> None:
+        """A workdir in object storage holds the run's record (and, at its end, its logs and report):
+        a store that does not take them costs other machines the record, never the run."""
+        if self.pipeline.remote is None:
+            return
+        try:
+            runsync.push(self.store, self.pipeline, run_id, run_dir)
+        except HybridflowError as exc:
+            logging.getLogger("hybridflow").warning("the run's record was not saved to %s: %s",
+                                                    self.pipeline.remote.uri, exc.one_line())
 
     def _write_report(self, run_id: str) -> None:
         """The run's report.html; one that cannot be written never fails the run."""

@@ -143,6 +143,22 @@ class RunStore:
             db.execute("UPDATE stages SET status = 'killed', error = ? WHERE run_id = ? AND status = 'running'",
                        [error, run_id])
 
+    def run_ids(self) -> set[str]:
+        with closing(self._connect()) as db:
+            return {row["run_id"] for row in db.execute("SELECT run_id FROM runs")}
+
+    def import_run(self, record: dict[str, Any]) -> None:
+        """A run recorded elsewhere (runsync.py): its run, stages and spans, unless already known."""
+        with closing(self._connect()) as db, db:
+            run = record["run"]
+            if db.execute("SELECT 1 FROM runs WHERE run_id = ?", [run["run_id"]]).fetchone():
+                return
+            for table, fields, rows in (("runs", RUN_FIELDS, [run]), ("stages", STAGE_FIELDS, record["stages"]),
+                                        ("spans", SPAN_FIELDS, record["spans"])):
+                for row in rows:
+                    db.execute(f"INSERT INTO {table} ({', '.join(fields)}) VALUES ({', '.join('?' * len(fields))})",
+                               [row.get(f) for f in fields])
+
     def last_run(self, pipeline: str | None = None) -> dict[str, Any] | None:
         """The newest run of `pipeline`, or of every pipeline in this store when it is None."""
         found = self.runs(pipeline, limit=1)
