@@ -259,6 +259,10 @@ def store_error(exc: BaseException, uri: str) -> HybridflowError:
     if any(word in text for word in _NO_BUCKET):
         return DataError(f"the bucket '{bucket}' of {uri} does not exist",
                          hint="create it, or correct the URI (and storage: endpoint, if it is not AWS S3)")
+    if any(word in text for word in ("Unable to locate credentials", "No credentials", "NoCredentials")):
+        return StorageError(f"no credentials to reach {uri}", hint="set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+                                                                  "(or AWS_PROFILE) to credentials allowed to use the "
+                                                                  "bucket")
     if any(word in text for word in _DENIED):
         return StorageError(f"the object store refused access to {uri} (403: wrong or missing credentials, or no "
                             "permission)", hint="set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) "

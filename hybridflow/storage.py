@@ -43,10 +43,10 @@ def is_object_uri(text: str | os.PathLike | None) -> bool:
 
 def object_path(uri: str) -> ObjectPath:
     """s3://bucket/key (or s3a://) as an ObjectPath."""
-    rest = uri.split("://", 1)[1].strip("/")
-    if not rest or rest.startswith("/"):
+    rest = uri.split("://", 1)[1]
+    if not rest.strip("/") or rest.startswith("/"):
         raise ValueError(f"'{uri}' names no bucket (write s3://BUCKET/PREFIX)")
-    return ObjectPath(rest)
+    return ObjectPath(rest.strip("/"))
 
 
 def uri_of(path: PurePath) -> str:

@@ -341,11 +341,14 @@ def test_workdir_option_and_variable_move_every_record_and_version_and_the_optio
     assert len(RunStore(from_variable / "runs.db").runs()) == 2 and not (project.root / ".hybridflow").exists()
 
 
-def test_a_workdir_in_object_storage_is_refused_in_one_line_until_it_is_supported(project):
+def test_a_workdir_uri_without_a_bucket_is_one_line_naming_where_it_came_from(project):
     demo(project)
-    for args, env in ((("--workdir", "s3://bucket/prefix"), {}), ((), {"HYBRIDFLOW_WORKDIR": "s3://bucket/prefix"})):
+    for args, env, where in ((("--workdir", "s3://"), {}, "HYBRIDFLOW_WORKDIR"),
+                             ((), {"HYBRIDFLOW_WORKDIR": "s3:///prefix"}, "HYBRIDFLOW_WORKDIR")):
         done = hybridflow(project.root, "run", "pipeline.yaml", *args, env=env)
         assert done.returncode == 78, done.stdout + done.stderr
-        assert "object storage (s3://bucket/prefix) is not supported yet" in done.stderr
-        assert "Traceback" not in done.stderr
+        assert where in done.stderr and "names no bucket" in done.stderr and "Traceback" not in done.stderr
+    project.pipeline(PIPELINE + "workdir: s3://\n")
+    done = hybridflow(project.root, "run", "pipeline.yaml")
+    assert done.returncode == 78 and "pipeline.yaml:5:" in done.stderr and "names no bucket" in done.stderr, done.stderr
     assert sorted(p.name for p in project.root.iterdir()) == ["mypkg", "pipeline.yaml"]
