@@ -617,10 +617,12 @@ def logs(
     verbose: bool = VerboseOption,
 ) -> None:
     """Print a run's stage logs (all of them, or one stage's)."""
+    from . import runsync
     from .diagnostics import did_you_mean
 
     store, name = _store(pipeline_file, workdir)
     run = _find_run(store, run_id, name)
+    runsync.fetch_run_dir(store, run)  # a run made on another machine: its logs are in the workdir
     stages = [s for s in store.stages(run["run_id"]) if s["log_path"]]
     if stage is not None:
         chosen = [s for s in stages if s["stage"] == stage]

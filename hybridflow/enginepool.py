@@ -161,7 +161,8 @@ class EnginePool:
     def _start_engine(self, name: str) -> float:
         """Create and start an engine (any thread); its seconds to start. A failed start stops it."""
         engine = backends.create(name, self._settings(name), self.log_dir,
-                                 gpu=self.gpu(name), secrets=self.pipeline.secrets)
+                                 gpu=self.gpu(name), secrets=self.pipeline.secrets,
+                                 store=self.pipeline.store if self.pipeline.uses_object_storage else None)
         clock = time.monotonic()
         self._started[name] = engine  # stopped at the end even if it only half started
         try:

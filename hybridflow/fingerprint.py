@@ -56,9 +56,12 @@ class SecretHasher:
     """Replaces values that contain a secret with a keyed hash: equal secrets compare equal, and the
     stored fingerprint cannot be used to guess a short secret. The key stays in the workdir (0600)."""
 
-    def __init__(self, key_file: Path, secrets: frozenset[str]) -> None:
+    def __init__(self, key_file: Path, secrets: frozenset[str], agree=None) -> None:
         self.secrets = secrets
         self.key_file = key_file
+        # a workdir in object storage holds the key every machine uses: agree(this machine's key, as
+        # hex) returns the workdir's, storing this one there when it has none
+        self.agree = agree
         self._key: bytes | None = None
 
     def value(self, value: Any) -> Any:
@@ -93,6 +96,11 @@ class SecretHasher:
                 if self._key is None:
                     raise DataError(f"{self.key_file} does not hold a 32-byte key",
                                     hint="delete it: a new key is made (every stage that uses a secret runs again)")
+            if self.agree is not None:
+                shared = bytes.fromhex(self.agree(self._key.hex()))
+                if shared != self._key:
+                    self.key_file.write_text(shared.hex())
+                    self._key = shared
         return self._key
 
     def _read_key(self) -> bytes | None:

@@ -125,6 +125,11 @@ class ObjectStore:
             names |= {o["Key"].rsplit("/", 1)[-1] for o in page.get("Contents", [])}
         return sorted(name for name in names if name)
 
+    def files(self, prefix: ObjectPath) -> list[ObjectPath]:
+        """Every object under `prefix`, at any depth."""
+        return [ObjectPath(f"{prefix.bucket}/{o['Key']}") for page in self._pages(prefix)
+                for o in page.get("Contents", []) if not o["Key"].endswith("/")]
+
     def delete_tree(self, prefix: ObjectPath) -> None:
         """Every object under `prefix` (pyarrow's delete would leave a "directory" object behind)."""
         for page in self._pages(prefix):

@@ -62,6 +62,11 @@ class Pipeline:
         section = self.spec.storage.model_dump(exclude_none=True) if self.spec.storage else None
         return StoreSettings.of(section)
 
+    @property
+    def uses_object_storage(self) -> bool:
+        """The workdir, or an input a stage reads, is in object storage."""
+        return self.remote is not None or any(is_object_uri(ds.path) for ds in self.spec.datasets.values())
+
     def store_of(self, path: PurePath) -> StoreSettings | None:
         """How to reach `path`: None for a local path."""
         return self.store if isinstance(path, ObjectPath) else None

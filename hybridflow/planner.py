@@ -46,7 +46,8 @@ class Planner:
         self.force = force
         self.hashes = HashCache(catalog.home / "hashes.json")
         self.code = CodeIndex(pipeline.root)
-        self.secrets = fp.SecretHasher(pipeline.workdir / ".fingerprint-key", pipeline.secrets)
+        self.secrets = fp.SecretHasher(pipeline.workdir / ".fingerprint-key", pipeline.secrets,
+                                       agree=_shared_key(pipeline) if pipeline.remote is not None else None)
         self._runs = runs
 
     def forced(self, stage: str) -> bool:
@@ -152,6 +153,25 @@ class Planner:
             return external_datums(path, partition_by, self.hashes, types, filesystem)
         version = self.catalog.current(dataset)
         return version_datums(version.manifest, partition_by, schema_types(version.schema)) if version else {}
+
+
+def _shared_key(pipeline: Pipeline):
+    """The fingerprint key of a workdir in object storage, <workdir>/.fingerprint-key: made by the first
+    machine that needs one (create-only), so fingerprints of secret params agree on every machine."""
+    def agree(mine: str) -> str:
+        from .objectstore import Conflict, ObjectStore
+
+        objects, path = ObjectStore(pipeline.store), pipeline.remote / ".fingerprint-key"
+        found, _ = objects.read_json(path)
+        if found is None:
+            try:
+                objects.write_json(path, {"key": mine}, create_only=True)
+                return mine
+            except Conflict:
+                found, _ = objects.read_json(path)
+        return found["key"]
+
+    return agree
 
 
 def _same_base(records: list[dict], current: fp.Fingerprint) -> bool:

@@ -23,8 +23,21 @@ def open_workdir_store(local: Path, remote=None, settings=None) -> RunStore:
     if remote is not None:
         from .objectstore import ObjectStore
 
-        _pull(store, ObjectStore(settings), remote, local)
+        store.remote = (ObjectStore(settings), remote)
+        _pull(store, store.remote[0], remote, local)
     return store
+
+
+def fetch_run_dir(store: RunStore, run: dict) -> None:
+    """A run's logs and report from the workdir in object storage into this machine's cache, where
+    the run was made on another machine (its run_dir is not here)."""
+    remote = getattr(store, "remote", None)
+    run_dir = Path(run.get("run_dir") or "")
+    if remote is None or not run.get("run_dir") or run_dir.is_dir():
+        return
+    objects, root = remote
+    prefix = root / run["pipeline"] / "runs" / run["run_id"]
+    objects.download(objects.files(prefix), prefix, run_dir)
 
 
 def open_remote_workdir(uri: str) -> RunStore:

@@ -53,6 +53,8 @@ ADDED_COLUMNS = {"runs": {"arguments": "TEXT"},
 
 
 class RunStore:
+    remote = None  # (ObjectStore, workdir) when this runs.db caches a workdir in object storage (runsync)
+
     def __init__(self, path: Path) -> None:
         self.path = path
         with _explained(path, opened=False):

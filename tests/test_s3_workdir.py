@@ -251,3 +251,21 @@ def dying(a):
         assert "does not answer" in done.stdout + done.stderr and "Traceback" not in done.stdout + done.stderr
     finally:
         server.stop()
+
+
+def test_secret_params_and_logs_agree_across_machines(project, s3, tmp_path):
+    prefix = small(project, s3, "secrets")
+    project.pipeline((project.root / "pipeline.yaml").read_text().replace(
+        'outputs: [a]}', 'outputs: [a], params: {rows: 3, token: "${env:HF_TEST_TOKEN}"}}'))
+    project.write("mypkg/steps.py", FLAKY.replace("def make(rows=3):", "def make(rows=3, token=None):"))
+    secret = {"HF_TEST_TOKEN": "tok-0123456789abcdef"}
+    first = hf(project, s3, "run", "pipeline.yaml", cache=tmp_path / "m1", env=secret)
+    assert first.returncode == 0, first.stdout + first.stderr
+    again = hf(project, s3, "run", "pipeline.yaml", cache=tmp_path / "m2", env=secret)
+    assert again.returncode == 0 and set(statuses(again.stdout).values()) == {"skipped"}, again.stdout
+    assert "tok-0123456789abcdef" not in "".join(s3.keys(f"{prefix}/")) + str(current_versions(s3, f"{prefix}/small"))
+    # the first run's log of stage make, from a third machine: downloaded from the workdir
+    [run_id] = re.findall(r"small run (\S+): success", first.stdout)
+    shown = hf(project, s3, "logs", run_id, "make", "-f", "pipeline.yaml", cache=tmp_path / "m3", env=secret)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert "calling mypkg.steps:make" in shown.stdout and "(log missing)" not in shown.stdout, shown.stdout

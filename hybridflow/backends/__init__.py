@@ -148,12 +148,15 @@ def require(name: str) -> None:
     require_all([name])
 
 
-def create(name: str, settings, log_dir, gpu=None, secrets=()):
+def create(name: str, settings, log_dir, gpu=None, secrets=(), store=None):
     """A new, not yet started, backend instance; `gpu` (a gpu.EngineGpu) starts it with GPU resources;
-    `secrets`: the pipeline's ${env:...} values, for engines that must be told to redact them."""
+    `secrets`: the pipeline's ${env:...} values, for engines that must be told to redact them; `store`
+    (a storage.StoreSettings): the object store the pipeline reads or writes, for engines that must
+    be set up for it when they start."""
     require(name)
     backend = engine(name).create(settings, log_dir)
     backend.gpu = gpu
     backend.secrets = tuple(secrets)
+    backend.store = store
     backend.target_file_size = getattr(settings, "target_file_size", None)
     return backend

@@ -83,6 +83,11 @@ class Backend(ABC):
         """Engine objects exposed on ctx (ctx.spark, ctx.dask, ctx.ray)."""
         return {}
 
+    # The object store (a storage.StoreSettings) the pipeline reads or writes (s3:// inputs, a workdir
+    # in object storage), for engines that must be set up for it when they start (Spark's s3a), or
+    # None. Set by backends.create; each TableSource says how to reach its own files.
+    store: Any = None
+
     # GPU resources this engine was started with (a gpu.EngineGpu), or None for a CPU engine. Set by
     # backends.create before start(); the engine is shared, so each stage then says its own device.
     gpu: Any = None

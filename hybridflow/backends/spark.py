@@ -26,7 +26,7 @@ import sys
 import tempfile
 import threading
 import warnings
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, Sequence
 
 import pyarrow as pa
@@ -36,6 +36,7 @@ from .. import processes
 from ..errors import DataError, UnavailableError, first_line
 from ..footers import read_footers
 from ..settings import EngineSection, GpuMode, Params
+from ..storage import ObjectPath
 from ..tables import TableSource, parquet_files
 from ..textfiles import csv_header
 from . import Engine
@@ -204,6 +205,49 @@ def _property(text: str, is_key: bool) -> str:
     return "\\" + text if text.startswith(" ") else text
 
 
+S3_JARS_VARIABLE = "HYBRIDFLOW_SPARK_S3_JARS"  # a folder of hadoop-aws and the AWS SDK jars
+
+
+def spark_path(path: PurePath) -> str:
+    """A file as Spark names it: s3a://bucket/key for an object (hadoop-aws's scheme), else the path."""
+    return f"s3a://{path}" if isinstance(path, ObjectPath) else str(path)
+
+
+def spark_s3_conf(store, master: str, own: dict[str, str], gpu_conf: dict[str, str]) -> dict[str, str]:
+    """What Spark needs to read s3:// paths: hadoop-aws and the AWS SDK on its classpath (unless the
+    pipeline's own conf brings them), and the endpoint, region and addressing every engine is given
+    (credentials: s3a's default chain reads the AWS variables and profile)."""
+    conf = store.spark_conf()
+    if any("hadoop-aws" in own.get(key, "") for key in ("spark.jars", "spark.jars.packages",
+                                                          "spark.driver.extraClassPath")):
+        return conf
+    jars = [str(jar) for jar in s3_jars()]
+    if master.startswith("local"):  # on the classpath where they lie: spark.jars would copy 700 MB per start
+        for key in ("spark.driver.extraClassPath", "spark.executor.extraClassPath"):
+            conf[key] = ":".join([*filter(None, [gpu_conf.get(key)]), *jars])
+    else:
+        conf["spark.jars"] = ",".join([*filter(None, [gpu_conf.get("spark.jars")]), *jars])
+    return conf
+
+
+def s3_jars() -> list[Path]:
+    """hadoop-aws and the AWS SDK at the Hadoop version pyspark ships: the folder HYBRIDFLOW_SPARK_S3_JARS
+    names, else the cache scripts/fetch_spark_s3_jars.sh fills (~/.cache/hybridflow/jars/hadoop-VERSION)."""
+    import pyspark
+
+    shipped = sorted((Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar"))
+    version = shipped[0].stem.removeprefix("hadoop-client-api-") if shipped else "unknown"
+    cache = Path(os.environ.get("HYBRIDFLOW_JARS") or Path.home() / ".cache" / "hybridflow" / "jars")
+    folder = Path(os.environ.get(S3_JARS_VARIABLE) or cache / f"hadoop-{version}")
+    jars = sorted(folder.glob("*.jar"))
+    if not any(jar.name.startswith(f"hadoop-aws-{version}") for jar in jars):
+        raise UnavailableError(f"Spark reads s3:// paths with hadoop-aws {version} and the AWS SDK, which are not "
+                               f"in {folder}", hint="fetch them once from Maven Central with "
+                                                    "scripts/fetch_spark_s3_jars.sh (in hybridflow's source), or "
+                                                    f"set {S3_JARS_VARIABLE} to a folder holding them")
+    return jars
+
+
 def spark_gpu_conf(settings, jar: Path) -> dict[str, str]:
     """The RAPIDS Accelerator's settings (docs: getting-started-on-prem, configs). The plugin uses one GPU
     per executor. Local mode shares the machine's GPU and must not ask Spark for GPU resources (it cannot
@@ -268,8 +312,9 @@ class SparkBackend(Backend):
             raise UnavailableError("a SparkSession is already running in this process",
                                    hint="stop it before running a pipeline with backend: spark")
         gpu_conf = spark_gpu_conf(self.settings, self.gpu.jar) if self.gpu is not None else {}
-        conf = {**default_conf(self.master, self._driver or "127.0.0.1"), **gpu_conf,
-                **{k: str(v) for k, v in self.settings.conf.items()}}
+        own = {k: str(v) for k, v in self.settings.conf.items()}
+        s3 = spark_s3_conf(self.store, self.master, own, gpu_conf) if self.store is not None else {}
+        conf = {**default_conf(self.master, self._driver or "127.0.0.1"), **gpu_conf, **s3, **own}
         conf.update(redaction_conf(conf, self.secrets))
         # no JVM perf-data file in /tmp (it copies the JVM's arguments, and a killed JVM leaves it)
         options = conf.get("spark.driver.extraJavaOptions", "")
@@ -367,14 +412,15 @@ class SparkBackend(Backend):
         if source.schema is not None:
             _check_representable(source.name, source.schema)
         elif source.format == "parquet":  # an external input without a declared schema: its footers say
-            _check_representable(source.name, read_footers(source.name, parquet_files(source)).schema)
+            footers = read_footers(source.name, parquet_files(source), source.filesystem)
+            _check_representable(source.name, footers.schema)
         from pyspark.sql.pandas.types import from_arrow_schema
 
         reader = self.session.read
-        paths = [str(f) for f in source.files]
+        paths = [spark_path(f) for f in source.files]
         if source.partition_by:
             # an explicit schema makes Spark parse partition values as their recorded types
-            reader = reader.option("basePath", str(source.base)).schema(from_arrow_schema(source.schema))
+            reader = reader.option("basePath", spark_path(source.base)).schema(from_arrow_schema(source.schema))
             return reader.parquet(*paths).select(*columns(source.schema.names))
         if source.format == "parquet":
             if source.schema is None:
@@ -398,7 +444,7 @@ class SparkBackend(Backend):
 
         groups: dict[tuple[str, ...], list[str]] = {}
         for file in source.files:
-            groups.setdefault(tuple(csv_header(file)), []).append(str(file))
+            groups.setdefault(tuple(csv_header(file, source.filesystem)), []).append(spark_path(file))
         frames = []
         for header, files in groups.items():
             ordered = pa.schema([source.schema.field(name) for name in header])
