@@ -151,8 +151,9 @@ class Catalog:
 
     @staticmethod
     def _manifest(name: str, staging: Path, *, kind: str, stage: str, run_id: str, inputs: dict[str, str],
-                  declared: dict[str, pa.DataType] | None, partition_by: tuple[str, ...], written: pa.Schema | None,
-                  fingerprint: dict[str, Any] | None) -> tuple[dict[str, Any], list[Path]]:
+                  declared: dict[str, pa.DataType] | None = None, partition_by: tuple[str, ...] = (),
+                  written: pa.Schema | None = None,
+                  fingerprint: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[Path]]:
         """What a stage wrote into `staging`, checked against its contract and described: every file
         with its size and digests, the rows, the schema; and the new version's id."""
         files = _list_files(staging, name)

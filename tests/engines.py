@@ -24,11 +24,12 @@ TEST_SETTINGS = {
 }
 
 
-def start_engines(log_dir: Path, names=ENGINES, code=()) -> dict:
+def start_engines(log_dir: Path, names=ENGINES, code=(), store=None) -> dict:
+    """`store`: the object store (storage.StoreSettings) the engines must be able to read (Spark's s3a)."""
     started = {}
     try:
         for name in names:
-            engine = backends.create(name, TEST_SETTINGS[name], log_dir)
+            engine = backends.create(name, TEST_SETTINGS[name], log_dir, store=store)
             with backends.base.process_output_to(log_dir / "engines.log"):
                 engine.start(code)
             started[name] = engine
@@ -39,10 +40,10 @@ def start_engines(log_dir: Path, names=ENGINES, code=()) -> dict:
     return started
 
 
-def engines_for_module(tmp_path_factory, project):
+def engines_for_module(tmp_path_factory, project, store=None):
     """Every engine, shipping `project`'s stage package to their workers, for one test module: a
     module-scoped fixture does `yield from engines_for_module(...)`, and they stop when it ends."""
-    started = start_engines(tmp_path_factory.mktemp("engine-logs"), code=[project.root / "mypkg"])
+    started = start_engines(tmp_path_factory.mktemp("engine-logs"), code=[project.root / "mypkg"], store=store)
     try:
         yield started
     finally:

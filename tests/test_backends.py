@@ -22,6 +22,7 @@ from hybridflow.tables import TableSource, read_arrow, write_arrow
 
 from .conftest import Project
 from .engines import ENGINES, engines_for_module
+from .s3server import S3Server
 from .typetable import every_type_table, odd_names_table
 
 EXPECTED = every_type_table()
@@ -37,8 +38,28 @@ def shared_project(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def engines(tmp_path_factory, shared_project):
-    yield from engines_for_module(tmp_path_factory, shared_project)
+def s3(tmp_path_factory):
+    """A real S3 server (moto) for the object-storage layout, its AWS variables in the environment
+    before the engines start, as a user's would be (Dask's and Ray's workers read credentials there)."""
+    import os
+
+    server = S3Server(tmp_path_factory.mktemp("s3") / "moto.log").start()
+    saved = {name: os.environ.get(name) for name in server.env()}
+    os.environ.update(server.env())
+    try:
+        server.bucket("contract")
+        yield server
+    finally:
+        for name, value in saved.items():
+            os.environ.pop(name) if value is None else os.environ.__setitem__(name, value)
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory, shared_project, s3):
+    from hybridflow.storage import StoreSettings
+
+    yield from engines_for_module(tmp_path_factory, shared_project, store=StoreSettings.of())
 
 
 def source_of(directory, table: pa.Table) -> TableSource:
@@ -88,6 +109,47 @@ def test_every_type_survives_every_writer_reader_pair(engines, written_by, tmp_p
     assert_same(again, EXPECTED)
 
 
+# -- the same contract on a workdir in object storage: published there, read back by every engine --------
+
+
+@pytest.fixture(scope="module")
+def s3_layout(s3):
+    """A catalog factory for a workdir in object storage on the module's S3 server."""
+    from hybridflow.objectcatalog import ObjectCatalog
+    from hybridflow.storage import ObjectPath, StoreSettings
+
+    settings = StoreSettings.of()
+    return lambda base: ObjectCatalog(base / "home", ObjectPath(f"contract/{base.name}"), settings)
+
+
+@pytest.fixture(scope="module")
+def published_to_s3(engines, s3_layout, tmp_path_factory):
+    """EXPECTED written by each engine and published to the object-storage workdir, once per writer."""
+    published: dict[str, object] = {}
+
+    def publish(writer: str):
+        if writer not in published:
+            base = tmp_path_factory.mktemp(f"s3-{writer}")
+            catalog = s3_layout(base)
+            staging = catalog.new_staging("run1", "every_type")
+            written = engines[writer].write(engines[writer].read(source_of(base / "src", EXPECTED)), staging)
+            published[writer] = catalog.publish("every_type", staging, kind="table", stage="s", run_id="run1",
+                                                inputs={}, written=written,
+                                                declared=dict(zip(EXPECTED.schema.names, EXPECTED.schema.types)))
+        return published[writer]
+    return publish
+
+
+@pytest.mark.parametrize("writer", ENGINES)
+@pytest.mark.parametrize("reader", ENGINES)
+def test_every_type_survives_every_writer_reader_pair_through_object_storage(engines, published_to_s3, tmp_path,
+                                                                            writer, reader):
+    version = published_to_s3(writer)
+    assert str(version.directory).startswith("contract/")  # an ObjectPath: no local file in between
+    again = hand_off(engines[reader], version.source(), tmp_path / "read")
+    assert_same(again, EXPECTED)
+
+
 @pytest.mark.parametrize("writer", ENGINES)
 @pytest.mark.parametrize("reader", ENGINES)
 def test_odd_column_names_survive_every_writer_reader_pair(engines, written_by, tmp_path, writer, reader):
@@ -98,10 +160,11 @@ def test_odd_column_names_survive_every_writer_reader_pair(engines, written_by, 
     assert_same(again, ODD_NAMES)
 
 
+@pytest.mark.parametrize("layout", ["local", "s3"])
 @pytest.mark.parametrize("name", ENGINES)
-def test_empty_output_publishes_a_valid_dataset_with_its_schema(engines, tmp_path, name):
+def test_empty_output_publishes_a_valid_dataset_with_its_schema(engines, tmp_path, name, layout, request):
     empty = EXPECTED.slice(0, 0)
-    catalog = Catalog(tmp_path / "home")
+    catalog = Catalog(tmp_path / "home") if layout == "local" else request.getfixturevalue("s3_layout")(tmp_path)
     staging = catalog.new_staging("run1", "empty")
     engines[name].write(engines[name].read(source_of(tmp_path / "src", empty)), staging)
     version = catalog.publish("empty", staging, kind="table", stage="s", run_id="run1", inputs={})
@@ -119,16 +182,18 @@ PARTITIONED = pa.table({
 
 
 @pytest.fixture(scope="module")
-def published_by(engines, tmp_path_factory):
-    """A table (PARTITIONED by week unless told) written by each engine and published, once per writer
-    for the module (as written_by): the partition directories the writer made, and the published version."""
-    published: dict[tuple[str, tuple[str, ...]], tuple[list[str], object]] = {}
+def published_by(engines, tmp_path_factory, request):
+    """A table (PARTITIONED by week unless told) written by each engine and published (to a local
+    workdir, or one in object storage), once per writer for the module (as written_by): the partition
+    directories the writer made, and the published version."""
+    published: dict[tuple[str, tuple[str, ...], str], tuple[list[str], object]] = {}
 
-    def publish(writer: str, table: pa.Table = PARTITIONED, partition_by: tuple[str, ...] = ("week",)):
-        key = writer, partition_by
+    def publish(writer: str, table: pa.Table = PARTITIONED, partition_by: tuple[str, ...] = ("week",),
+                layout: str = "local"):
+        key = writer, partition_by, layout
         if key not in published:
             base = tmp_path_factory.mktemp(f"partitioned-{writer}")
-            catalog = Catalog(base / "home")
+            catalog = Catalog(base / "home") if layout == "local" else request.getfixturevalue("s3_layout")(base)
             staging = catalog.new_staging("run1", "weekly")
             source = source_of(base / "src", table)
             written = engines[writer].write(engines[writer].read(source), staging, partition_by)
@@ -141,11 +206,12 @@ def published_by(engines, tmp_path_factory):
     return publish
 
 
+@pytest.mark.parametrize("layout", ["local", "s3"])
 @pytest.mark.parametrize("writer", ENGINES)
 @pytest.mark.parametrize("reader", ENGINES)
 def test_partitioned_dataset_keeps_the_partition_type_on_every_engine(engines, published_by, tmp_path, writer,
-                                                                      reader):
-    directories, version = published_by(writer)
+                                                                      reader, layout):
+    directories, version = published_by(writer, layout=layout)
     assert directories == ["week=2026-11-09", "week=2026-11-16", "week=__HIVE_DEFAULT_PARTITION__"]
     assert version.rows == 4 and version.manifest["schema"]["week"] == "date32[day]"
     back = hand_off(engines[reader], version.source(), tmp_path / "read")
