@@ -10,6 +10,12 @@ The first round of a JVM engine includes its JIT warm-up, which a long run pays 
 
     python scripts/bench_handoff.py              # 5M rows
     python scripts/bench_handoff.py --rows 500000 --rounds 5
+    python scripts/bench_handoff.py --workdir s3://BUCKET/PREFIX   # through object storage
+
+With --workdir s3://..., the store the AWS variables name (AWS_ENDPOINT_URL for an S3-compatible
+one): an engine's write is a publish to a workdir there (the engine's write, checks, upload, manifest
+and commit), its read the engine's read of that version from the store; pyarrow's figure is its own
+write of the same table to the same store (files of the same size) and its read back.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from hybridflow.backends.duckdb import DuckDBSettings
 from hybridflow.backends.polars import PolarsSettings
 from hybridflow.backends.ray import RaySettings
 from hybridflow.backends.spark import SparkSettings
+from hybridflow.storage import StoreSettings, object_path
 from hybridflow.tables import TableSource, write_arrow
 
 SETTINGS = {
@@ -113,6 +120,48 @@ def bench(name: str, engine, source: TableSource, scratch: Path, count: int) -> 
     return rounds(count, scratch, name, lambda out: engine.write(held, out), read_through)
 
 
+def rounds_through_store(count: int, scratch: Path, label: str, remote, write, read) -> list[tuple[float, float]]:
+    """As rounds(), through object storage: write(staging, catalog) returns a published version,
+    read(version) reads it back."""
+    from hybridflow.objectcatalog import ObjectCatalog
+    figures = []
+    for round_ in range(count):
+        catalog = ObjectCatalog(scratch / f"{label}-{round_}", remote / f"{label}-{round_}", StoreSettings.of())
+        write_s, version = timed(write, catalog)
+        read_s, _ = timed(read, version)
+        figures.append((write_s, read_s))
+        catalog.objects.delete_tree(remote / f"{label}-{round_}")
+    return figures
+
+
+def bench_through_store(name: str, engine, source: TableSource, scratch: Path, remote,
+                        count: int) -> list[tuple[float, float]]:
+    held = materialise(name, engine.read(source), keep=True)
+    return rounds_through_store(count, scratch, name, remote, lambda catalog: published(engine, held, catalog),
+                                lambda version: materialise(name, engine.read(version.source()), keep=False))
+
+
+def published(engine, frame, catalog):
+    staging = catalog.new_staging("bench", "handoff")
+    written = engine.write(frame, staging)
+    return catalog.publish("handoff", staging, kind="table", stage="bench", run_id="bench", inputs={},
+                           written=written)
+
+
+def pyarrow_to_store(table: pa.Table, catalog):
+    """pyarrow's own write of `table` to the store: files of the size write_arrow makes."""
+    from hybridflow.settings import TARGET_FILE_SIZE
+    from hybridflow.tables import rows_per_file
+
+    fs = catalog.settings.arrow_filesystem()
+    rows = rows_per_file(table, TARGET_FILE_SIZE)
+    paths = []
+    for i, offset in enumerate(range(0, max(table.num_rows, 1), rows)):
+        paths.append(f"{catalog.remote}/part-{i:05d}.parquet")
+        pq.write_table(table.slice(offset, rows), paths[-1], filesystem=fs, compression="snappy")
+    return paths, fs
+
+
 def medians(figures: list[tuple[float, float]]) -> tuple[float, float, float]:
     """Median write, read and write + read (the last a median of its own, over the rounds)."""
     return (statistics.median(w for w, _ in figures), statistics.median(r for _, r in figures),
@@ -124,23 +173,36 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=5_000_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--engines", default="python,spark,dask,ray,duckdb,polars")
+    parser.add_argument("--workdir", help="s3://BUCKET/PREFIX: hand off through object storage")
     args = parser.parse_args()
+    remote = None
+    if args.workdir:
+        remote = object_path(args.workdir)
     scratch = Path(tempfile.mkdtemp(prefix="hf-bench-"))
     try:
         table = make_table(args.rows)
         mb = table.nbytes / 1e6
         print(f"{args.rows:,} rows, {table.num_columns} columns, {mb:.0f} MB in memory, {args.rounds} rounds")
-        results = [("pyarrow", rounds(args.rounds, scratch, "pyarrow", lambda out: write_arrow(table, out),
-                                      lambda files, _: pq.read_table([str(f) for f in files])))]
+        if remote is None:
+            results = [("pyarrow", rounds(args.rounds, scratch, "pyarrow", lambda out: write_arrow(table, out),
+                                          lambda files, _: pq.read_table([str(f) for f in files])))]
+        else:
+            results = [("pyarrow", rounds_through_store(
+                args.rounds, scratch, "pyarrow", remote, lambda catalog: pyarrow_to_store(table, catalog),
+                lambda written: pq.read_table(written[0], filesystem=written[1])))]
         (scratch / "source").mkdir()
         write_arrow(table, scratch / "source")  # what each engine reads into the frame it then writes
         source = TableSource("bench", tuple(sorted((scratch / "source").glob("*.parquet"))), "parquet", table.schema)
         for name in args.engines.split(","):
-            engine = backends.create(name, SETTINGS[name], scratch)
+            engine = backends.create(name, SETTINGS[name], scratch,
+                                     store=StoreSettings.of() if remote is not None else None)
             with backends.base.process_output_to(scratch / "engines.log"):
                 start_s, _ = timed(engine.start)
             try:
-                figures = bench(name, engine, source, scratch, args.rounds)
+                if remote is None:
+                    figures = bench(name, engine, source, scratch, args.rounds)
+                else:
+                    figures = bench_through_store(name, engine, source, scratch, remote, args.rounds)
             finally:
                 engine.stop()
             results.append((f"{name} (start {start_s:.1f}s)", figures))
