@@ -299,7 +299,9 @@ def read(pipeline: PipelineLike, dataset: str, engine: str = "pandas", *, versio
         producer = loaded.dag.producer[dataset]
         raise UsageError(f"dataset '{dataset}' has no published version yet",
                          hint=f"run stage '{producer}' first: hybridflow run {loaded.file} --to {producer}")
-    if engine == "path" or loaded.dataset(dataset).kind == "files":  # in object storage: its s3:// URI
+    if loaded.dataset(dataset).kind == "files":  # a folder, also from object storage (downloaded once)
+        return catalog.local_copy(found)
+    if engine == "path":  # in object storage: its s3:// URI
         return found.directory if loaded.remote is None else uri_of(found.directory)
     from .tables import read_arrow
 

@@ -170,6 +170,10 @@ class Catalog:
         manifest["version"] = _new_version_id(manifest)
         return manifest, files
 
+    def local_copy(self, version: Version) -> Path:
+        """A version as a local folder (a `kind: files` dataset a stage reads): its own directory."""
+        return version.directory
+
     def bring(self, version: Version, files: list[PurePosixPath], into: Path) -> None:
         """Some files of a published version (relative paths) into a staging directory: hard-linked,
         since published files never change (copied across file systems)."""

@@ -46,8 +46,8 @@ class StageInputs:
             source = self.external_source(dataset, partitions)
         else:
             version = self.catalog.current(dataset)
-            if ds.kind == "files":  # in object storage: the version's s3:// URI
-                return version.directory if isinstance(version.directory, Path) else storage.uri_of(version.directory)
+            if ds.kind == "files":  # a folder, also from object storage (downloaded once)
+                return self.catalog.local_copy(version)
             source = version.source()
             if partitions is not None:
                 source = only_partitions(source, partitions)

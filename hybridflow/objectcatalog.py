@@ -16,6 +16,7 @@ committed meanwhile (the run's lease was lost): this run publishes nothing and s
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path, PurePosixPath
 
@@ -82,6 +83,19 @@ class ObjectCatalog(Catalog):
     def bring(self, version: Version, files: list[PurePosixPath], into: Path) -> None:
         self.objects.download([version.directory / f.as_posix() for f in files], version.directory, into)
 
+    def local_copy(self, version: Version) -> Path:
+        """A version downloaded into this machine's cache (once: versions never change), for stages
+        that read a `kind: files` dataset as a folder, as they do from a local workdir."""
+        folder = self.home / "copies" / version.dataset / version.id
+        if not folder.is_dir():
+            partial = folder.with_name(f".{version.id}.{os.getpid()}.partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            self.objects.download([version.directory / f["path"] for f in version.manifest["files"]],
+                                  version.directory, partial)
+            partial.mkdir(parents=True, exist_ok=True)  # a version of no files is an empty folder
+            os.rename(partial, folder)
+        return folder
+
     def discard(self, version: Version) -> None:
         current = self.current(version.dataset)
         if current is not None and current.id == version.id:
@@ -123,6 +137,7 @@ class ObjectCatalog(Catalog):
             # the manifest first: what is left of a deletion cut short is a version without one, never read
             self.objects.delete(directory / MANIFEST)
             self.objects.delete_tree(directory)
+            shutil.rmtree(self.home / "copies" / dataset / version_id, ignore_errors=True)
 
 
 def open_catalog(pipeline) -> Catalog:

@@ -172,7 +172,9 @@ class Runner:
     def _run_locked(self, run_id: str, run_dir: Path, results: dict[str, StageResult]) -> RunResult:
         started, clock = datetime.now(timezone.utc), time.monotonic()  # a waiting run starts when it gets the lock
         status, error, unrecorded = "failed", None, None
-        self.store.mark_abandoned(self.pipeline.name, now())  # we hold the lock: any "running" run is dead
+        # we hold the lock: any "running" run is dead (in a workdir in object storage, its record says so there too)
+        for abandoned in self.store.mark_abandoned(self.pipeline.name, now()):
+            self._push_records(abandoned)
         record = {"run_id": run_id, "pipeline": self.pipeline.name, "pipeline_file": str(self.pipeline.file),
                   "trigger": self.trigger, "started_at": started.isoformat(timespec="milliseconds"),
                   "run_dir": str(run_dir), "arguments": json.dumps(self.arguments)}

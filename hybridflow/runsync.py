@@ -65,11 +65,11 @@ def push(store: RunStore, pipeline, run_id: str, run_dir: Path | None = None) ->
 
 
 def _pull(store: RunStore, objects, remote, local: Path) -> None:
-    known = store.run_ids()
+    known = store.run_statuses()
     for name in objects.children(remote / "runs"):
         run_id = name.removesuffix(".json")
-        if not name.endswith(".json") or run_id in known:
-            continue
+        if not name.endswith(".json") or known.get(run_id, "running") != "running":
+            continue  # a finished run's record never changes; a running one's may have since
         record, _ = objects.read_json(remote / "runs" / name)
         if not record or record.get("format") != RECORD_FORMAT or not record.get("run"):
             continue

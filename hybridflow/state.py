@@ -145,16 +145,17 @@ class RunStore:
             db.execute("UPDATE stages SET status = 'killed', error = ? WHERE run_id = ? AND status = 'running'",
                        [error, run_id])
 
-    def run_ids(self) -> set[str]:
+    def run_statuses(self) -> dict[str, str]:
         with closing(self._connect()) as db:
-            return {row["run_id"] for row in db.execute("SELECT run_id FROM runs")}
+            return {row["run_id"]: row["status"] for row in db.execute("SELECT run_id, status FROM runs")}
 
     def import_run(self, record: dict[str, Any]) -> None:
-        """A run recorded elsewhere (runsync.py): its run, stages and spans, unless already known."""
+        """A run recorded elsewhere (runsync.py): its run, stages and spans, in place of what this
+        store holds of it (a run it last saw running)."""
         with closing(self._connect()) as db, db:
             run = record["run"]
-            if db.execute("SELECT 1 FROM runs WHERE run_id = ?", [run["run_id"]]).fetchone():
-                return
+            for table in ("spans", "stages", "runs"):
+                db.execute(f"DELETE FROM {table} WHERE run_id = ?", [run["run_id"]])
             for table, fields, rows in (("runs", RUN_FIELDS, [run]), ("stages", STAGE_FIELDS, record["stages"]),
                                         ("spans", SPAN_FIELDS, record["spans"])):
                 for row in rows:

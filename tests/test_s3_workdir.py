@@ -13,6 +13,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -269,3 +270,50 @@ def test_secret_params_and_logs_agree_across_machines(project, s3, tmp_path):
     shown = hf(project, s3, "logs", run_id, "make", "-f", "pipeline.yaml", cache=tmp_path / "m3", env=secret)
     assert shown.returncode == 0, shown.stdout + shown.stderr
     assert "calling mypkg.steps:make" in shown.stdout and "(log missing)" not in shown.stdout, shown.stdout
+
+
+def test_the_weekly_retrain_on_s3_from_fresh_machines_skips_everything_then_runs_only_a_new_week(s3, tmp_path):
+    """The example, its workdir in the store: run; a new clone with no local state skips every stage;
+    after a new delivery, another new clone processes only the new partitions."""
+    repo = Path(__file__).resolve().parent.parent
+    bucket = s3.bucket("retrain-workdir")
+
+    def clone(name: str) -> Path:
+        project = tmp_path / name
+        for part in ("configs", "stages", "scripts"):
+            shutil.copytree(repo / part, project / part, ignore=shutil.ignore_patterns("__pycache__"))
+        if (tmp_path / "data").exists():
+            shutil.copytree(tmp_path / "data", project / "data")
+        return project
+
+    def retrain(project: Path, *args: str) -> subprocess.CompletedProcess:
+        environ = {**os.environ, **s3.env(), "HYBRIDFLOW_CACHE": str(project / ".cache"),
+                   "HYBRIDFLOW_WORKDIR": f"s3://{bucket}/team"}
+        return subprocess.run([sys.executable, "-m", "hybridflow.cli", "run", "configs/weekly_retrain.yaml",
+                               "--param", "num_samples=2", *args], cwd=project, env=environ, capture_output=True,
+                              text=True, timeout=900)
+
+    first = clone("clone-1")
+    subprocess.run([sys.executable, "scripts/generate_retrain_data.py", "--customers", "600", "--weeks", "8"],
+                   cwd=first, check=True, capture_output=True)
+    done = retrain(first)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (first / ".hybridflow").exists()
+    shutil.copytree(first / "data", tmp_path / "data")  # the raw data a new clone finds (it is the user's)
+
+    second = clone("clone-2")
+    again = retrain(second)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert set(statuses(again.stdout).values()) == {"skipped"}, again.stdout
+
+    subprocess.run([sys.executable, "scripts/generate_retrain_data.py", "--customers", "600", "--append-week",
+                    "--out", str(tmp_path / "data" / "retrain")], cwd=second, check=True, capture_output=True)
+    third = clone("clone-3")
+    week = retrain(third, "--only", "etl")
+    assert week.returncode == 0, week.stdout + week.stderr
+    logs = subprocess.run([sys.executable, "-m", "hybridflow.cli", "logs", "last", "etl", "-f",
+                           "configs/weekly_retrain.yaml"], cwd=third, capture_output=True, text=True,
+                          env={**os.environ, **s3.env(), "HYBRIDFLOW_CACHE": str(third / ".cache"),
+                               "HYBRIDFLOW_WORKDIR": f"s3://{bucket}/team"})
+    assert re.search(r"output customer_weeks: 2 partitions written, [1-9]\d* carried over, 0 removed", logs.stdout), \
+        logs.stdout + logs.stderr

@@ -187,6 +187,13 @@ class DuckDBBackend(Backend):
             return self.con.from_arrow(source.schema.empty_table())
         if source.partition_by:
             return self._read_partitioned(source, files)
+        if source.store is not None:
+            # objects through pyarrow's S3 reader, scanned lazily (columns and filters pushed down):
+            # half the time of DuckDB's reads through s3fs
+            import pyarrow.dataset as ds
+
+            return self.con.from_arrow(ds.dataset([str(f) for f in files], format="parquet",
+                                                  filesystem=source.filesystem, schema=source.schema))
         relation = self.con.read_parquet(self._paths(source, files), hive_partitioning=False)
         if source.schema is not None and relation.columns != source.schema.names:
             relation = relation.project(column_list(source.schema.names))  # the recorded order
