@@ -27,6 +27,11 @@ start, (4) no engine start. Wrap it in `flock /tmp/hf-heavy.lock` on a shared ma
     python scripts/bench_pipeline.py                    # 2,000 customers, 12 weeks (the generator's default)
     python scripts/bench_pipeline.py --rounds 1         # one run each of (1) and (2): quicker, noisier
     python scripts/bench_pipeline.py --customers 50000  # bigger
+    python scripts/bench_pipeline.py --workdir s3://BUCKET/PREFIX   # the retrain on S3 against local
+
+With --workdir s3://... (the store the AWS variables name), it times instead hybridflow's run of the
+retrain from nothing with its workdir there against the same run with a local workdir, in turns,
+--rounds times (a fresh prefix and a fresh local cache each time), and prints the median ratio.
 """
 
 from __future__ import annotations
@@ -58,24 +63,24 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="runs of (1) and of (2), in turns")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     parser.add_argument("--glue", type=Path, help=argparse.SUPPRESS)  # internal: run the glue script there
+    parser.add_argument("--workdir", help="s3://BUCKET/PREFIX: time the retrain there against a local workdir")
     args = parser.parse_args()
     if args.glue:
         glue(args.glue)
         return
     scratch = Path(tempfile.mkdtemp(prefix="hybridflow-bench-pipeline-"))
     try:
-        bench(scratch, args.customers, args.weeks, max(1, args.rounds))
+        if args.workdir:
+            on_store_against_local(scratch, args.customers, args.weeks, max(1, args.rounds), args.workdir)
+        else:
+            bench(scratch, args.customers, args.weeks, max(1, args.rounds))
     finally:
         if not args.keep:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
 def bench(scratch: Path, customers: int, weeks: int, rounds: int) -> None:
-    for part in ("configs", "stages"):
-        shutil.copytree(REPO / part, scratch / part, ignore=shutil.ignore_patterns("__pycache__"))
-    subprocess.run([sys.executable, str(REPO / "scripts" / "generate_retrain_data.py"), "--customers",
-                    str(customers), "--weeks", str(weeks), "--out", str(scratch / "data" / "retrain")],
-                   check=True, capture_output=True)
+    prepare(scratch, customers, weeks)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     print(f"weekly retrain, {customers:,} customers, {weeks} weeks, in {scratch}", flush=True)
 
@@ -117,6 +122,33 @@ def bench(scratch: Path, customers: int, weeks: int, rounds: int) -> None:
     print(f"\n{'measure':<{width}}  {'seconds':>8}  {'result':<60}  target")
     for name, seconds, result, target in rows:
         print(f"{name:<{width}}  {'' if seconds is None else f'{seconds:8.2f}':>8}  {result:<60}  {target}")
+
+
+def on_store_against_local(scratch: Path, customers: int, weeks: int, rounds: int, workdir: str) -> None:
+    prepare(scratch, customers, weeks)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    print(f"weekly retrain, {customers:,} customers, {weeks} weeks: workdir {workdir} against local", flush=True)
+    local_runs, store_runs = [], []
+    for round_ in range(rounds):
+        shutil.rmtree(scratch / ".hybridflow", ignore_errors=True)
+        local_runs.append(timed([sys.executable, "-m", "hybridflow.cli", "run", CONFIG], scratch, env))
+        on_store = {**env, "HYBRIDFLOW_CACHE": str(scratch / f"cache-{round_}")}
+        store_runs.append(timed([sys.executable, "-m", "hybridflow.cli", "run", CONFIG, "--workdir",
+                                 f"{workdir.rstrip('/')}/round-{round_}-{time.time_ns()}"], scratch, on_store))
+        print(f"round {round_ + 1}: object storage {store_runs[-1]:.2f} s, local {local_runs[-1]:.2f} s, "
+              f"ratio {store_runs[-1] / local_runs[-1]:.2f}", flush=True)
+    ratio = statistics.median(there / here for there, here in zip(store_runs, local_runs))
+    print(f"median: object storage {statistics.median(store_runs):.2f} s, local {statistics.median(local_runs):.2f} s,"
+          f" ratio {ratio:.2f}")
+
+
+def prepare(scratch: Path, customers: int, weeks: int) -> None:
+    """A scratch copy of configs/ and stages/ with generated retrain data."""
+    for part in ("configs", "stages"):
+        shutil.copytree(REPO / part, scratch / part, ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run([sys.executable, str(REPO / "scripts" / "generate_retrain_data.py"), "--customers",
+                    str(customers), "--weeks", str(weeks), "--out", str(scratch / "data" / "retrain")],
+                   check=True, capture_output=True)
 
 
 def timed(command: list[str], cwd: Path, env: dict) -> float:
