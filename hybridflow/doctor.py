@@ -309,8 +309,39 @@ def _shared_with(name: str, settings, target: Target) -> Finding:
     return Finding(check, "ok", "on this host: the workdir needs no sharing")
 
 
+def check_object_storage(target: Target) -> Iterable[Finding]:
+    """A pipeline with s3:// paths: each bucket answers with this environment's credentials (a list of
+    one key), and Spark, if a stage runs on it, has hadoop-aws and the AWS SDK to read them."""
+    pipeline = target.pipeline
+    if pipeline is None or not pipeline.uses_object_storage:
+        return
+    from .objectstore import ObjectStore
+    from .storage import ObjectPath, is_object_uri, object_path
+
+    places = [pipeline.remote] if pipeline.remote is not None else []
+    places += [object_path(ds.path) for ds in pipeline.spec.datasets.values() if is_object_uri(ds.path)]
+    objects = ObjectStore(pipeline.store)
+    where = pipeline.store.endpoint or "AWS S3"
+    for bucket in sorted({place.bucket for place in places}):
+        try:
+            objects.children(ObjectPath(bucket))
+        except HybridflowError as exc:
+            yield Finding("object storage", "error", exc.message, exc.hint or "")
+        else:
+            yield Finding("object storage", "ok", f"bucket {bucket} answers at {where}")
+    if "spark" in target.backends:
+        from .backends.spark import s3_jars
+
+        try:
+            jars = s3_jars()
+        except UnavailableError as exc:
+            yield Finding("spark s3a", "error", exc.message, exc.hint or "")
+        else:
+            yield Finding("spark s3a", "ok", f"hadoop-aws and the AWS SDK in {jars[0].parent}")
+
+
 CHECKS: list[Check] = [check_packages, check_java, check_workdir, check_disk, check_cron, check_schedule,
-                       check_cron_environment, check_gpu, check_shared_workdir]
+                       check_cron_environment, check_gpu, check_shared_workdir, check_object_storage]
 
 
 def run_checks(pipeline: Pipeline | None, environ: Mapping[str, str] | None = None,

@@ -82,17 +82,11 @@ class StoreSettings:
         return _arrow_filesystem(self)
 
     def fsspec_filesystem(self):
-        """s3fs for these settings: for engines that take an fsspec filesystem (DuckDB)."""
-        try:
-            import s3fs
-        except ImportError:
-            from .errors import UnavailableError
+        """The same filesystem through fsspec's interface, for engines that take an fsspec filesystem
+        (DuckDB, whose own S3 reader is an extension it would download)."""
+        from fsspec.implementations.arrow import ArrowFSWrapper
 
-            raise UnavailableError("DuckDB reads s3:// paths through s3fs, which is not installed",
-                                   hint="pip install 'hybridflow[s3]'") from None
-        client = {k: v for k, v in (("endpoint_url", self.endpoint), ("region_name", self.region)) if v}
-        config = {"s3": {"addressing_style": "path"}} if self.path_style else {}
-        return s3fs.S3FileSystem(client_kwargs=client, config_kwargs=config, profile=os.environ.get("AWS_PROFILE"))
+        return ArrowFSWrapper(self.arrow_filesystem())
 
     def polars_options(self) -> dict[str, str]:
         """Polars' storage_options: credentials it reads from the environment itself."""

@@ -203,3 +203,30 @@ def test_a_wrong_bucket_credential_or_endpoint_is_one_line_and_a_documented_exit
     assert {"no bucket": "does not exist", "bad credentials": "refused access",
             "server down": "does not answer"}[case] in errors[0]
     assert s3.secret_key not in done.stdout + done.stderr and "wrong-secret-value" not in done.stdout + done.stderr
+
+
+def test_a_storage_section_overrides_the_variables_and_doctor_checks_each_bucket(project, s3):
+    prefix = s3.bucket("inputs-storage")
+    put_week(s3, f"{prefix}/events", WEEKS[0])
+    project.stages(STAGES)
+    project.pipeline(python_only(prefix) + f"storage: {{endpoint: '{s3.endpoint}', region: us-east-1}}\n")
+    # no AWS_ENDPOINT_URL: only the storage: section says where the store is
+    environ = {k: v for k, v in {**os.environ, **s3.env()}.items() if k != "AWS_ENDPOINT_URL"}
+    done = subprocess.run([sys.executable, "-m", "hybridflow.cli", "run", "pipeline.yaml"], cwd=project.root,
+                          env=environ, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    checked = subprocess.run([sys.executable, "-m", "hybridflow.cli", "doctor", "pipeline.yaml"], cwd=project.root,
+                             env=environ, capture_output=True, text=True, timeout=300)
+    assert f"bucket {prefix} answers at {s3.endpoint}" in checked.stdout, checked.stdout + checked.stderr
+
+    project.pipeline(python_only("no-such-bucket") + f"storage: {{endpoint: '{s3.endpoint}'}}\n")
+    missing = subprocess.run([sys.executable, "-m", "hybridflow.cli", "doctor", "pipeline.yaml"], cwd=project.root,
+                             env=environ, capture_output=True, text=True, timeout=300)
+    assert missing.returncode != 0 and "the bucket 'no-such-bucket'" in missing.stdout + missing.stderr, \
+        missing.stdout + missing.stderr
+
+    project.pipeline(python_only(prefix) + "storage: {endpoint: 'ftp://nowhere'}\n")
+    invalid = subprocess.run([sys.executable, "-m", "hybridflow.cli", "validate", "pipeline.yaml"], cwd=project.root,
+                             env=environ, capture_output=True, text=True, timeout=300)
+    assert invalid.returncode == 78 and "pipeline.yaml:11:" in invalid.stdout + invalid.stderr, \
+        invalid.stdout + invalid.stderr

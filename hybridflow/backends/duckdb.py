@@ -189,7 +189,7 @@ class DuckDBBackend(Backend):
             return self._read_partitioned(source, files)
         if source.store is not None:
             # objects through pyarrow's S3 reader, scanned lazily (columns and filters pushed down):
-            # half the time of DuckDB's reads through s3fs
+            # half the time of DuckDB's reads through fsspec
             import pyarrow.dataset as ds
 
             return self.con.from_arrow(ds.dataset([str(f) for f in files], format="parquet",
@@ -200,8 +200,8 @@ class DuckDBBackend(Backend):
         return relation
 
     def _paths(self, source: TableSource, files: list[PurePath]) -> list[str]:
-        """The files as DuckDB's scans name them; objects through s3fs, registered with the connection
-        once (DuckDB's own S3 reader is an extension it would download)."""
+        """The files as DuckDB's scans name them; objects through fsspec's wrapper of pyarrow's S3,
+        registered with the connection once (DuckDB's own S3 reader is an extension it would download)."""
         if source.store is not None and source.store not in self._stores:
             self.con.register_filesystem(source.store.fsspec_filesystem())
             self._stores.add(source.store)

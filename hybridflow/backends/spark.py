@@ -233,9 +233,11 @@ def spark_s3_conf(store, master: str, own: dict[str, str], gpu_conf: dict[str, s
 def s3_jars() -> list[Path]:
     """hadoop-aws and the AWS SDK at the Hadoop version pyspark ships: the folder HYBRIDFLOW_SPARK_S3_JARS
     names, else the cache scripts/fetch_spark_s3_jars.sh fills (~/.cache/hybridflow/jars/hadoop-VERSION)."""
-    import pyspark
+    import importlib.util
 
-    shipped = sorted((Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar"))
+    found = importlib.util.find_spec("pyspark")  # its folder, without starting to import it (doctor asks too)
+    folders = list(found.submodule_search_locations or []) if found else []
+    shipped = sorted(jar for folder in folders for jar in (Path(folder) / "jars").glob("hadoop-client-api-*.jar"))
     version = shipped[0].stem.removeprefix("hadoop-client-api-") if shipped else "unknown"
     cache = Path(os.environ.get("HYBRIDFLOW_JARS") or Path.home() / ".cache" / "hybridflow" / "jars")
     folder = Path(os.environ.get(S3_JARS_VARIABLE) or cache / f"hadoop-{version}")
