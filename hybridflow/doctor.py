@@ -311,7 +311,7 @@ def _shared_with(name: str, settings, target: Target) -> Finding:
 
 def check_object_storage(target: Target) -> Iterable[Finding]:
     """A pipeline with s3:// paths: each bucket answers with this environment's credentials (a list of
-    one key), and Spark, if a stage runs on it, has hadoop-aws and the AWS SDK to read them."""
+    one key), and each engine a stage runs on has what it needs to read them (Spark: its s3a jars)."""
     pipeline = target.pipeline
     if pipeline is None or not pipeline.uses_object_storage:
         return
@@ -329,15 +329,16 @@ def check_object_storage(target: Target) -> Iterable[Finding]:
             yield Finding("object storage", "error", exc.message, exc.hint or "")
         else:
             yield Finding("object storage", "ok", f"bucket {bucket} answers at {where}")
-    if "spark" in target.backends:
-        from .backends.spark import s3_jars
-
+    for name in sorted(target.backends):
+        check = engines()[name].object_storage_check
+        if check is None:
+            continue
         try:
-            jars = s3_jars()
+            found = check()
         except UnavailableError as exc:
-            yield Finding("spark s3a", "error", exc.message, exc.hint or "")
+            yield Finding(f"{name} and s3://", "error", exc.message, exc.hint or "")
         else:
-            yield Finding("spark s3a", "ok", f"hadoop-aws and the AWS SDK in {jars[0].parent}")
+            yield Finding(f"{name} and s3://", "ok", found)
 
 
 CHECKS: list[Check] = [check_packages, check_java, check_workdir, check_disk, check_cron, check_schedule,

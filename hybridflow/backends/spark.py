@@ -84,6 +84,7 @@ ENGINE = Engine(
     gpu=True, gpu_jar=True, attached=_attached, sql_dialect="spark",
     result_settings=lambda settings: {"spark_conf": dict(settings.conf)},
     unrepresentable=lambda schema: unrepresentable(schema),
+    object_storage_check=lambda: f"hadoop-aws and the AWS SDK in {s3_jars()[0].parent}",
 )
 
 
