@@ -26,12 +26,13 @@ REPORT_FILE = "report.html"  # in each run's directory
 
 def render(run: dict[str, Any], stages: list[dict[str, Any]], spans: list[dict[str, Any]],
            previous: tuple[dict[str, Any], list[dict[str, Any]]] | None = None,
-           edges: tuple[list[tuple[str, str]], list[tuple[str, str]]] | None = None) -> str:
+           edges: tuple[list[tuple[str, str]], list[tuple[str, str]]] | None = None, catalog=None) -> str:
     """The report's HTML for a run record, its stage records and its spans (RunStore); `previous`:
     the last successful run before it and its stages, to compare with; `edges`: the pipeline's graph
-    (pipeline_edges; by default, what the run's manifests say)."""
+    (pipeline_edges; by default, what the run's manifests say); `catalog`: where its versions are
+    (by default the local workdir the run's directory is in)."""
     title = f"{run['pipeline']} · run {run['run_id']}"
-    published = _published(run, stages)
+    published = _published(run, stages, catalog)
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">', f"<title>{escape(title)}</title>",
@@ -48,11 +49,11 @@ def render(run: dict[str, Any], stages: list[dict[str, Any]], spans: list[dict[s
         "</body></html>", ""])
 
 
-def _published(run: dict[str, Any], stages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _published(run: dict[str, Any], stages: list[dict[str, Any]], catalog=None) -> list[dict[str, Any]]:
     """Each dataset version the run published, with its manifest ({} if gc removed it since)."""
     from .catalog import Catalog
 
-    catalog = Catalog(Path(run["run_dir"]).parent.parent)
+    catalog = catalog or Catalog(Path(run["run_dir"]).parent.parent)
     found = []
     for stage in stages:
         for dataset, version_id in json.loads(stage.get("outputs") or "{}").items():
@@ -255,7 +256,7 @@ def write(store, run: dict[str, Any], out: Path | None = None, pipeline=None) ->
                      if r["status"] == "success" and r["started_at"] < run["started_at"]), None)
     edges = pipeline_edges(pipeline) if pipeline is not None else _edges_from_file(run)
     html = render(run, store.stages(run["run_id"]), store.spans(run["run_id"]),
-                  (previous, store.stages(previous["run_id"])) if previous else None, edges)
+                  (previous, store.stages(previous["run_id"])) if previous else None, edges, _catalog_of(store, run))
     path = out or Path(run["run_dir"]) / REPORT_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")  # whose: workdir.remove_leftovers
@@ -267,6 +268,16 @@ def write(store, run: dict[str, Any], out: Path | None = None, pipeline=None) ->
             partial.unlink()
         raise
     return path
+
+
+def _catalog_of(store, run: dict[str, Any]):
+    """The catalog of a run recorded for a workdir in object storage (None: its local workdir's)."""
+    if store.remote is None:
+        return None
+    from .objectcatalog import ObjectCatalog
+
+    objects, remote = store.remote
+    return ObjectCatalog(Path(run["run_dir"]).parent.parent, remote / run["pipeline"], objects.settings)
 
 
 STYLE = """

@@ -262,6 +262,9 @@ def test_secret_params_and_logs_agree_across_machines(project, s3, tmp_path):
     secret = {"HF_TEST_TOKEN": "tok-0123456789abcdef"}
     first = hf(project, s3, "run", "pipeline.yaml", cache=tmp_path / "m1", env=secret)
     assert first.returncode == 0, first.stdout + first.stderr
+    # the report reads the versions' manifests from the store: b's lineage names a's version
+    report = Path(re.search(r"report: (\S+report\.html)", first.stdout)[1]).read_text()
+    assert f"a@{current_versions(s3, f'{prefix}/small')['a']}" in report
     again = hf(project, s3, "run", "pipeline.yaml", cache=tmp_path / "m2", env=secret)
     assert again.returncode == 0 and set(statuses(again.stdout).values()) == {"skipped"}, again.stdout
     assert "tok-0123456789abcdef" not in "".join(s3.keys(f"{prefix}/")) + str(current_versions(s3, f"{prefix}/small"))
