@@ -37,8 +37,10 @@ class ObjectStore:
                                    hint="pip install 'hybridflow[s3]'") from None
         config = Config(s3={"addressing_style": "path"} if self.settings.path_style else {},
                         retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=10, read_timeout=60)
-        return boto3.client("s3", endpoint_url=self.settings.endpoint, region_name=self.settings.region,
-                            config=config)
+        # a session of its own: boto3's default one keeps the credentials it found first for the whole
+        # process, even after the environment names others (a notebook that switches accounts)
+        return boto3.session.Session().client("s3", endpoint_url=self.settings.endpoint,
+                                              region_name=self.settings.region, config=config)
 
     # small JSON objects, written conditionally
 

@@ -78,8 +78,9 @@ class StoreSettings:
         return bool(self.endpoint) and self.endpoint.startswith("http://")
 
     def arrow_filesystem(self):
-        """pyarrow's S3FileSystem for these settings (credentials from the environment or profile)."""
-        return _arrow_filesystem(self)
+        """pyarrow's S3FileSystem for these settings (credentials from the environment or profile),
+        made once per set of credentials: pyarrow reads them when the filesystem is made."""
+        return _arrow_filesystem(self, _credentials_key())
 
     def fsspec_filesystem(self):
         """The same filesystem through fsspec's interface, for engines that take an fsspec filesystem
@@ -117,8 +118,16 @@ class StoreSettings:
         return conf
 
 
+def _credentials_key() -> str:
+    """What tells one set of credentials in the environment from another (a digest: never kept)."""
+    import hashlib
+
+    names = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE")
+    return hashlib.sha256("\0".join(os.environ.get(name, "") for name in names).encode()).hexdigest()
+
+
 @functools.lru_cache(maxsize=4)
-def _arrow_filesystem(settings: StoreSettings):
+def _arrow_filesystem(settings: StoreSettings, credentials: str):
     import pyarrow.fs as pafs
 
     options: dict[str, Any] = {}

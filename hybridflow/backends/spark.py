@@ -233,7 +233,8 @@ def spark_s3_conf(store, master: str, own: dict[str, str], gpu_conf: dict[str, s
 
 def s3_jars() -> list[Path]:
     """hadoop-aws and the AWS SDK at the Hadoop version pyspark ships: the folder HYBRIDFLOW_SPARK_S3_JARS
-    names, else the cache scripts/fetch_spark_s3_jars.sh fills (~/.cache/hybridflow/jars/hadoop-VERSION)."""
+    names, else the cache `python -m hybridflow.backends.spark_s3_jars` fills
+    (~/.cache/hybridflow/jars/hadoop-VERSION)."""
     import importlib.util
 
     found = importlib.util.find_spec("pyspark")  # its folder, without starting to import it (doctor asks too)
@@ -245,9 +246,9 @@ def s3_jars() -> list[Path]:
     jars = sorted(folder.glob("*.jar"))
     if not any(jar.name.startswith(f"hadoop-aws-{version}") for jar in jars):
         raise UnavailableError(f"Spark reads s3:// paths with hadoop-aws {version} and the AWS SDK, which are not "
-                               f"in {folder}", hint="fetch them once from Maven Central with "
-                                                    "scripts/fetch_spark_s3_jars.sh (in hybridflow's source), or "
-                                                    f"set {S3_JARS_VARIABLE} to a folder holding them")
+                               f"in {folder}", hint="fetch them once from Maven Central (needs mvn): python -m "
+                                                    "hybridflow.backends.spark_s3_jars; or set "
+                                                    f"{S3_JARS_VARIABLE} to a folder holding them")
     return jars
 
 

@@ -2,7 +2,7 @@
 # Fetch the jars Spark needs for s3a:// (hadoop-aws + the AWS SDK v2 it
 # depends on) from Maven Central, matching the Hadoop version pyspark ships.
 #
-# Usage: scripts/fetch_spark_s3_jars.sh [PYTHON]
+# Usage: fetch_spark_s3_jars.sh [PYTHON]   (or: python -m hybridflow.backends.spark_s3_jars)
 #   PYTHON                  interpreter whose pyspark to match (default: python)
 #   HYBRIDFLOW_JARS         cache root (default: $HOME/.cache/hybridflow/jars)
 #   HYBRIDFLOW_S3_JARS=slim opt in to ~13 MB of individual SDK modules instead
