@@ -118,7 +118,6 @@ def run(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | Non
     resume: repeat the last run if it did not succeed (same selection and params; finished stages
     are skipped); returns None when there is nothing to resume. dry_run: returns the Plan instead.
     notify: send the notifications the pipeline's `notify:` asks for. listener: receives progress."""
-    from .state import recorded_arguments
 
     if trigger not in ("manual", "cron"):
         raise ConfigError(f"--trigger must be manual or cron, not '{trigger}'")
@@ -135,13 +134,22 @@ def run(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | Non
         loaded, arguments, chosen = repeated
     else:
         chosen = forced(loaded, force)
-    recorded = recorded_arguments(arguments, loaded.secrets, loaded.secret_sources(os.environ))
-    runner = Runner(loaded, Selection(arguments.get("only", ()), arguments.get("from", ()), arguments.get("to", ())),
-                    keep_going=keep_going, wait_for_lock=wait, trigger=trigger, force=chosen, arguments=recorded,
-                    listener=_Notifying(listener, loaded, trigger) if notify else listener)
+    runner = new_runner(loaded, arguments, keep_going=keep_going, wait_for_lock=wait, trigger=trigger, force=chosen,
+                        listener=_Notifying(listener, loaded, trigger) if notify else listener)
     if dry_run:
         return Plan(loaded, runner.decisions(), runner.plan(), runner)
     return _run_notifying_failed_start(runner, notify)
+
+
+def new_runner(loaded: Pipeline, arguments: dict[str, Any], **options) -> Runner:
+    """The one way a run is made (api.run, a watch session's runs): `arguments` (only/from/to/params/
+    force) select its stages and are recorded with every secret replaced by the ${env:...} that holds
+    it, never stored. `options`: Runner's."""
+    from .state import recorded_arguments
+
+    selection = Selection(arguments.get("only", ()), arguments.get("from", ()), arguments.get("to", ()))
+    recorded = recorded_arguments(arguments, loaded.secrets, loaded.secret_sources(os.environ))
+    return Runner(loaded, selection, arguments=recorded, **options)
 
 
 def record_crash(pipeline: PipelineLike, run_id: str, death: str) -> HybridflowError:

@@ -90,8 +90,7 @@ class WatchSession:
                 signal.signal(signal.SIGTERM, previous)
 
     def _run_once(self) -> None:
-        from .api import load
-        from .runner import Runner
+        from .api import load, new_runner
 
         try:
             pipeline = load(self.file, **self.load_args)
@@ -103,10 +102,10 @@ class WatchSession:
             # claimed first: the session's logs are the first thing it writes there
             logs = private_dir(claim(pipeline.workdir) / pipeline.name / "watch" / new_run_id() / "logs")
             self.pool = WarmPool(pipeline, logs, notice=self.report.notice)
-        runner = Runner(pipeline, self.selection, keep_going=self.keep_going, force=self.force,
-                        listener=self.report.listener(), pool=self.pool.for_run,
-                        arguments={"only": list(self.selection.only), "from": list(self.selection.start),
-                                   "to": list(self.selection.end), "params": list(pipeline.param_args)})
+        arguments = {"only": list(self.selection.only), "from": list(self.selection.start),
+                     "to": list(self.selection.end), "params": list(pipeline.param_args)}
+        runner = new_runner(pipeline, arguments, keep_going=self.keep_going, force=self.force,
+                            listener=self.report.listener(), pool=self.pool.for_run)
         self.force = False  # --force is for the first run; later ones run what changed
         try:
             try:

@@ -236,3 +236,20 @@ def test_a_cache_written_with_plain_paths_is_replaced(tmp_path):
     cache_file.write_text(json.dumps({str(data): [1, 2, 3, 4, 5, "0" * 64]}))
     HashCache(cache_file).save()  # nothing hashed: the old file still goes
     assert SECRET not in cache_file.read_text()
+
+
+def test_a_watch_session_records_its_runs_arguments_without_the_secret(project, secret_env):
+    """A watch session's runs are made as any run is (api.new_runner): a --param holding a secret is
+    recorded as the ${env:...} that holds it, never in clear."""
+    import hybridflow
+
+    project.stages(STAGES)
+    raw = project.root / "raw" / SECRET / "events.parquet"
+    raw.parent.mkdir(parents=True)
+    pq.write_table(pa.table({"n": [1, 2, 3]}), raw)
+    secret_env.unlink()  # the stage does not fail: the run succeeds
+    result = hybridflow.watch(project.pipeline(PIPELINE), params=[f"token=x{SECRET}"], runs=1)
+    assert result.status == "success"
+    [run] = RunStore(project.root / ".hybridflow" / "runs.db").runs(limit=1)
+    assert SECRET not in run["arguments"]
+    assert json.loads(run["arguments"])["params"] == ["token=x${env:HF_TEST_SECRET}"]
