@@ -178,9 +178,9 @@ def watch(pipeline: str | os.PathLike, *, only: Names | None = None, from_: Name
     reaches or of an external input, with its engines kept running between runs; each run executes
     only the stages whose fingerprint changed and those downstream. Ends on SIGINT or SIGTERM
     (raising InterruptedRun) with every engine stopped, or after `runs` runs. report: a
-    watch.WatchReport, told each run and each wait. force: for the first run only. Returns the
+    watching.WatchReport, told each run and each wait. force: for the first run only. Returns the
     last run's result."""
-    from .watch import WatchReport, WatchSession
+    from .watching import WatchReport, WatchSession
 
     loaded = load(pipeline, params)  # a file that does not load at the start is an error, as for run
     session = WatchSession(loaded.file, {"params": _param_strings(params)},

@@ -206,3 +206,15 @@ def test_dev_reruns_on_a_change_to_an_external_input_and_a_file_added_to_it(proj
         code = watching.stop()
     assert code == 130, watching.text()
     assert_nothing_left(watching.marker, 30)
+
+
+def test_the_library_entry_point_stays_callable_after_its_module_is_imported(project):
+    """hybridflow.watch is the function, whatever was imported before (a submodule of that name
+    would replace the package's attribute on import: a second call in a notebook failed)."""
+    import hybridflow
+    import hybridflow.watching  # noqa: F401 - what the first call imports
+
+    project.stages(STEPS)
+    project.pipeline(PIPELINE.format(backend="python"))
+    for _ in range(2):
+        assert hybridflow.watch(project.root / "pipeline.yaml", runs=1).status == "success"
