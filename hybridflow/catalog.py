@@ -109,7 +109,9 @@ class Catalog:
             raise DataError(f"dataset '{name}' version {version_id} has no readable manifest: {exc}") from exc
         return Version(name, version_id, directory, manifest)
 
-    def new_staging(self, run_id: str, name: str) -> Path:
+    def new_staging(self, run_id: str, name: str, remote: bool = False) -> Path:
+        """A fresh directory a stage's engine writes an output into (`remote`: whether the engine could
+        write object storage itself; a local workdir has none)."""
         directory = self._child(self._child(self.staging_root(), run_id), name)
         if directory.exists():
             shutil.rmtree(directory)
@@ -150,23 +152,13 @@ class Catalog:
         return Version(name, version_id, final, manifest)
 
     @staticmethod
-    def _manifest(name: str, staging: Path, *, kind: str, stage: str, run_id: str, inputs: dict[str, str],
-                  declared: dict[str, pa.DataType] | None = None, partition_by: tuple[str, ...] = (),
-                  written: pa.Schema | None = None,
-                  fingerprint: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[Path]]:
+    def _manifest(name: str, staging: Path, **facts: Any) -> tuple[dict[str, Any], list[Path]]:
         """What a stage wrote into `staging`, checked against its contract and described: every file
         with its size and digests, the rows, the schema; and the new version's id."""
         files = _list_files(staging, name)
-        manifest: dict[str, Any] = {
-            "format": MANIFEST_FORMAT, "dataset": name, "kind": kind, "stage": stage, "run_id": run_id,
-            "created_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-            "inputs": inputs, "files": [_describe(staging, f) for f in files],
-        }
-        if fingerprint is not None:
-            manifest["fingerprint"] = fingerprint
-        if kind == "table":
-            manifest.update(_table_facts(name, staging, files, declared, tuple(partition_by), written))
-        faults.checkpoint("publish:staged")
+        footers = [(f, *read_footer(name, f)) for f in files if f.suffix == ".parquet"] \
+            if facts["kind"] == "table" else []
+        manifest = describe_version(name, staging, [_describe(staging, f) for f in files], footers, **facts)
         manifest["version"] = _new_version_id(manifest)
         return manifest, files
 
@@ -174,7 +166,7 @@ class Catalog:
         """A version as a local folder (a `kind: files` dataset a stage reads): its own directory."""
         return version.directory
 
-    def bring(self, version: Version, files: list[PurePosixPath], into: Path) -> None:
+    def bring(self, version: Version, files: list[PurePosixPath], into: PurePath) -> None:
         """Some files of a published version (relative paths) into a staging directory: hard-linked,
         since published files never change (copied across file systems)."""
         for relative in files:
@@ -325,36 +317,69 @@ def _describe(root: Path, file: Path) -> dict[str, Any]:
 
 def data_digest(entry: dict[str, Any]) -> str:
     """What decides skipping for a manifest's file: its data digest (manifests written before there
-    was one hold only the sha256 of the bytes)."""
+    was one hold only the sha256 of the bytes; a file an engine wrote into object storage itself has
+    the ETag the store gave it, which no one had to read the file back for)."""
+    if "etag" in entry:
+        return f"etag:{entry['etag']}"
     return entry.get("data", entry["sha256"])
 
 
-def _table_facts(name: str, staging: Path, files: list[Path], declared: dict[str, pa.DataType] | None,
-                 partition_by: tuple[str, ...], written: pa.Schema | None) -> dict[str, Any]:
-    """Open every written file: row count, one schema for all, partition values that fit their
+def describe_version(name: str, root: PurePath, files: list[dict[str, Any]],
+                     footers: list[tuple[PurePath, int, pa.Schema]], *, kind: str, stage: str, run_id: str,
+                     inputs: dict[str, str], declared: dict[str, pa.DataType] | None = None,
+                     partition_by: tuple[str, ...] = (), written: pa.Schema | None = None,
+                     fingerprint: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A version's manifest (without its id): `files` described, and for a table the (file, rows,
+    schema) of each Parquet file's footer, checked against the output's contract."""
+    manifest: dict[str, Any] = {
+        "format": MANIFEST_FORMAT, "dataset": name, "kind": kind, "stage": stage, "run_id": run_id,
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+        "inputs": inputs, "files": files,
+    }
+    if fingerprint is not None:
+        manifest["fingerprint"] = fingerprint
+    if kind == "table":
+        manifest.update(_table_facts(name, root, footers, declared, tuple(partition_by), written))
+    faults.checkpoint("publish:staged")
+    return manifest
+
+
+def read_footer(name: str, file: PurePath, filesystem=None) -> tuple[int, pa.Schema]:
+    """A written Parquet file's row count and schema, from its footer alone."""
+    try:
+        with pq.ParquetFile(str(file) if filesystem else file, filesystem=filesystem) as parquet:
+            return parquet.metadata.num_rows, parquet.schema_arrow.remove_metadata()
+    except pa.ArrowInvalid as exc:
+        raise DataError(f"output '{name}': {file.name} is not a readable parquet file: {exc}") from exc
+    except OSError as exc:
+        if filesystem is None:
+            raise DataError(f"output '{name}': {file.name} is not a readable parquet file: {exc}") from exc
+        from .errors import store_error
+
+        raise store_error(exc, getattr(file, "uri", str(file))) from exc
+
+
+def _table_facts(name: str, root: PurePath, footers: list[tuple[PurePath, int, pa.Schema]],
+                 declared: dict[str, pa.DataType] | None, partition_by: tuple[str, ...],
+                 written: pa.Schema | None) -> dict[str, Any]:
+    """Every written file's footer: row count, one schema for all, partition values that fit their
     column's type, and the declared contract."""
-    data_files = [f for f in files if f.suffix == ".parquet"]
-    if not data_files:
+    if not footers:
         raise DataError(f"output '{name}' was written without any parquet file")
     rows, schema = 0, None
-    for file in data_files:
-        try:
-            meta = pq.ParquetFile(file).metadata
-            file_schema = pq.read_schema(file).remove_metadata()
-        except (OSError, pa.ArrowException) as exc:
-            raise DataError(f"output '{name}': {file.name} is not a readable parquet file: {exc}") from exc
+    for file, file_rows, file_schema in footers:
         if schema is not None and not file_schema.equals(schema):
             raise DataError(f"output '{name}': {file.name} has a different schema from the other files")
-        rows, schema = rows + meta.num_rows, file_schema
+        rows, schema = rows + file_rows, file_schema
     if partition_by:
-        schema = _with_partitions(name, staging, data_files, schema, partition_by, written)
+        schema = _with_partitions(name, root, [f for f, _, _ in footers], schema, partition_by, written)
     check_schema(name, declared, schema)
     return {"rows": rows, "schema": schema_to_dict(schema), "arrow_schema": schema.serialize().to_pybytes().hex(),
             "partition_by": list(partition_by)}
 
 
-def _with_partitions(name: str, staging: Path, files: list[Path], data: pa.Schema, partition_by: tuple[str, ...],
-                     written: pa.Schema | None) -> pa.Schema:
+def _with_partitions(name: str, staging: PurePath, files: list[PurePath], data: pa.Schema,
+                     partition_by: tuple[str, ...], written: pa.Schema | None) -> pa.Schema:
     """The full schema of a partitioned output: its files' columns plus the partition columns, typed as
     the engine held them, after checking every directory value fits that type."""
     types = {f.name: f.type for f in written} if written is not None else {}

@@ -125,15 +125,21 @@ def compare(previous: dict[str, str], current: dict[str, str]) -> DatumChanges:
     return DatumChanges(changed, removed, unchanged)
 
 
-def carry_over(output: str, staging: Path, previous_manifest: dict, changes: DatumChanges,
-               partition_by: tuple[str, ...], types: Types, bring: Callable[[list[PurePosixPath], Path], None]) -> None:
+def carry_over(output: str, staging: PurePath, previous_manifest: dict, changes: DatumChanges,
+               partition_by: tuple[str, ...], types: Types, bring: Callable[[list[PurePosixPath], PurePath], None],
+               filesystem=None) -> None:
     """Complete a staged incremental output with the previous version's partitions of unchanged datums.
 
-    `bring(relative_paths, staging)` puts those files of the previous version into staging: the
-    workdir's layout knows how (a local one hard-links its immutable files)."""
+    `staging` is local, or a prefix in object storage reached through `filesystem`; `bring(relative_paths,
+    staging)` puts those files of the previous version there: the workdir's layout knows how (a local
+    one hard-links its immutable files, an object store copies them without moving the data)."""
+    def staged() -> list[PurePosixPath]:
+        return [PurePosixPath(f.relative_to(staging).as_posix())
+                for f in storage.files_under(staging, filesystem) if f.suffix == ".parquet"]
+
     processed = set(changes.changed)
-    for file in sorted(staging.rglob("*.parquet")):
-        key = partition_key(file.relative_to(staging), partition_by, types)
+    for relative in staged():
+        key = partition_key(relative, partition_by, types)
         if key is not None and key not in processed:
             raise DataError(f"incremental output '{output}' has partition {key}, which is not one of the input "
                             f"partitions this run processed ({', '.join(sorted(processed)) or 'none'})",
@@ -143,7 +149,9 @@ def carry_over(output: str, staging: Path, previous_manifest: dict, changes: Dat
     kept = [PurePosixPath(entry["path"]) for entry in previous_manifest["files"]
             if partition_key(PurePosixPath(entry["path"]), partition_by, types) in keep]
     bring(kept, staging)
-    partitioned = [f for f in staging.rglob("*.parquet") if partition_key(f.relative_to(staging), partition_by, types)]
-    if partitioned:  # the schema-only file of an empty write is not needed beside real partitions
-        for file in staging.glob("*.parquet"):
-            file.unlink()
+    files = staged()
+    if any(partition_key(f, partition_by, types) for f in files):
+        # the schema-only file of an empty write is not needed beside real partitions
+        for relative in files:
+            if len(relative.parts) == 1:
+                storage.remove_file(staging / relative.as_posix(), filesystem)

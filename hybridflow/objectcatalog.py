@@ -5,9 +5,13 @@ Layout under <workdir>/<pipeline>/ (s3://bucket/prefix/<pipeline>/):
     datasets/<name>/versions/<version>/   data files, then _manifest.json (written create-only, last)
     CURRENT                               {"datasets": {name: version}}: the one commit point
 
-A stage's outputs are checked and described in a local staging directory (as in a local workdir),
-uploaded under their versions' own prefixes, which no reader looks at, and made current together by
-one compare-and-swap of CURRENT (If-Match its ETag; If-None-Match: * for the first commit). A reader
+Engines that can reach the store themselves (Spark, Dask, Ray: their workers may be on other hosts,
+which share no disk with the runner) write each output straight under its version's own prefix, which
+no reader looks at; hybridflow lists what they wrote (sizes and ETags from the listing, schemas and
+row counts from the footers: no file is read back) and checks it against the contract. Engines that
+run in the runner's own process write a local staging directory, which is checked and uploaded. Either
+way the manifest is written last, create-only, and the outputs are made current together by one
+compare-and-swap of CURRENT (If-Match its ETag; If-None-Match: * for the first commit). A reader
 follows CURRENT to a manifest and the manifest to the files: it never lists a prefix, so a run
 killed at any moment leaves each dataset at its old version or its new one, and what it uploaded
 without committing is garbage that gc removes. A compare-and-swap that fails means another writer
@@ -17,17 +21,22 @@ committed meanwhile (the run's lease was lost): this run publishes nothing and s
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
-from pathlib import Path, PurePosixPath
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path, PurePath, PurePosixPath
 
 from . import faults
-from .catalog import MANIFEST, Catalog, Version
+from .catalog import MANIFEST, Catalog, Version, describe_version, read_footer
 from .errors import DataError, LockedError
 from .objectstore import Conflict, ObjectStore
 from .storage import ObjectPath, StoreSettings
 from .workdir import remove_leftovers
 
 POINTER = "CURRENT"
+# what engines leave beside their data files: markers and checksums, not data
+NOT_DATA = ("_SUCCESS", "_common_metadata", "_metadata")
 
 
 class ObjectCatalog(Catalog):
@@ -41,6 +50,7 @@ class ObjectCatalog(Catalog):
         # commit against any other means another writer committed meanwhile
         self._expected: str | None = None
         self._in_run = False
+        self._pending: dict[str, list[ObjectPath]] = {}  # by run: prefixes engines write, not yet versions
 
     def _pointer(self) -> tuple[dict[str, str], str | None]:
         found, etag = self.objects.read_json(self.remote / POINTER)
@@ -67,7 +77,26 @@ class ObjectCatalog(Catalog):
     def _version_dir(self, name: str, version_id: str) -> ObjectPath:
         return self._child(self._child(self.remote / "datasets", name) / "versions", version_id)
 
-    def prepare(self, name: str, staging: Path, **facts) -> Version:
+    def new_staging(self, run_id: str, name: str, remote: bool = False) -> PurePath:
+        """Where a stage's engine writes an output: a local staging directory, or, for an engine that
+        reaches the store itself (`remote`), the prefix of the version it becomes (invisible until
+        committed; removed by gc if it never is)."""
+        if not remote:
+            return super().new_staging(run_id, name)
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+        directory = self._version_dir(name, f"{stamp}-{secrets.token_hex(5)}-{secrets.token_hex(2)}")
+        self._pending.setdefault(run_id, []).append(directory)
+        return directory
+
+    def discard_staging(self, run_id: str | None = None) -> None:
+        super().discard_staging(run_id)
+        for pending in self._pending.pop(run_id, []) if run_id else []:
+            if not self.objects.exists(pending / MANIFEST):  # a version now: prepare_all discards those
+                self.objects.delete_tree(pending)
+
+    def prepare(self, name: str, staging: PurePath, **facts) -> Version:
+        if isinstance(staging, ObjectPath):
+            return self._prepare_in_place(name, staging, **facts)
         manifest, _ = self._manifest(name, staging, **facts)
         version_id = manifest["version"]
         directory = self._version_dir(name, version_id)
@@ -80,8 +109,35 @@ class ObjectCatalog(Catalog):
         self._manifests[(name, version_id)] = manifest
         return Version(name, version_id, directory, manifest, self.settings)
 
-    def bring(self, version: Version, files: list[PurePosixPath], into: Path) -> None:
-        self.objects.download([version.directory / f.as_posix() for f in files], version.directory, into)
+    def _prepare_in_place(self, name: str, directory: ObjectPath, **facts) -> Version:
+        """An output an engine wrote under its version's prefix: described from the listing and the
+        footers, then made a version by its manifest."""
+        listed, junk = [], []
+        for path, size, etag in self.objects.listing(directory):
+            relative = PurePosixPath(path.relative_to(directory).as_posix())
+            hidden = any(part.startswith((".", "_")) and "=" not in part for part in relative.parts)
+            (junk if hidden or relative.name in NOT_DATA else listed).append((path, relative, size, etag))
+        self.objects.delete_all([path for path, *_ in junk], directory)
+        files = [{"path": relative.as_posix(), "size": size, "etag": etag} for _, relative, size, etag in listed]
+        parquet = [path for path, relative, _, _ in listed if relative.suffix == ".parquet"]
+        footers = []
+        if facts["kind"] == "table":
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                found = list(pool.map(lambda p: read_footer(name, p, self.objects.filesystem), parquet))
+            footers = [(path, rows, schema) for path, (rows, schema) in zip(parquet, found)]
+        manifest = describe_version(name, directory, files, footers, **facts)
+        manifest["version"] = directory.name
+        faults.checkpoint("publish:uploaded")
+        self.objects.write_json(directory / MANIFEST, manifest, create_only=True)
+        faults.checkpoint("publish:moved")
+        self._manifests[(name, directory.name)] = manifest
+        return Version(name, directory.name, directory, manifest, self.settings)
+
+    def bring(self, version: Version, files: list[PurePosixPath], into: PurePath) -> None:
+        if isinstance(into, ObjectPath):  # copied inside the store: the data never comes here
+            self.objects.copy([(version.directory / f.as_posix(), into / f.as_posix()) for f in files], into)
+        else:
+            self.objects.download([version.directory / f.as_posix() for f in files], version.directory, into)
 
     def local_copy(self, version: Version) -> Path:
         """A version downloaded into this machine's cache (once: versions never change), for stages

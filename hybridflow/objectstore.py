@@ -72,6 +72,15 @@ class ObjectStore:
             raise self._error(exc, path) from exc
         return answer["ETag"]
 
+    def exists(self, path: ObjectPath) -> bool:
+        try:
+            self._client.head_object(Bucket=path.bucket, Key=_key(path))
+        except Exception as exc:
+            if _code(exc) in ("NoSuchKey", "404", "NotFound"):
+                return False
+            raise self._error(exc, path) from exc
+        return True
+
     def delete(self, path: ObjectPath, if_match: str | None = None) -> None:
         try:
             condition = {"IfMatch": if_match} if if_match else {}
@@ -129,8 +138,29 @@ class ObjectStore:
 
     def files(self, prefix: ObjectPath) -> list[ObjectPath]:
         """Every object under `prefix`, at any depth."""
-        return [ObjectPath(f"{prefix.bucket}/{o['Key']}") for page in self._pages(prefix)
-                for o in page.get("Contents", []) if not o["Key"].endswith("/")]
+        return [path for path, _, _ in self.listing(prefix)]
+
+    def listing(self, prefix: ObjectPath) -> list[tuple[ObjectPath, int, str]]:
+        """(object, size, ETag) of every object under `prefix`, at any depth, sorted: what a listing
+        says of each object, so that describing what an engine wrote costs no request per file."""
+        return sorted((ObjectPath(f"{prefix.bucket}/{o['Key']}"), o["Size"], o["ETag"].strip('"'))
+                      for page in self._pages(prefix) for o in page.get("Contents", [])
+                      if not o["Key"].endswith("/"))
+
+    def copy(self, pairs: list[tuple[ObjectPath, ObjectPath]], where: ObjectPath) -> None:
+        """Copy objects inside the store (source, target), in parallel: the data never leaves it
+        (large objects in parts)."""
+        self._each(pairs, lambda pair: self._client.copy(
+            {"Bucket": pair[0].bucket, "Key": _key(pair[0])}, pair[1].bucket, _key(pair[1])), where)
+
+    def delete_all(self, paths: list[ObjectPath], where: ObjectPath) -> None:
+        for start in range(0, len(paths), 1000):  # a DeleteObjects request takes at most 1000 keys
+            batch = paths[start:start + 1000]
+            try:
+                self._client.delete_objects(Bucket=where.bucket, Delete={
+                    "Objects": [{"Key": _key(p)} for p in batch], "Quiet": True})
+            except Exception as exc:
+                raise self._error(exc, where) from exc
 
     def delete_tree(self, prefix: ObjectPath) -> None:
         """Every object under `prefix` (pyarrow's delete would leave a "directory" object behind)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import PurePath
 from typing import Any
 
 import pyarrow as pa
@@ -30,7 +30,7 @@ from .tables import ensure_schema_file
 class Written:
     """A table output written to its staging directory, not yet checked or committed."""
 
-    directory: Path
+    directory: PurePath  # a local directory, or a prefix in object storage (storage.ObjectPath)
     schema: pa.Schema
 
 
@@ -117,9 +117,11 @@ class Publisher:
                                     f"{'; '.join(drift)}", hint=f"reprocess every partition: hybridflow run "
                                                                  f"{self.pipeline.shown_file} --force {stage}")
             written = written or previous.schema
+            filesystem = self.pipeline.filesystem_of(staging)
             carry_over(dataset, staging, previous.manifest, decision.changes, partition_by, schema_types(written),
-                       lambda files, into: self.catalog.bring(previous, files, into))
-            ensure_schema_file(staging, written, partition_by)  # every partition removed: still a schema
+                       lambda files, into: self.catalog.bring(previous, files, into), filesystem)
+            # every partition removed: still a schema
+            ensure_schema_file(staging, written, partition_by, filesystem)
             log.info("output %s: %s written, %d carried over, %d removed", dataset,
                      counted(len(decision.changes.changed), "partition"), len(decision.changes.unchanged),
                      len(decision.changes.removed))
@@ -129,7 +131,7 @@ class Publisher:
                                     fingerprint=decision.fingerprint.record() if decision.fingerprint else None)
 
     def write(self, run_id: str, stage: str, dataset: str, backend, frame: Any, log: logging.Logger) -> Written:
-        staging = self.catalog.new_staging(run_id, dataset)
+        staging = self.catalog.new_staging(run_id, dataset, remote=backend.writes_object_storage)
         ds = self.pipeline.dataset(dataset)
         target = ds.target_file_size or backend.target_file_size or TARGET_FILE_SIZE
         try:

@@ -189,6 +189,30 @@ def open_input(path: PurePath, filesystem=None):
     return _call(path, lambda: filesystem.open_input_file(str(path)))
 
 
+def remove_file(path: PurePath, filesystem=None) -> None:
+    if not isinstance(path, ObjectPath):
+        Path(path).unlink()
+        return
+    _call(path, lambda: filesystem.delete_file(str(path)))
+
+
+def move_file(source: PurePath, target: PurePath, filesystem=None) -> None:
+    """A rename; in object storage, which has none, a copy inside the store and a delete."""
+    if not isinstance(source, ObjectPath):
+        os.replace(source, target)
+        return
+    _call(source, lambda: filesystem.move(str(source), str(target)))
+
+
+def write_parquet(table, path: PurePath, filesystem=None) -> None:
+    import pyarrow.parquet as pq
+
+    if not isinstance(path, ObjectPath):
+        pq.write_table(table, path)
+        return
+    _call(path, lambda: pq.write_table(table, str(path), filesystem=filesystem))
+
+
 def content_tag(path: ObjectPath, filesystem) -> str:
     """What names an object's content without reading it: its ETag (an MD5 of a single-part upload,
     of the parts' MD5s otherwise), which changes whenever the object is written again."""

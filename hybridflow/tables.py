@@ -150,15 +150,28 @@ def hive_escape(value: str) -> str:
     return "".join(f"%{ord(c):02X}" if c in HIVE_SPECIAL else c for c in value)
 
 
-def respell_partition_directories(directory: Path, partition_by: tuple[str, ...]) -> None:
+def respell_partition_directories(directory: PurePath, partition_by: tuple[str, ...], filesystem=None) -> None:
     """Rename the directories of a pyarrow-written partitioned output (pyarrow, and Ray through it,
-    percent-encode every byte of a value outside [A-Za-z0-9._~-]) to hive_escape's spelling."""
+    percent-encode every byte of a value outside [A-Za-z0-9._~-]) to hive_escape's spelling. In object
+    storage, where a directory is only a prefix of its files' keys, the files that need it are moved."""
+    if isinstance(directory, storage.ObjectPath):
+        for file in storage.files_under(directory, filesystem):
+            parts = file.relative_to(directory).parts
+            spelled = [_respelled(part, partition_by[level]) if level < len(partition_by) else part
+                       for level, part in enumerate(parts[:-1])]
+            if spelled != list(parts[:-1]):
+                storage.move_file(file, directory.joinpath(*spelled, parts[-1]), filesystem)
+        return
     for level in range(len(partition_by)):
         for path in sorted(directory.glob("/".join(["*"] * (level + 1)))):
-            key, sep, value = path.name.partition("=")
-            spelled = f"{key}={hive_escape(unquote(value))}"
-            if path.is_dir() and sep and key == partition_by[level] and spelled != path.name:
+            spelled = _respelled(path.name, partition_by[level])
+            if path.is_dir() and spelled != path.name:
                 path.rename(path.with_name(spelled))
+
+
+def _respelled(name: str, column: str) -> str:
+    key, sep, value = name.partition("=")
+    return f"{key}={hive_escape(unquote(value))}" if sep and key == column else name
 
 
 def read_partitioned_file(file: Path, source: TableSource) -> pa.Table:
@@ -237,11 +250,13 @@ def rows_per_file(table: pa.Table, target_file_size: int) -> int:
     return max(1, int(target_file_size / parquet_bytes_per_row(sample)))
 
 
-def ensure_schema_file(directory: Path, schema: pa.Schema, partition_by: tuple[str, ...] = ()) -> None:
-    """An empty output must still publish its schema: some engines write no file at all for zero rows."""
-    if not any(directory.rglob("*.parquet")):
+def ensure_schema_file(directory: PurePath, schema: pa.Schema, partition_by: tuple[str, ...] = (),
+                       filesystem=None) -> None:
+    """An empty output must still publish its schema: some engines write no file at all for zero rows.
+    `directory`: a local one, or a prefix in object storage (storage.ObjectPath) with its filesystem."""
+    if not any(f.suffix == ".parquet" for f in storage.files_under(directory, filesystem)):
         data_fields = [f for f in schema if f.name not in partition_by]
-        pq.write_table(pa.schema(data_fields).empty_table(), directory / "part-00000.parquet")
+        storage.write_parquet(pa.schema(data_fields).empty_table(), directory / "part-00000.parquet", filesystem)
 
 
 # for engines that scan files themselves (DuckDB, Polars) and join partition values from the paths

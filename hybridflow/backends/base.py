@@ -10,7 +10,7 @@ import re
 import sys
 import threading
 from abc import ABC, abstractmethod
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, Iterable, Sequence
 
 import pyarrow as pa
@@ -18,6 +18,7 @@ import pyarrow as pa
 from ..pipeline import REDACTED
 from ..settings import TARGET_FILE_SIZE
 from ..stagelog import private_dir
+from ..storage import ObjectPath
 from ..tables import TableSource, ensure_schema_file
 
 
@@ -41,19 +42,27 @@ class Backend(ABC):
     def read(self, source: TableSource) -> Any:
         """A dataset as this engine's native frame."""
 
-    def write(self, frame: Any, directory: Path, partition_by: tuple[str, ...] = (),
+    def write(self, frame: Any, directory: PurePath, partition_by: tuple[str, ...] = (),
               target_file_size: int = TARGET_FILE_SIZE) -> pa.Schema:
         """Write a native frame as Parquet into an empty staging directory (Hive-style directories when
-        partitioned); returns the frame's full Arrow schema. Zero rows still leave a file with the schema."""
+        partitioned); returns the frame's full Arrow schema. Zero rows still leave a file with the schema.
+        `directory` is local, or (only for engines that set writes_object_storage) a prefix in object
+        storage, a storage.ObjectPath that the engine reaches through `store`."""
         schema = self.write_files(frame, directory, partition_by, target_file_size)
-        ensure_schema_file(directory, schema, partition_by)
+        remote = isinstance(directory, ObjectPath)
+        ensure_schema_file(directory, schema, partition_by, self.store.arrow_filesystem() if remote else None)
         return schema
 
     @abstractmethod
-    def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...],
+    def write_files(self, frame: Any, directory: PurePath, partition_by: tuple[str, ...],
                     target_file_size: int) -> pa.Schema:
         """The engine's own Parquet write, in files of about `target_file_size` bytes: one per
         partition when the output is small, never one per task; returns the whole frame's Arrow schema."""
+
+    # Whether the engine writes outputs into object storage itself (its workers may run on hosts that
+    # share no disk with the runner): a workdir in object storage then hands it the version's prefix.
+    # Engines running in the runner's process write a local staging directory, which is uploaded.
+    writes_object_storage: bool = False
 
     # The engine's own target_file_size setting, or None (then the dataset's, or the default, applies).
     # Set by backends.create.

@@ -27,6 +27,7 @@ from ..contract import standard_schema
 from ..errors import DataError, UnavailableError
 from ..footers import Piece, read_footers
 from ..settings import EngineSection, GpuMode
+from ..storage import ObjectPath
 from ..tables import (
     SAMPLE_ROWS,
     TableSource,
@@ -98,6 +99,7 @@ def gpu_cluster_options(settings, devices) -> dict[str, Any]:
 class DaskBackend(Backend):
     name = ENGINE.name
     frame_types = ENGINE.frame_types
+    writes_object_storage = True  # its workers write a version's prefix themselves
 
     def __init__(self, settings, log_dir: Path) -> None:
         self.settings = settings
@@ -281,7 +283,8 @@ class DaskBackend(Backend):
         except (pa.ArrowException, TypeError, ValueError) as exc:
             raise DataError(f"cannot derive an Arrow schema from the frame: {exc}") from exc
         frame = _hive_escaped(self._sized(frame, schema, partition_by, target_file_size), schema, partition_by)
-        frame.to_parquet(str(directory), write_index=False, engine="pyarrow", schema=schema,
+        remote = {"filesystem": self.store.fsspec_filesystem()} if isinstance(directory, ObjectPath) else {}
+        frame.to_parquet(str(directory), **remote, write_index=False, engine="pyarrow", schema=schema,
                          partition_on=list(partition_by) or None, write_metadata_file=False,
                          coerce_timestamps="us", allow_truncated_timestamps=False)
         return schema

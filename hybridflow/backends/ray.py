@@ -31,6 +31,7 @@ from pydantic import Field
 from ..errors import ConfigError, DataError, HybridflowError, UnavailableError, first_line
 from ..footers import read_footers
 from ..settings import TARGET_FILE_SIZE, EngineSection, GpuMode, Params
+from ..storage import ObjectPath
 from ..tables import SAMPLE_ROWS, TableSource, parquet_files, respell_partition_directories, rows_per_file
 from . import Engine
 from .base import (
@@ -97,6 +98,7 @@ def gpus_per_trial(on_gpu: bool, params) -> float:
 class RayBackend(Backend):
     name = ENGINE.name
     frame_types = ENGINE.frame_types
+    writes_object_storage = True  # its workers write a version's prefix themselves
 
     def __init__(self, settings, log_dir: Path) -> None:
         self.settings = settings
@@ -285,10 +287,11 @@ class RayBackend(Backend):
         per_file = rows_per_file(frame.take_batch(SAMPLE_ROWS, batch_format="pyarrow"), target_file_size) if rows else 1
         if partition_by and rows:
             frame = _gathered(frame, partition_by, math.ceil(rows / per_file))
-        frame.write_parquet(str(directory), min_rows_per_file=max(1, min(per_file, rows)), max_rows_per_file=per_file,
-                            partition_cols=list(partition_by) or None,
+        remote = {"filesystem": self.store.arrow_filesystem()} if isinstance(directory, ObjectPath) else {}
+        frame.write_parquet(str(directory), **remote, min_rows_per_file=max(1, min(per_file, rows)),
+                            max_rows_per_file=per_file, partition_cols=list(partition_by) or None,
                             coerce_timestamps="us", allow_truncated_timestamps=False)
-        respell_partition_directories(directory, partition_by)
+        respell_partition_directories(directory, partition_by, remote.get("filesystem"))
         schema = frame.schema() or stage_frame.schema()
         return schema.base_schema if schema is not None else pa.schema([])
 

@@ -214,7 +214,7 @@ def spark_path(path: PurePath) -> str:
     return f"s3a://{path}" if isinstance(path, ObjectPath) else str(path)
 
 
-def spark_s3_conf(store, master: str, own: dict[str, str], gpu_conf: dict[str, str]) -> dict[str, str]:
+def spark_s3_conf(store, own: dict[str, str], gpu_conf: dict[str, str]) -> dict[str, str]:
     """What Spark needs to read s3:// paths: hadoop-aws and the AWS SDK on its classpath (unless the
     pipeline's own conf brings them), and the endpoint, region and addressing every engine is given
     (credentials: s3a's default chain reads the AWS variables and profile)."""
@@ -223,11 +223,10 @@ def spark_s3_conf(store, master: str, own: dict[str, str], gpu_conf: dict[str, s
                                                           "spark.driver.extraClassPath")):
         return conf
     jars = [str(jar) for jar in s3_jars()]
-    if master.startswith("local"):  # on the classpath where they lie: spark.jars would copy 700 MB per start
-        for key in ("spark.driver.extraClassPath", "spark.executor.extraClassPath"):
-            conf[key] = ":".join([*filter(None, [gpu_conf.get(key)]), *jars])
-    else:
-        conf["spark.jars"] = ",".join([*filter(None, [gpu_conf.get("spark.jars")]), *jars])
+    # on the classpath where they lie (on a cluster, every worker has them under the same path: `python
+    # -m hybridflow.backends.spark_s3_jars` there): spark.jars would copy 700 MB to each executor
+    for key in ("spark.driver.extraClassPath", "spark.executor.extraClassPath"):
+        conf[key] = ":".join([*filter(None, [gpu_conf.get(key)]), *jars])
     return conf
 
 
@@ -293,6 +292,7 @@ CODE_VERSION = "HYBRIDFLOW_STAGE_CODE"  # in the Python workers' environment: wh
 class SparkBackend(Backend):
     name = ENGINE.name
     frame_types = ENGINE.frame_types
+    writes_object_storage = True  # its workers write a version's prefix themselves
 
     def __init__(self, settings, log_dir: Path) -> None:
         self.settings = settings
@@ -317,7 +317,7 @@ class SparkBackend(Backend):
                                    hint="stop it before running a pipeline with backend: spark")
         gpu_conf = spark_gpu_conf(self.settings, self.gpu.jar) if self.gpu is not None else {}
         own = {k: str(v) for k, v in self.settings.conf.items()}
-        s3 = spark_s3_conf(self.store, self.master, own, gpu_conf) if self.store is not None else {}
+        s3 = spark_s3_conf(self.store, own, gpu_conf) if self.store is not None else {}
         conf = {**default_conf(self.master, self._driver or "127.0.0.1"), **gpu_conf, **s3, **own}
         conf.update(redaction_conf(conf, self.secrets))
         # no JVM perf-data file in /tmp (it copies the JVM's arguments, and a killed JVM leaves it)
@@ -466,7 +466,10 @@ class SparkBackend(Backend):
         if self.stage_on_gpu:
             self._log_plan(frame)
         # Spark insists on creating its output directory itself; it is inside our fresh staging area.
-        target = directory / "_spark_output"
+        # In object storage a prefix is no directory: Spark writes the version's own prefix, and
+        # hybridflow's manifest (which leaves out _SUCCESS) and commit are what publish it.
+        remote = isinstance(directory, ObjectPath)
+        target = directory if remote else directory / "_spark_output"
         # Files of a sensible size: Spark writes one file per task (and per partition value it holds).
         # Adaptive execution, told the target, coalesces the last shuffle's tasks to about that size.
         # A partitioned output is rebalanced on its partition columns, so that a value's rows meet in
@@ -477,8 +480,10 @@ class SparkBackend(Backend):
             writer = rebalanced.write.mode("errorifexists").partitionBy(*partition_by)
         else:
             writer = _coalesced(frame, target_file_size).write.mode("errorifexists")
-        with self._conf(_write_sizing(target_file_size)):
-            writer.parquet(str(target))
+        with self._conf({**_write_sizing(target_file_size), **(_OBJECT_STORE_WRITE if remote else {})}):
+            writer.parquet(spark_path(target))
+        if remote:
+            return to_arrow_schema(frame.schema, timezone="UTC")
         for entry in sorted(target.iterdir()):
             if entry.name.endswith(".parquet") or (entry.is_dir() and "=" in entry.name):
                 entry.rename(directory / entry.name)
@@ -637,6 +642,14 @@ def _coalesced(frame, target_file_size: int):
         return frame
     estimate = int(str(plan.stats().sizeInBytes()))  # a Scala BigInt: py4j may hand over an int or an object
     return frame.coalesce(max(1, math.ceil(estimate / target_file_size)))
+
+
+# Writing a version's prefix in object storage: each task's files are copied to their final keys once,
+# when the task commits (v2), not twice (v1 copies again at job commit: S3 has no rename). A failed
+# job can leave some tasks' files there: the prefix is no version until hybridflow's manifest says
+# so, and its leftovers are removed with it. No _SUCCESS marker: hybridflow's commit is the marker.
+_OBJECT_STORE_WRITE = {"mapreduce.fileoutputcommitter.algorithm.version": "2",
+                       "mapreduce.fileoutputcommitter.marksuccessfuljobs": "false"}
 
 
 def _write_sizing(target_file_size: int) -> dict[str, str]:
