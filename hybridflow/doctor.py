@@ -274,8 +274,9 @@ def check_gpu(target: Target) -> Iterable[Finding]:
 
 def check_shared_workdir(target: Target) -> Iterable[Finding]:
     """Each cluster the pipeline attaches to: attached to and asked whether its workers see the workdir
-    under the same path (see Backend.check_shared_workdir); a cluster on this host has nothing to share."""
-    if target.pipeline is None:
+    under the same path (see Backend.check_shared_workdir); a cluster on this host has nothing to share,
+    nor does one whose workdir is in object storage."""
+    if target.pipeline is None or target.pipeline.remote is not None:
         return
     from . import backends
 

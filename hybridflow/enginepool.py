@@ -169,8 +169,10 @@ class EnginePool:
             with self._launching(name), processes.launching_engine(), \
                     self.timeline.span(ENGINE_START, detail=name):
                 engine.start(self._stage_code())
-                # a cluster on other hosts must see the workdir before any stage moves data there
-                engine.check_shared_workdir(self.pipeline.workdir)
+                # a cluster on other hosts must see a local workdir before any stage moves data there
+                # (one in object storage its workers reach themselves, as they do the store's inputs)
+                if self.pipeline.remote is None:
+                    engine.check_shared_workdir(self.pipeline.workdir)
         except BaseException:
             with contextlib.suppress(Exception):
                 engine.stop()

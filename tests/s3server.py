@@ -20,10 +20,10 @@ ALL_OF_S3 = '{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action
 
 
 class S3Server:
-    def __init__(self, log: Path) -> None:
-        self.log = log
-        self.port = _free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
+    def __init__(self, log: Path, host: str = "127.0.0.1") -> None:
+        self.log, self.host = log, host  # host: an address other hosts (network namespaces) reach it on
+        self.port = _free_port(host)
+        self.endpoint = f"http://{host}:{self.port}"
         self.process: subprocess.Popen | None = None
         self.access_key, self.secret_key = BOOTSTRAP_KEY, BOOTSTRAP_SECRET
 
@@ -32,12 +32,12 @@ class S3Server:
         # user whose key the tests use, allowed everything on S3 (wrong keys are then refused, 403)
         env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"}
         with open(self.log, "ab") as out:
-            self.process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
+            self.process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", self.host, "-p",
                                              str(self.port)], stdout=out, stderr=out, env=env, start_new_session=True)
         deadline = time.monotonic() + 30
         while True:
             try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                socket.create_connection((self.host, self.port), timeout=0.5).close()
                 self._make_user()
                 return self
             except OSError:
@@ -101,7 +101,7 @@ class S3Server:
         return sorted(f"{bucket}/{item['Key']}" for page in pages for item in page.get("Contents", []))
 
 
-def _free_port() -> int:
+def _free_port(host: str) -> int:
     with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
+        probe.bind((host, 0))
         return probe.getsockname()[1]

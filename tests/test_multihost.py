@@ -2,9 +2,12 @@
 hosts, "head" (10.213.0.2: a Spark master, a Dask scheduler, a Ray head with token auth) and "node"
 (10.213.0.3: a Spark worker, a Dask worker, a Ray worker node); hybridflow runs in the root namespace
 (10.213.0.1), attached to all three, and must give what the embedded engines give, with every listener
-on 127.0.0.1 or an address of those hosts. The hosts share this machine's filesystem, so the workdir
-(under tmp_path) is shared; a worker in a mount namespace where it is hidden must be refused (exit 69).
-Engine processes are stopped by process id and the namespaces deleted, pass or fail. Needs root."""
+on 127.0.0.1 or an address of those hosts. The hosts share this machine's filesystem, so a workdir under
+tmp_path is shared; a worker in a mount namespace where it is hidden must be refused (exit 69). Every
+cluster process also runs in a mount namespace of its own where an empty tmpfs covers PRIVATE, so a
+pipeline kept there, with its workdir in S3 (a moto server on 10.213.0.1), is connected to the clusters
+by S3 alone. Engine processes are stopped by process id and the namespaces deleted, pass or fail.
+Needs root."""
 
 from __future__ import annotations
 
@@ -23,10 +26,15 @@ import pytest
 
 from hybridflow.catalog import Catalog
 from hybridflow.errors import ExitCode
+from hybridflow.objectcatalog import ObjectCatalog
+from hybridflow.storage import ObjectPath, StoreSettings
 from hybridflow.tables import read_arrow
 
+from .conftest import Project
 from .netns import DRIVER_ADDRESS, Listener, Topology, address_allowed, netns_unavailable, process_tree
+from .s3server import S3Server
 from .test_attach import BIN, wait_for
+from .test_s3_workdir import statuses
 
 RAY_TOKEN = "hybridflow-multihost-token-0123456789"
 RAY_ENV = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": RAY_TOKEN}
@@ -95,38 +103,61 @@ def hosts():
 
 
 @pytest.fixture(scope="module")
-def clusters(hosts, tmp_path_factory):
-    """The three clusters, up and with a worker each on "node"; their addresses by engine."""
+def private():
+    """A directory no cluster process can see (an empty tmpfs covers it in each one's mount namespace)."""
+    folder = Path(tempfile.mkdtemp(prefix="hf-mh-private-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def s3(hosts, tmp_path_factory):
+    """An S3 server on the root namespace's address, which every host reaches."""
+    server = S3Server(tmp_path_factory.mktemp("s3") / "moto.log", host=DRIVER_ADDRESS).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def clusters(hosts, s3, private, tmp_path_factory):
+    """The three clusters, up and with a worker each on "node"; their addresses by engine. Their
+    processes have credentials for the S3 server, as cluster nodes have their own (an instance profile),
+    but not its endpoint: hybridflow hands each engine that."""
     import pyspark
 
     logs = tmp_path_factory.mktemp("cluster-logs")
     head, node = hosts.hosts["head"], hosts.hosts["node"]
     spark_class = str(Path(pyspark.__file__).parent / "bin" / "spark-class")
     ray_temp = tempfile.mkdtemp(prefix="hf-mh-")  # short: Ray's socket paths must fit in 107 bytes
+    aws = {k: v for k, v in s3.env().items() if not k.startswith("AWS_ENDPOINT")}
+
+    def launch(host: str, args: list[str], log: Path, env: dict | None = None):
+        return hosts.launch(host, args, log, {**aws, **(env or {})}, hide=private)
+
     try:
         spark = {"PYSPARK_PYTHON": sys.executable, "SPARK_LOG_DIR": str(logs), "SPARK_LOCAL_IP": head}
-        hosts.launch("head", [spark_class, "org.apache.spark.deploy.master.Master", "--host", head,
-                              "--port", str(SPARK_PORT), "--webui-port", str(SPARK_UI)], logs / "master.log", spark)
-        hosts.launch("head", [str(BIN / "dask"), "scheduler", "--host", head, "--port", str(DASK_PORT),
-                              "--no-dashboard", "--dashboard-address", f"{head}:0"], logs / "scheduler.log")
+        launch("head", [spark_class, "org.apache.spark.deploy.master.Master", "--host", head,
+                        "--port", str(SPARK_PORT), "--webui-port", str(SPARK_UI)], logs / "master.log", spark)
+        launch("head", [str(BIN / "dask"), "scheduler", "--host", head, "--port", str(DASK_PORT),
+                        "--no-dashboard", "--dashboard-address", f"{head}:0"], logs / "scheduler.log")
         ray_head = logs / "ray-head.log"
-        hosts.launch("head", [str(BIN / "ray"), "start", "--head", "--block", "--port", str(RAY_PORT),
-                              "--node-ip-address", head, "--include-dashboard=false", "--num-cpus", "1",
-                              "--object-store-memory", str(200 * 2**20), "--temp-dir", f"{ray_temp}/head",
-                              "--disable-usage-stats"], ray_head, {**RAY_ENV, "PYTHONUNBUFFERED": "1"})
+        launch("head", [str(BIN / "ray"), "start", "--head", "--block", "--port", str(RAY_PORT),
+                        "--node-ip-address", head, "--include-dashboard=false", "--num-cpus", "1",
+                        "--object-store-memory", str(200 * 2**20), "--temp-dir", f"{ray_temp}/head",
+                        "--disable-usage-stats"], ray_head, {**RAY_ENV, "PYTHONUNBUFFERED": "1"})
         wait_for(lambda: "Ray runtime started." in ray_head.read_text(errors="replace"), "the ray head")
-        hosts.launch("node", [spark_class, "org.apache.spark.deploy.worker.Worker", f"spark://{head}:{SPARK_PORT}",
-                              "--host", node, "--cores", "1", "--memory", "1g", "--webui-port", "8081",
-                              "--work-dir", str(logs / "spark-work")], logs / "spark-worker.log",
-                     {**spark, "SPARK_LOCAL_IP": node})
-        hosts.launch("node", [str(BIN / "dask"), "worker", f"tcp://{head}:{DASK_PORT}", "--host", node,
-                              "--nworkers", "1", "--nthreads", "1", "--no-dashboard",
-                              "--dashboard-address", f"{node}:0"], logs / "dask-worker.log")
+        launch("node", [spark_class, "org.apache.spark.deploy.worker.Worker", f"spark://{head}:{SPARK_PORT}",
+                        "--host", node, "--cores", "1", "--memory", "1g", "--webui-port", "8081",
+                        "--work-dir", str(logs / "spark-work")], logs / "spark-worker.log",
+               {**spark, "SPARK_LOCAL_IP": node})
+        launch("node", [str(BIN / "dask"), "worker", f"tcp://{head}:{DASK_PORT}", "--host", node,
+                        "--nworkers", "1", "--nthreads", "1", "--no-dashboard",
+                        "--dashboard-address", f"{node}:0"], logs / "dask-worker.log")
         ray_node = logs / "ray-node.log"
-        hosts.launch("node", [str(BIN / "ray"), "start", "--block", "--address", f"{head}:{RAY_PORT}",
-                              "--node-ip-address", node, "--num-cpus", "1", "--object-store-memory",
-                              str(200 * 2**20), "--temp-dir", f"{ray_temp}/node", "--disable-usage-stats"],
-                     ray_node, {**RAY_ENV, "PYTHONUNBUFFERED": "1"})
+        launch("node", [str(BIN / "ray"), "start", "--block", "--address", f"{head}:{RAY_PORT}",
+                        "--node-ip-address", node, "--num-cpus", "1", "--object-store-memory",
+                        str(200 * 2**20), "--temp-dir", f"{ray_temp}/node", "--disable-usage-stats"],
+               ray_node, {**RAY_ENV, "PYTHONUNBUFFERED": "1"})
         wait_for(lambda: spark_workers(head) >= 1, "the spark worker")
         wait_for(lambda: dask_workers(f"tcp://{head}:{DASK_PORT}") >= 1, "the dask worker")
         wait_for(lambda: "Ray runtime started." in ray_node.read_text(errors="replace"), "the ray worker node")
@@ -155,13 +186,14 @@ def dask_workers(address: str) -> int:
         return 0
 
 
-def run_cli(project, *args: str, listeners: Topology | None = None) -> tuple[subprocess.CompletedProcess, list]:
+def run_cli(project, *args: str, listeners: Topology | None = None,
+            env: dict | None = None) -> tuple[subprocess.CompletedProcess, list]:
     """`hybridflow ARGS` in its own process, as a user runs it; with `listeners`, the TCP listeners of its
     process tree and of every process the topology started, sampled with ss every second while it runs."""
     process = subprocess.Popen([sys.executable, "-m", "hybridflow.cli", *args], cwd=project.root, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                # executors run the python the driver names: this venv's, on every host here
-                               env={**_environ(), **RAY_ENV, "PYSPARK_PYTHON": sys.executable,
+                               env={**_environ(), **(env or {}), **RAY_ENV, "PYSPARK_PYTHON": sys.executable,
                                     "COLUMNS": "400"})  # doctor's table: a finding on one line
     seen: dict[tuple, tuple[Listener, set[int]]] = {}
     done = threading.Event()
@@ -195,26 +227,38 @@ def _environ() -> dict:
     return dict(os.environ)
 
 
-def outputs(project, name: str) -> list[tuple]:
-    table = read_arrow(Catalog(project.home(name)).current("scaled").source())
+def outputs(version) -> list[tuple]:
+    table = read_arrow(version.source())
     return sorted(zip(*(table.column(c).to_pylist() for c in ("id", "group", "squared", "total", "scaled"))))
 
 
-def test_three_engines_on_other_hosts_give_the_embedded_answer(clusters, hosts, project):
+@pytest.fixture(scope="module")
+def embedded_answer(tmp_path_factory) -> list[tuple]:
+    """What the pipeline gives on embedded engines, with a local workdir."""
+    project = Project(tmp_path_factory.mktemp("embedded"))
     project.stages(STAGES)
     project.pipeline(PIPELINE.format(name="embedded", backends=EMBEDDED), "embedded.yaml")
-    attached = (f'backends:\n  spark: {{master: "{clusters["spark"]}", conf: {{spark.executor.memory: 512m, '
-                f'spark.cores.max: 1, spark.sql.shuffle.partitions: 2}}}}\n'
-                f'  dask: {{address: "{clusters["dask"]}"}}\n  ray: {{address: "{clusters["ray"]}"}}')
-    project.pipeline(PIPELINE.format(name="attached", backends=attached), "attached.yaml")
-
     embedded, _ = run_cli(project, "run", "embedded.yaml")
     assert embedded.returncode == 0, embedded.stdout
+    answer = outputs(Catalog(project.home("embedded")).current("scaled"))
+    assert len(answer) == 200
+    return answer
+
+
+def attached_backends(clusters) -> str:
+    return (f'backends:\n  spark: {{master: "{clusters["spark"]}", conf: {{spark.executor.memory: 512m, '
+            f'spark.cores.max: 1, spark.sql.shuffle.partitions: 2}}}}\n'
+            f'  dask: {{address: "{clusters["dask"]}"}}\n  ray: {{address: "{clusters["ray"]}"}}')
+
+
+def test_three_engines_on_other_hosts_give_the_embedded_answer(clusters, hosts, project, embedded_answer):
+    project.stages(STAGES)
+    project.pipeline(PIPELINE.format(name="attached", backends=attached_backends(clusters)), "attached.yaml")
+
     started = time.monotonic()
     run, listeners = run_cli(project, "run", "attached.yaml", listeners=hosts)
     assert run.returncode == 0, run.stdout
-    expected = outputs(project, "embedded")
-    assert len(expected) == 200 and outputs(project, "attached") == expected
+    assert outputs(Catalog(project.home("attached")).current("scaled")) == embedded_answer
     assert all(process.poll() is None for process in hosts.processes)  # the clusters are not ours to stop
 
     # the driver side bound to the address that routes to the clusters: Spark's driver JVM and Ray's node
@@ -271,6 +315,35 @@ def _ancestors(pid: int) -> list[int]:
         except (OSError, IndexError, ValueError):
             break
     return found
+
+
+def test_with_the_workdir_in_s3_hosts_that_share_no_filesystem_give_the_embedded_answer(
+        clusters, hosts, s3, private, embedded_answer, monkeypatch):
+    """The project, its local cache and everything hybridflow keeps on this machine lie in PRIVATE, which
+    no cluster process sees: Spark's executors, the Dask worker and Ray's nodes read and write the
+    versions in S3 themselves, and nothing of the data passes through this machine's disk."""
+    project = Project(private / "s3")
+    project.stages(STAGES)
+    bucket = s3.bucket("multihost")
+    project.pipeline(PIPELINE.format(name="attached", backends=f"workdir: s3://{bucket}/retrain\n"
+                                                               f"{attached_backends(clusters)}"), "attached.yaml")
+    cache = private / "cache"
+    env = {**s3.env(), "HYBRIDFLOW_CACHE": str(cache)}
+
+    run, _ = run_cli(project, "run", "attached.yaml", env=env)
+    assert run.returncode == 0, run.stdout
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    catalog = ObjectCatalog(cache / "attached", ObjectPath(f"{bucket}/retrain/attached"), StoreSettings.of())
+    assert outputs(catalog.current("scaled")) == embedded_answer
+    # the engines on the hosts wrote their outputs' files (etags in the manifest: never read back)
+    for dataset in ("squares", "totals", "scaled"):
+        files = catalog.current(dataset).manifest["files"]
+        assert files and all("etag" in f for f in files), files
+    assert not [p for p in private.rglob("*.parquet")]  # no staging left here, nor any copy of the data
+
+    again, _ = run_cli(project, "run", "attached.yaml", env=env)  # the store is what the skip reads
+    assert again.returncode == 0 and set(statuses(again.stdout).values()) == {"skipped"}, again.stdout
 
 
 HIDDEN = '''
