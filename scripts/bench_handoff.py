@@ -13,9 +13,11 @@ The first round of a JVM engine includes its JIT warm-up, which a long run pays 
     python scripts/bench_handoff.py --workdir s3://BUCKET/PREFIX   # through object storage
 
 With --workdir s3://..., the store the AWS variables name (AWS_ENDPOINT_URL for an S3-compatible
-one): an engine's write is a publish to a workdir there (the engine's write, checks, upload, manifest
-and commit), its read the engine's read of that version from the store; pyarrow's figure is its own
-write of the same table to the same store (files of the same size) and its read back.
+one): an engine's write is a publish to a workdir there (Spark, Dask and Ray write the version's
+prefix themselves, the others a local folder that is uploaded; then checks, manifest and commit),
+its read the engine's read of that version from the store; pyarrow's figure is its own write of the
+same table to the same store (files of the same size) and its read back. Spark's is also set against
+Spark's own df.write.parquet("s3a://...") and spark.read.parquet of the same frame.
 """
 
 from __future__ import annotations
@@ -141,8 +143,24 @@ def bench_through_store(name: str, engine, source: TableSource, scratch: Path, r
                                 lambda version: materialise(name, engine.read(version.source()), keep=False))
 
 
+def spark_own_through_store(engine, source: TableSource, remote, count: int) -> list[tuple[float, float]]:
+    """Spark's own `df.write.parquet("s3a://...")` (its default committer) and `spark.read.parquet` of
+    the same frame: the floor under Spark's hand-off through the store."""
+    from hybridflow.objectstore import ObjectStore
+
+    held = materialise("spark", engine.read(source), keep=True)
+    figures = []
+    for round_ in range(count):
+        uri = f"s3a://{remote}/spark-own-{round_}"
+        write_s, _ = timed(lambda: held.write.parquet(uri))  # noqa: B023 (called at once)
+        read_s, _ = timed(lambda: materialise("spark", engine.session.read.parquet(uri), keep=False))  # noqa: B023
+        figures.append((write_s, read_s))
+        ObjectStore(StoreSettings.of()).delete_tree(remote / f"spark-own-{round_}")
+    return figures
+
+
 def published(engine, frame, catalog):
-    staging = catalog.new_staging("bench", "handoff")
+    staging = catalog.new_staging("bench", "handoff", remote=engine.writes_object_storage)
     written = engine.write(frame, staging)
     return catalog.publish("handoff", staging, kind="table", stage="bench", run_id="bench", inputs={},
                            written=written)
@@ -203,6 +221,8 @@ def main() -> None:
                     figures = bench(name, engine, source, scratch, args.rounds)
                 else:
                     figures = bench_through_store(name, engine, source, scratch, remote, args.rounds)
+                    if name == "spark":
+                        results.append(("spark's own", spark_own_through_store(engine, source, remote, args.rounds)))
             finally:
                 engine.stop()
             results.append((f"{name} (start {start_s:.1f}s)", figures))
@@ -216,6 +236,10 @@ def main() -> None:
             write_s, read_s, total = medians(figures)
             print(f"{label:<22} {write_s:8.2f} {mb / write_s:7.0f} {read_s:8.2f} {mb / read_s:7.0f} "
                   f"{total:8.2f} {total / base:9.2f}")
+        own = dict(results).get("spark's own")
+        spark = [figures for label, figures in results if label.startswith("spark (")]
+        if own and spark:
+            print(f"spark through hybridflow / spark's own write + read: {medians(spark[0])[2] / medians(own)[2]:.2f}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
