@@ -372,6 +372,40 @@ def _records(pipeline: PipelineLike | None, workdir: str | os.PathLike):
     return (RunStore(db) if db.exists() else None), name
 
 
+def clusters(pipeline: PipelineLike) -> list[dict[str, Any]]:
+    """The clusters the pipeline's runs brought up (backends.<engine>.cluster) that are not down yet,
+    as recorded in its workdir, oldest first: each a dict of engine, run_id, state ("starting", "up",
+    "down failed"), cluster (what `up` printed), created_at and age (seconds)."""
+    from .clusterrecords import open_records
+    from .provisioning import age
+
+    loaded = _pipeline(pipeline)
+    found = sorted(open_records(loaded).all().values(), key=lambda record: record.get("created_at", ""))
+    return [{**record, "age": age(record)} for record in found]
+
+
+def reap_clusters(pipeline: PipelineLike) -> tuple[list[dict[str, Any]], list[str]]:
+    """Take down the clusters left up by runs that died (a kill -9, an OOM kill): under the run lock,
+    so never while a run of the pipeline lives (LockedError then). Returns the records of the clusters
+    taken down, and what could not be taken down (their records stay). Every run does this first."""
+    from .clusterrecords import open_records
+    from .lock import pipeline_lock
+    from .provisioning import reap
+
+    loaded = _pipeline(pipeline)
+    records = open_records(loaded)
+    if not records.all():
+        return [], []
+    home = loaded.workdir / loaded.name
+    home.mkdir(parents=True, exist_ok=True)  # a workdir in object storage: this machine's cache of it
+    lock = pipeline_lock(loaded)
+    lock.acquire(f"reap-{new_run_id()}")
+    try:
+        return reap(loaded, records, home / "cluster-reap.log")
+    finally:
+        lock.release()
+
+
 def collect_garbage(pipeline: PipelineLike, keep: int | None = None, dry_run: bool = False) -> list[tuple[str, str]]:
     """Remove old dataset versions (all but the newest `keep`, default the pipeline's keep_versions),
     never a current one or one the current versions were made from, and the temporary files of

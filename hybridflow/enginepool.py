@@ -1,6 +1,8 @@
 """The engines of one run: each started the first time a stage needs it, reused by the stages after
 it, replaced after a timeout (the old one may still hold the stage's work), and stopped, every one,
-when the run ends. Engines a caller started (tests, a notebook's session) are used, never stopped."""
+when the run ends. Engines a caller started (tests, a notebook's session) are used, never stopped.
+An engine whose settings have a `cluster:` section gets its cluster brought up first (provisioning)
+and attaches to it; the cluster is taken down right after the engine stops, whichever way it stops."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from .pipeline import Pipeline
 from .sqlstage import is_sql
 from .stagecode import module_file
 from .stopping import SignalState, Terminated
-from .timeline import ENGINE_START, ENGINE_STOP, Timeline
+from .timeline import CLUSTER_DOWN, CLUSTER_UP, ENGINE_START, ENGINE_STOP, Timeline
 
 STOP_WAIT = 90.0  # seconds the engines of a run may take to stop before their processes are killed
 # Engines started ahead of the stages that need them run at this much lower CPU priority (their
@@ -48,7 +50,7 @@ class EnginePool:
     def __init__(self, pipeline: Pipeline, stages: list[str], log_dir: Path, *, signals: SignalState,
                  given: dict[str, Any] | None = None, gpu: Callable[[str], Any] = lambda name: None,
                  on_started: Callable[[str, float], None] = lambda name, seconds: None,
-                 timeline: Timeline | None = None) -> None:
+                 timeline: Timeline | None = None, clusters=None) -> None:
         self.pipeline = pipeline
         self.stages = stages
         self.log_dir = log_dir
@@ -56,6 +58,7 @@ class EnginePool:
         self.gpu = gpu  # engine name -> its GPU resources (a gpu.EngineGpu), or None
         self.on_started = on_started
         self.timeline = timeline or Timeline()
+        self.clusters = clusters  # a provisioning.RunClusters: the run's clusters (None: it brings none up)
         self.seconds: dict[str, float] = {}  # engine -> start-up seconds, for engines started here
         self.output = EngineOutput(log_dir / "engines.log", pipeline.secrets)  # redacted engines.log
         self._given = dict(given or {})
@@ -159,11 +162,17 @@ class EnginePool:
         return getattr(self.pipeline.spec.backends, name, None)
 
     def _start_engine(self, name: str) -> float:
-        """Create and start an engine (any thread); its seconds to start. A failed start stops it."""
-        engine = backends.create(name, self._settings(name), self.log_dir,
+        """Create and start an engine (any thread); its seconds to start. A failed start stops it (and
+        takes down the cluster brought up for it)."""
+        settings = self._settings(name)
+        cluster = getattr(settings, "cluster", None)
+        clock = time.monotonic()
+        if cluster is not None:
+            with self.timeline.span(CLUSTER_UP, detail=name):
+                settings = settings.attached_to(self.clusters.bring_up(name, cluster))
+        engine = backends.create(name, settings, self.log_dir,
                                  gpu=self.gpu(name), secrets=self.pipeline.secrets,
                                  store=self.pipeline.store if self.pipeline.uses_object_storage else None)
-        clock = time.monotonic()
         self._started[name] = engine  # stopped at the end even if it only half started
         try:
             with self._launching(name), processes.launching_engine(), \
@@ -176,9 +185,17 @@ class EnginePool:
         except BaseException:
             with contextlib.suppress(Exception):
                 engine.stop()
+            self._take_down(name)
             self._started.pop(name, None)  # a later stage (--keep-going) tries again rather than reuse it
             raise
         return time.monotonic() - clock
+
+    def _take_down(self, name: str) -> None:
+        """The cluster brought up for `name`, if any, down now (its engine has stopped)."""
+        cluster = getattr(self._settings(name), "cluster", None)
+        if cluster is not None and self.clusters is not None:
+            with self.timeline.span(CLUSTER_DOWN, detail=name):
+                self.clusters.take_down(name, cluster)
 
     @contextlib.contextmanager
     def _launching(self, name: str):
@@ -232,6 +249,7 @@ class EnginePool:
         if engine is not None:
             with contextlib.suppress(Exception):
                 engine.stop()
+            self._take_down(name)
 
     def keep_only(self, needed: set[str]) -> None:
         """Stop every engine this run started that is not in `needed` (the engines of the stages
@@ -253,6 +271,7 @@ class EnginePool:
         if engine is not None:
             with contextlib.suppress(Exception), self.timeline.span(ENGINE_STOP, detail=name):
                 engine.stop()
+            self._take_down(name)
 
     def abandon(self) -> None:
         """The run is being ended around a stuck stage: nothing may start replacement processes."""
@@ -274,6 +293,8 @@ class EnginePool:
                     engine.stop()
         finally:
             watchdog.cancel()
+        for name in list(self._started):  # its own time limit bounds each: no watchdog kills a `down`
+            self._take_down(name)
         self._started.clear()
         if self._background:
             self._engines_stopped.set()

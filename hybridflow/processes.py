@@ -147,12 +147,21 @@ def left_behind(before: set[int]) -> set[int]:
         parents = _parents()
     me = os.getpid()
     found = {pid for pid, parent in parents.items() if parent == me} - before - _engine_processes - _spawned_workers
-    found = {pid for pid in found if b"multiprocessing" not in _cmdline(pid)}
+    found = {pid for pid in found if b"multiprocessing" not in _cmdline(pid) and not _of_a_cluster(pid)}
     frontier = set(found)
     while frontier:
         frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
         found |= frontier
     return found
+
+
+def _of_a_cluster(pid: int) -> bool:
+    """Started by a cluster provider's command for the run (provisioning tags them), adopted here when
+    that command ended: the cluster's, which its `down` stops."""
+    try:
+        return b"\0HYBRIDFLOW_CLUSTER_NAME=" in b"\0" + Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
 
 
 def _cmdline(pid: int) -> bytes:

@@ -11,7 +11,7 @@ from typing import Any
 
 from .backends import BUILT_IN
 from .errors import UnavailableError
-from .timeline import ATTEMPT, CALL, ENGINE_START, ENGINE_STOP, PUBLISH, READ, RETRY_WAIT
+from .timeline import ATTEMPT, CALL, CLUSTER_DOWN, CLUSTER_UP, ENGINE_START, ENGINE_STOP, PUBLISH, READ, RETRY_WAIT
 
 # (strong, light) per backend: the built-in engines in registry order, then any other by its name
 BACKEND_COLOURS = [("#4e79a7", "#d4e1ee"), ("#f28e2b", "#fde0c5"), ("#b07aa1", "#ecdcea"), ("#59a14f", "#d7ebd3"),
@@ -95,10 +95,11 @@ class _Bars:
                f"{_seconds(finish - span['started_at'])}, from {span['started_at'] - self.start:.2f}s: "
                f"{span['outcome']}")
         failed, kind, stage = span["outcome"] != "ok", span["kind"], span["stage"]
-        if kind in (ENGINE_START, ENGINE_STOP):
+        if kind in (ENGINE_START, ENGINE_STOP, CLUSTER_UP, CLUSTER_DOWN):
             backend = span["detail"] or ""
-            self.add(kind, f"engine {backend}", span["started_at"], finish, tip,
-                     backend_colour(backend, light=kind == ENGINE_STOP), failed, width=0.6)
+            row = "cluster" if kind in (CLUSTER_UP, CLUSTER_DOWN) else "engine"
+            self.add(kind, f"{row} {backend}", span["started_at"], finish, tip,
+                     backend_colour(backend, light=kind in (ENGINE_STOP, CLUSTER_DOWN)), failed, width=0.6)
         elif kind == ATTEMPT and stage in backend_of:
             self.add(f"{backend_of[stage]} stage", stage, span["started_at"], finish, tip,
                      backend_colour(backend_of[stage], light=True), failed, width=0.8)
@@ -125,8 +126,10 @@ def gantt(started: float, ended: float, stages: list[dict[str, Any]], spans: lis
     bar with the reason. Everything has a tooltip."""
     start = min([s["started_at"] for s in spans] + [started])
     end = max([s["ended_at"] or s["started_at"] for s in spans] + [ended, start + 1e-3])
+    clusters = list(dict.fromkeys(s["detail"] for s in spans if s["kind"] in (CLUSTER_UP, CLUSTER_DOWN)))
     engines = list(dict.fromkeys(s["detail"] for s in spans if s["kind"] in (ENGINE_START, ENGINE_STOP)))
-    rows = [(f"engine {e}", _row_label(f"engine {e}", None, None)) for e in engines]
+    rows = [(f"cluster {c}", _row_label(f"cluster {c}", None, None)) for c in clusters]
+    rows += [(f"engine {e}", _row_label(f"engine {e}", None, None)) for e in engines]
     rows += [(s["stage"], _row_label(s["stage"], s["backend"], s["status"])) for s in stages]
     backend_of = {s["stage"]: s["backend"] for s in stages}
     bars = _Bars(start, end)
@@ -135,7 +138,8 @@ def gantt(started: float, ended: float, stages: list[dict[str, Any]], spans: lis
     for stage in stages:
         if stage["status"] in ("skipped", "not run"):
             bars.not_attempted(stage)
-    order = [f"{b} stage" for b in dict.fromkeys(backend_of.values())] + [FAILED_ATTEMPT, ENGINE_START, ENGINE_STOP] + \
+    order = [f"{b} stage" for b in dict.fromkeys(backend_of.values())] + \
+        [FAILED_ATTEMPT, CLUSTER_UP, CLUSTER_DOWN, ENGINE_START, ENGINE_STOP] + \
         list(STEP_COLOURS) + [FAILED_STEP, "skipped", "not run"]
     layout = {
         "barmode": "overlay", "height": 150 + 34 * max(len(rows), 1), "bargap": 0.2,

@@ -58,6 +58,7 @@ class RunResult:
     run_dir: Path
     resume_command: str | None = None
     error: HybridflowError | None = None
+    warnings: list[str] = field(default_factory=list)  # what went wrong without failing the run
 
     @property
     def failed(self) -> list[StageResult]:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import backends, gpu, processes, runsync, storage
+from .clusterrecords import open_records
 from .enginepool import EnginePool
 from .errors import DataError, HybridflowError, InterruptedRun, first_line, is_out_of_space, out_of_space
 from .executor import StageExecutor
@@ -33,6 +34,7 @@ from .lock import pipeline_lock
 from .objectcatalog import open_catalog
 from .pipeline import Pipeline
 from .planner import SKIP, Decision, Planner
+from .provisioning import RunClusters, reap
 from .publisher import Publisher
 from .results import Listener, PlannedInput, RunResult, Selection, StageResult, new_run_id, now  # noqa: F401 - re-exported
 from .stageerrors import StageErrors
@@ -169,6 +171,11 @@ class Runner:
                 raise
             raise out_of_space(self.pipeline.workdir) from exc
 
+    def _reap_clusters(self, clusters: RunClusters, log_file: Path) -> list[str]:
+        """Take down the clusters that runs which died left up (we hold the lock: no other run lives)."""
+        reaped, problems = reap(self.pipeline, clusters.records, log_file)
+        return [f"took down the {r['engine']} cluster that run {r['run_id']} left up" for r in reaped] + problems
+
     def _run_locked(self, run_id: str, run_dir: Path, results: dict[str, StageResult]) -> RunResult:
         started, clock = datetime.now(timezone.utc), time.monotonic()  # a waiting run starts when it gets the lock
         status, error, unrecorded = "failed", None, None
@@ -180,9 +187,12 @@ class Runner:
                   "run_dir": str(run_dir), "arguments": json.dumps(self.arguments)}
         self.store.save_run(**record, status="running")
         self._push_records(run_id)  # seen from other machines as running, and marked killed if it dies
+        clusters = RunClusters(self.pipeline, run_id, run_dir / "logs", open_records(self.pipeline))
         self._engines = self._pool(self.pipeline, self.stages, run_dir / "logs", signals=self._signals,
                                    given=self._given, gpu=lambda name: self._gpu.engine(name) if self._gpu else None,
-                                   on_started=self.listener.engine_started, timeline=Timeline(self.store, run_id))
+                                   on_started=self.listener.engine_started, timeline=Timeline(self.store, run_id),
+                                   clusters=clusters)
+        warnings: list[str] = []
         self._executor = self._stage_executor()
         try:
             # Under the lock no other run is writing: whatever is in staging is a dead run's leftovers,
@@ -196,6 +206,7 @@ class Runner:
                 self.store.save_run(**record, status="failed", error=exc.one_line(), ended_at=now())
                 raise
             private_dir(run_dir / "logs")  # 0700: logs may quote data
+            warnings += self._reap_clusters(clusters, run_dir / "logs" / "cluster-reap.log")
             self._engines.start_early(self._engines_ahead())  # before the display takes the terminal
             self.listener.run_started(run_id, list(results.values()))
             self._live = _LiveRun(run_dir, results, record, started, clock)
@@ -228,7 +239,7 @@ class Runner:
                 self._ending.release()
         result = RunResult(run_id, self.pipeline.name, status, results, dict(self._engines.seconds),
                            started.isoformat(timespec="seconds"), time.monotonic() - clock, run_dir,
-                           error=error)
+                           error=error, warnings=warnings + clusters.problems)
         if status != "success" and result.failed or status == "interrupted":
             result.resume_command = f"hybridflow run {self.pipeline.shown_file} --resume"
         self.store.save_run(**record, status=status, ended_at=now(),

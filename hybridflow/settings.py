@@ -5,9 +5,9 @@ own backend module (see backends.Engine); spec.py builds the whole file's model 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 
 class Section(BaseModel):
@@ -51,8 +51,39 @@ ByteSize = Annotated[int, BeforeValidator(byte_count)]
 TARGET_FILE_SIZE = 128 * 10**6  # bytes of Parquet per file, when neither a dataset nor its engine says
 
 
+class CommandCluster(Section):
+    """A cluster brought up for each run by the team's own commands (see hybridflow.provisioning)."""
+
+    provider: Literal["command"] = Field(description="command: the team's own up and down commands")
+    up: str = Field(description="brings the cluster up; its last line of output is JSON: "
+                                '{"address": "tcp://10.0.0.5:8786", ...}')
+    down: str = Field(description="takes it down; HYBRIDFLOW_CLUSTER holds the JSON up printed")
+    up_timeout: float = Field(600, gt=0, description="seconds `up` may take")
+    down_timeout: float = Field(120, gt=0, description="seconds `down` may take before it is killed")
+
+
 class EngineSection(Section):
     """What every engine's `backends.<engine>` section has, besides its own settings."""
 
     target_file_size: ByteSize | None = Field(
         None, gt=0, description="bytes of Parquet per output file for this engine's stages (default 128MB)")
+    cluster: CommandCluster | None = Field(
+        None, description="bring the engine's cluster up for each run, and take it down once no stage needs it")
+
+    # the setting a brought-up cluster's address fills (address:, master:); None: an engine that runs in
+    # hybridflow's own process, with no cluster to bring up
+    cluster_address_field: ClassVar[str | None] = None
+
+    @model_validator(mode="after")
+    def _one_way_to_a_cluster(self):
+        field = self.cluster_address_field
+        if self.cluster is not None and field is None:
+            raise ValueError("cluster: this engine runs in hybridflow's own process and has no cluster to bring up")
+        if self.cluster is not None and getattr(self, field, None):
+            raise ValueError(f"cluster: brings a cluster up for each run and {field}: attaches to one already "
+                             f"running: keep one of them")
+        return self
+
+    def attached_to(self, address: str):
+        """These settings, attached to the cluster at `address` (one brought up for the run)."""
+        return self.model_copy(update={self.cluster_address_field: address, "cluster": None})

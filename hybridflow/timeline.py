@@ -14,6 +14,7 @@ from .state import RunStore
 
 # what a span is of; the report colours and orders them by this
 ENGINE_START, ENGINE_STOP = "engine start", "engine stop"
+CLUSTER_UP, CLUSTER_DOWN = "cluster up", "cluster down"  # a cluster brought up for the run (provisioning)
 ATTEMPT, READ, CALL, PUBLISH, RETRY_WAIT = "attempt", "read inputs", "function", "publish", "retry wait"
 
 

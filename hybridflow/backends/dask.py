@@ -18,7 +18,7 @@ import gc
 import logging
 import math
 from pathlib import Path, PurePath
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import pyarrow as pa
 from pydantic import Field
@@ -53,6 +53,7 @@ from .base import (
 # The scheduler always serves HTTP (health, metrics), on 8787 unless told otherwise, even with no
 # dashboard address: keep it off the dashboard's port, on a free loopback port, with no dashboard.
 class DaskSettings(EngineSection):
+    cluster_address_field: ClassVar[str | None] = "address"
     address: str | None = Field(None, description="scheduler address (tcp://host:8786); default: a local cluster")
     n_workers: int | None = Field(None, ge=1)
     threads_per_worker: int | None = Field(None, ge=1)

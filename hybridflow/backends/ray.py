@@ -23,7 +23,7 @@ import signal
 import tempfile
 import traceback
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import pyarrow as pa
 from pydantic import Field
@@ -47,6 +47,7 @@ from .raytune import CALLBACKS_VARIABLE, TUNING, TrialCounter, with_callback
 
 
 class RaySettings(EngineSection):
+    cluster_address_field: ClassVar[str | None] = "address"
     address: str | None = Field(None, description="head address (host:6379); default: a local instance")
     num_cpus: int | None = Field(None, ge=1)
     num_gpus: int | None = Field(None, ge=0)

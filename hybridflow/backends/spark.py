@@ -27,7 +27,7 @@ import tempfile
 import threading
 import warnings
 from pathlib import Path, PurePath
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import pyarrow as pa
 from pydantic import Field
@@ -53,6 +53,7 @@ from .base import (
 
 
 class SparkSettings(EngineSection):
+    cluster_address_field: ClassVar[str | None] = "master"
     master: str | None = Field(None, description="local[N] or spark://host:7077; default local[*]")
     conf: Params = Field(default_factory=dict, description="Spark configuration, e.g. spark.sql.shuffle.partitions")
     gpu: GpuMode = False

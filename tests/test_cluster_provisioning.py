@@ -1,0 +1,248 @@
+"""Clusters brought up for a run with the `command` provider: the team's own `up` and `down` scripts,
+here starting a real Dask scheduler and worker on 127.0.0.1 (as `terraform apply` or `kubectl apply`
+would elsewhere) and stopping them by the process ids `up` printed. The cluster is up for the Dask
+stage and gone before the stage after it runs; a failing `up` is one line, exit 69, with `down` run
+and nothing recorded; a runner killed with SIGKILL leaves a record that `clusters list` shows and
+`clusters reap` acts on; a `down` that hangs is bounded and reported."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from hybridflow.catalog import Catalog
+from hybridflow.errors import ExitCode
+
+from .conftest import Project
+
+pytestmark = pytest.mark.timeout(300)
+BIN = Path(sys.executable).parent
+
+UP = r'''set -euo pipefail
+dir="$STATE/$HYBRIDFLOW_RUN_ID"
+mkdir -p "$dir"
+echo "$dir" > "$STATE/latest"
+echo "bringing up $HYBRIDFLOW_CLUSTER_NAME"
+setsid "$BIN/dask" scheduler --host 127.0.0.1 --port 0 --no-dashboard --idle-timeout 300 \
+    --scheduler-file "$dir/scheduler.json" > "$dir/scheduler.log" 2>&1 < /dev/null &
+echo $! > "$dir/scheduler.pid"
+for _ in $(seq 300); do [ -s "$dir/scheduler.json" ] && break; sleep 0.1; done
+setsid "$BIN/dask" worker --scheduler-file "$dir/scheduler.json" --host 127.0.0.1 --nworkers 1 --nthreads 1 \
+    --no-dashboard > "$dir/worker.log" 2>&1 < /dev/null &
+echo $! > "$dir/worker.pid"
+address=$("$BIN/python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["address"])' "$dir/scheduler.json")
+echo "{\"address\": \"$address\", \"state\": \"$dir\"}"
+'''
+
+DOWN = r'''set -eu
+dir=$("$BIN/python" -c 'import json, os; print(json.loads(os.environ["HYBRIDFLOW_CLUSTER"])["state"])')
+for name in worker scheduler; do
+    pid=$(cat "$dir/$name.pid")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 100); do alive "$pid" || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+done
+echo down >> "$dir/downs"
+'''
+
+ALIVE = '''alive() { [ -e "/proc/$1" ] && ! grep -q '^[0-9]* ([^)]*) Z' "/proc/$1/stat"; }\n'''
+
+STAGES = '''
+import os
+from pathlib import Path
+
+import pandas as pd
+
+
+def make():
+    return pd.DataFrame({"id": pd.Series(range(100), dtype="int64")})
+
+
+def double(numbers):
+    return numbers.assign(doubled=numbers["id"] * 2)
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def after(doubled):
+    state = Path(Path(os.environ["STATE"], "latest").read_text().strip())
+    pids = [int((state / f"{name}.pid").read_text()) for name in ("scheduler", "worker")]
+    return doubled.assign(cluster_alive=any(alive(pid) for pid in pids))
+'''
+
+PIPELINE = '''
+name: provisioned
+backends:
+  dask:
+    cluster:
+      provider: command
+      up: bash {up}
+      down: bash {down}
+      down_timeout: {down_timeout}
+stages:
+  make: {{run: "mypkg.steps:make", outputs: [numbers]}}
+  double: {{run: "mypkg.steps:double", backend: dask, inputs: [numbers], outputs: [doubled]}}
+  after: {{run: "mypkg.steps:after", inputs: [doubled], outputs: [checked]}}
+'''
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def provisioned(tmp_path):
+    project = Project(tmp_path / "project")
+    project.stages(STAGES)
+    state = tmp_path / "state"
+    state.mkdir()
+    (project.root / "up.sh").write_text(UP)
+    (project.root / "down.sh").write_text(ALIVE + DOWN)
+    (project.root / "hang.sh").write_text("sleep 600\n")
+    (project.root / "fail.sh").write_text('echo "quota exceeded for m5.xlarge in eu-west-1" >&2\n'
+                                          'touch "$STATE/up-failed"; exit 3\n')
+    (project.root / "down-after-failure.sh").write_text('touch "$STATE/down-after-failure"\n')
+    started: list[subprocess.Popen] = []
+
+    def hf(*args: str, wait: bool = True):
+        env = {**os.environ, "STATE": str(state), "BIN": str(BIN), "COLUMNS": "300"}
+        process = subprocess.Popen([sys.executable, "-m", "hybridflow.cli", *args], cwd=project.root, env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   start_new_session=True)
+        started.append(process)
+        if not wait:
+            return process
+        output, _ = process.communicate(timeout=240)
+        return subprocess.CompletedProcess(process.args, process.returncode, output, "")
+
+    yield project, state, hf
+    for process in started:  # a test that failed half-way leaves nothing running
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    for pid_file in state.glob("*/*.pid"):
+        pid = int(pid_file.read_text())
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def pipeline(project: Project, up: str = "up.sh", down: str = "down.sh", down_timeout: int = 30) -> None:
+    project.pipeline(PIPELINE.format(up=up, down=down, down_timeout=down_timeout))
+
+
+def records(project: Project) -> list[dict]:
+    folder = project.home("provisioned") / "clusters"
+    return [json.loads(f.read_text()) for f in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+
+
+def cluster_pids(state: Path) -> list[int]:
+    return [int(f.read_text()) for f in sorted(state.glob("*/*.pid"))]
+
+
+def test_a_dask_cluster_is_brought_up_for_its_stage_and_gone_before_the_next(provisioned):
+    project, state, hf = provisioned
+    pipeline(project)
+    run = hf("run", "pipeline.yaml")
+    assert run.returncode == 0, run.stdout
+    checked = pq.read_table([str(f) for f in Catalog(project.home("provisioned")).current("checked").files
+                             if f.suffix == ".parquet"]).to_pandas()
+    assert sorted(checked["doubled"]) == [2 * i for i in range(100)]
+    assert not checked["cluster_alive"].any()  # taken down as soon as no remaining stage needed Dask
+    pids = cluster_pids(state)
+    assert len(pids) == 2 and not any(alive(pid) for pid in pids)
+    cluster_dir = Path((state / "latest").read_text().strip())
+    assert "Receive client connection" in (cluster_dir / "scheduler.log").read_text()  # the stage ran there
+    assert (cluster_dir / "downs").read_text() == "down\n"  # once
+    assert records(project) == []  # the record goes once the cluster is down
+    run_id = Path((state / "latest").read_text().strip()).name
+    log = next(project.home("provisioned").glob(f"runs/{run_id}/logs/cluster-dask.log")).read_text()
+    assert f"bringing up hf-provisioned-{run_id}-dask" in log  # up's own output, with the run's tag
+    listed = hf("clusters", "list", "pipeline.yaml")
+    assert listed.returncode == 0 and "no cluster" in listed.stdout, listed.stdout
+
+
+def test_an_up_that_fails_is_one_line_exit_69_and_leaves_nothing_behind(provisioned):
+    project, state, hf = provisioned
+    pipeline(project, up="fail.sh", down="down-after-failure.sh")
+    run = hf("run", "pipeline.yaml")
+    assert run.returncode == ExitCode.UNAVAILABLE, run.stdout
+    assert "the dask cluster's `up` exited 3: quota exceeded for m5.xlarge in eu-west-1" in run.stdout
+    assert "Traceback" not in run.stdout
+    assert (state / "up-failed").exists() and (state / "down-after-failure").exists()  # down cleans up after it
+    assert records(project) == []
+    assert Catalog(project.home("provisioned")).current("doubled") is None
+
+
+def test_a_killed_runner_leaves_a_record_that_reap_takes_down_and_a_hanging_down_is_bounded(provisioned):
+    project, state, hf = provisioned
+    pipeline(project)
+    (project.root / "mypkg" / "steps.py").write_text(STAGES.replace(
+        "    return numbers.assign(", "    import time\n    time.sleep(600)\n    return numbers.assign("))
+    run = hf("run", "pipeline.yaml", wait=False)
+    deadline = time.monotonic() + 120
+    while not any(r.get("state") == "up" for r in records(project)):
+        assert time.monotonic() < deadline and run.poll() is None, run.communicate()[0] if run.poll() else "no up"
+        time.sleep(0.2)
+    os.killpg(run.pid, signal.SIGKILL)  # the supervisor and the run: nothing of hybridflow tears down
+    run.wait()
+    pids = cluster_pids(state)
+    assert pids and all(alive(pid) for pid in pids)
+
+    listed = hf("clusters", "list", "pipeline.yaml")
+    [record] = records(project)
+    assert listed.returncode == 0 and record["run_id"] in listed.stdout and "up" in listed.stdout, listed.stdout
+
+    pipeline(project, down="hang.sh", down_timeout=2)  # a down that hangs is killed at its timeout
+    clock = time.monotonic()
+    hanging = hf("clusters", "reap", "pipeline.yaml")
+    assert time.monotonic() - clock < 30
+    assert hanging.returncode == ExitCode.UNAVAILABLE, hanging.stdout
+    assert "`down` did not finish within 2 s" in hanging.stdout, hanging.stdout
+    assert [r["state"] for r in records(project)] == ["down failed"] and all(alive(pid) for pid in pids)
+
+    pipeline(project)
+    reaped = hf("clusters", "reap", "pipeline.yaml")
+    assert reaped.returncode == 0, reaped.stdout
+    assert f"took down the dask cluster of run {record['run_id']}" in reaped.stdout, reaped.stdout
+    assert records(project) == [] and not any(alive(pid) for pid in pids)
+
+
+def test_a_cluster_section_is_checked_where_it_is_written(tmp_path):
+    project = Project(tmp_path)
+    file = project.pipeline('''
+        name: x
+        backends:
+          dask:
+            address: tcp://127.0.0.1:8786
+            cluster: {provider: command, up: ./up.sh, down: ./down.sh}
+          duckdb:
+            cluster: {provider: command, up: ./up.sh, down: ./down.sh}
+          ray:
+            cluster: {provider: kubernetes, up: ./up.sh, down: ./down.sh}
+        stages:
+          a: {run: "m:f", backend: dask, outputs: [o]}
+        ''')
+    checked = subprocess.run([sys.executable, "-m", "hybridflow.cli", "validate", str(file)], capture_output=True,
+                             text=True, cwd=tmp_path)
+    assert checked.returncode == ExitCode.CONFIG, checked.stdout + checked.stderr
+    said = checked.stdout + checked.stderr
+    assert "pipeline.yaml:4:5: error: backends.dask: cluster: brings a cluster up for each run and address: " \
+           "attaches to one already running: keep one of them" in said, said
+    assert "pipeline.yaml:7:5: error: backends.duckdb: cluster: this engine runs in hybridflow's own process" in said
+    assert "backends.ray.cluster.provider must be one of command, not 'kubernetes'" in said
