@@ -51,15 +51,62 @@ ByteSize = Annotated[int, BeforeValidator(byte_count)]
 TARGET_FILE_SIZE = 128 * 10**6  # bytes of Parquet per file, when neither a dataset nor its engine says
 
 
-class CommandCluster(Section):
-    """A cluster brought up for each run by the team's own commands (see hybridflow.provisioning)."""
+class ClusterHost(Section):
+    host: str = Field(description="the address (or name) SSH reaches it by; its engine processes bind to it")
+    head: bool = Field(False, description="runs the scheduler, master or head (default: the first host)")
 
-    provider: Literal["command"] = Field(description="command: the team's own up and down commands")
-    up: str = Field(description="brings the cluster up; its last line of output is JSON: "
-                                '{"address": "tcp://10.0.0.5:8786", ...}')
-    down: str = Field(description="takes it down; HYBRIDFLOW_CLUSTER holds the JSON up printed")
-    up_timeout: float = Field(600, gt=0, description="seconds `up` may take")
-    down_timeout: float = Field(120, gt=0, description="seconds `down` may take before it is killed")
+
+class ClusterSection(Section):
+    """backends.<engine>.cluster: how a cluster is brought up for each run (see hybridflow.provisioning)."""
+
+    provider: Literal["command", "ssh"] = Field(
+        description="command: the team's own up and down commands; ssh: the engine's own cluster processes "
+                    "started on your hosts over SSH")
+    # provider: command
+    up: str | None = Field(None, description="brings the cluster up; its last line of output is JSON: "
+                                             '{"address": "tcp://10.0.0.5:8786", ...}')
+    down: str | None = Field(None, description="takes it down; HYBRIDFLOW_CLUSTER holds the JSON up printed")
+    # provider: ssh
+    hosts: list[ClusterHost] | None = Field(None, description="the hosts: one head, the others run workers")
+    user: str | None = Field(None, description="the SSH user (default: ssh's own)")
+    key_file: str | None = Field(None, description="the SSH private key (default: ssh's own)")
+    port: int = Field(22, ge=1, le=65535, description="the SSH port")
+    ssh_options: Names = Field(default_factory=list, description="more ssh arguments, e.g. [-o, "
+                                                                 "UserKnownHostsFile=/etc/hybridflow/known_hosts]")
+    python: str | None = Field(None, description="the Python on the hosts (default: this one's path)")
+    head_port: int | None = Field(None, ge=1, le=65535, description="the scheduler's, master's or head's port "
+                                                                     "(default: the engine's own)")
+    head_args: Names = Field(default_factory=list, description="more arguments for the head process")
+    worker_args: Names = Field(default_factory=list, description="more arguments for each worker process")
+    env: dict[str, str] = Field(default_factory=dict, description="environment of the cluster's processes "
+                                "(credentials from ${env:...}); sent over SSH's input, never on a command line")
+    idle_timeout: float = Field(3600, gt=0, description="seconds a cluster may sit idle before it ends itself, "
+                                                        "where the engine offers a timer (Dask's scheduler)")
+    # both
+    up_timeout: float = Field(600, gt=0, description="seconds bringing the cluster up may take")
+    down_timeout: float = Field(120, gt=0, description="seconds taking it down may take before it is killed")
+
+    @model_validator(mode="after")
+    def _provider_keys(self):
+        mine = {"command": {"up", "down"}, "ssh": {"hosts"}}
+        missing = sorted(k for k in mine[self.provider] if not getattr(self, k))
+        if missing:
+            raise ValueError(f"provider: {self.provider} needs {', '.join(missing)}")
+        others = sorted(k for k in mine["ssh" if self.provider == "command" else "command"] if getattr(self, k))
+        if others:
+            raise ValueError(f"{', '.join(others)}: not for provider: {self.provider}")
+        if self.hosts and sum(h.head for h in self.hosts) > 1:
+            raise ValueError("hosts: only one may be the head")
+        return self
+
+    @property
+    def head(self) -> str:
+        return next((h.host for h in self.hosts if h.head), self.hosts[0].host)
+
+    @property
+    def workers(self) -> list[str]:
+        """The hosts that run workers: all but the head (the head too, when it is the only one)."""
+        return [h.host for h in self.hosts if h.host != self.head] or [self.head]
 
 
 class EngineSection(Section):
@@ -67,7 +114,7 @@ class EngineSection(Section):
 
     target_file_size: ByteSize | None = Field(
         None, gt=0, description="bytes of Parquet per output file for this engine's stages (default 128MB)")
-    cluster: CommandCluster | None = Field(
+    cluster: ClusterSection | None = Field(
         None, description="bring the engine's cluster up for each run, and take it down once no stage needs it")
 
     # the setting a brought-up cluster's address fills (address:, master:); None: an engine that runs in

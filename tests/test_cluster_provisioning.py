@@ -235,6 +235,8 @@ def test_a_cluster_section_is_checked_where_it_is_written(tmp_path):
             cluster: {provider: command, up: ./up.sh, down: ./down.sh}
           ray:
             cluster: {provider: kubernetes, up: ./up.sh, down: ./down.sh}
+          spark:
+            cluster: {provider: ssh, up: ./up.sh}
         stages:
           a: {run: "m:f", backend: dask, outputs: [o]}
         ''')
@@ -245,4 +247,5 @@ def test_a_cluster_section_is_checked_where_it_is_written(tmp_path):
     assert "pipeline.yaml:4:5: error: backends.dask: cluster: brings a cluster up for each run and address: " \
            "attaches to one already running: keep one of them" in said, said
     assert "pipeline.yaml:7:5: error: backends.duckdb: cluster: this engine runs in hybridflow's own process" in said
-    assert "backends.ray.cluster.provider must be one of command, not 'kubernetes'" in said
+    assert "backends.ray.cluster.provider must be one of command, ssh, not 'kubernetes'" in said
+    assert "backends.spark.cluster: provider: ssh needs hosts" in said

@@ -27,6 +27,18 @@ DEFAULT = "python"  # the engine of a stage that names none
 
 
 @dataclass(frozen=True)
+class ClusterLaunch:
+    """How the engine's own cluster processes are started on hosts (a cluster brought up over SSH, see
+    hybridflow.provisioning): the address the driver attaches to, the head's command, and each worker's.
+    Every process is started with its output to a log and its environment tagged with the cluster."""
+
+    address: str  # what backends.<engine>.address (or master) is set to
+    port: int  # where the head answers once it is up
+    head: list[str]
+    worker: Callable[[str], list[str]]  # a worker host -> its command
+
+
+@dataclass(frozen=True)
 class Engine:
     """What hybridflow knows of an engine before it starts one, and without importing it."""
 
@@ -61,6 +73,10 @@ class Engine:
     # what the engine needs to read s3:// paths beyond hybridflow's own extras, checked without
     # starting it (doctor): returns where it found it, raises UnavailableError saying how to get it
     object_storage_check: Callable[[], str] | None = None
+    # the engine's own cluster processes on hosts, for `cluster: {provider: ssh}`: (python, head, port or
+    # None for the engine's own, the cluster's name, its idle timeout in seconds) -> ClusterLaunch; None:
+    # the engine has no cluster of its own to start
+    cluster_launch: Callable[[str, str, int | None, str, float], ClusterLaunch] | None = None
 
     @property
     def install(self) -> str:

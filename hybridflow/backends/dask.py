@@ -37,7 +37,7 @@ from ..tables import (
     read_piece,
     rows_per_file,
 )
-from . import Engine
+from . import ClusterLaunch, Engine
 from .base import (
     Backend,
     check_reachable,
@@ -76,13 +76,26 @@ def features({input}: dd.DataFrame) -> dd.DataFrame:
     return {input}.assign(big_spender={input}["amount"] > {input}["amount"].mean())
 '''
 
+def cluster_launch(python: str, head: str, port: int | None, name: str, idle_timeout: float) -> ClusterLaunch:
+    """A scheduler that ends itself after `idle_timeout` seconds without work, and workers that end
+    themselves a minute after they lose it: a cluster whose runner died goes away on its own."""
+    port = port or 8786
+    address = f"tcp://{head}:{port}"
+    return ClusterLaunch(
+        address, port,
+        [python, "-m", "distributed.cli.dask_scheduler", "--host", head, "--port", str(port), "--no-dashboard",
+         "--dashboard-address", f"{head}:0", "--idle-timeout", f"{idle_timeout:g}s"],
+        lambda host: [python, "-m", "distributed.cli.dask_worker", address, "--host", host, "--no-dashboard",
+                      "--dashboard-address", f"{host}:0", "--death-timeout", "60"])
+
+
 ENGINE = Engine(
     name="dask", module=__name__, example=(EXAMPLE_STAGE, "features"),
     settings=DaskSettings, description="Dask: a local cluster or a scheduler's address",
     frame_types="dask.dataframe.DataFrame", requires=("distributed",), extra="dask",
     gpu=True, gpu_packages=("cudf", "dask_cudf", "dask_cuda"),
     attached_gpu_packages=("cudf", "dask_cudf"),  # the client builds cuDF frames itself
-    attached=lambda settings: bool(settings.address),
+    attached=lambda settings: bool(settings.address), cluster_launch=cluster_launch,
 )
 
 NO_DASHBOARD = {"dashboard_address": "127.0.0.1:0", "scheduler_kwargs": {"dashboard": False}}

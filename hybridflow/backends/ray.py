@@ -33,7 +33,7 @@ from ..footers import read_footers
 from ..settings import TARGET_FILE_SIZE, EngineSection, GpuMode, Params
 from ..storage import ObjectPath
 from ..tables import SAMPLE_ROWS, TableSource, parquet_files, respell_partition_directories, rows_per_file
-from . import Engine
+from . import ClusterLaunch, Engine
 from .base import (
     Backend,
     check_reachable,
@@ -72,11 +72,28 @@ def score({input}: ray.data.Dataset) -> ray.data.Dataset:
     return {input}.map_batches(add_score, batch_format="pandas")
 '''
 
+def cluster_launch(python: str, head: str, port: int | None, name: str, idle_timeout: float) -> ClusterLaunch:
+    """`ray start` of a head and of worker nodes, each bound to its host's address, no dashboard; each
+    node's session files in a folder of its own (short: Ray's socket paths must fit in 107 bytes)."""
+    import hashlib
+
+    port = port or 6379
+
+    def start(host: str, *args: str) -> list[str]:
+        temp = f"/tmp/hfr-{hashlib.sha256(f'{name} {host}'.encode()).hexdigest()[:10]}"
+        return [python, "-m", "ray.scripts.scripts", "start", "--block", "--node-ip-address", host,
+                "--disable-usage-stats", "--temp-dir", temp, *args]
+
+    return ClusterLaunch(f"{head}:{port}", port,
+                         start(head, "--head", "--port", str(port), "--include-dashboard=false"),
+                         lambda host: start(host, "--address", f"{head}:{port}"))
+
+
 ENGINE = Engine(
     name="ray", module=__name__, example=(EXAMPLE_STAGE, "score"),
     settings=RaySettings, description="Ray: a local instance or a head's address",
     frame_types="ray.data.Dataset", requires=("ray",), extra="ray", gpu=True,
-    attached=lambda settings: bool(settings.address),
+    attached=lambda settings: bool(settings.address), cluster_launch=cluster_launch,
 )
 
 

@@ -39,7 +39,7 @@ from ..settings import EngineSection, GpuMode, Params
 from ..storage import ObjectPath
 from ..tables import TableSource, parquet_files
 from ..textfiles import csv_header
-from . import Engine
+from . import ClusterLaunch, Engine
 from .base import (
     Backend,
     case_collisions,
@@ -78,6 +78,26 @@ def in_cents({input}: DataFrame) -> DataFrame:
     return {input}.withColumn("amount_cents", F.round(F.col("amount") * 100).cast("long"))
 '''
 
+# spark-class of the pyspark the hosts' Python imports (its launcher scripts ship in the wheel)
+_SPARK_CLASS = ("import os, sys, pyspark; bin = os.path.join(os.path.dirname(pyspark.__file__), 'bin'); "
+                "os.execv(os.path.join(bin, 'spark-class'), ['spark-class', *sys.argv[1:]])")
+
+
+def cluster_launch(python: str, head: str, port: int | None, name: str, idle_timeout: float) -> ClusterLaunch:
+    """A standalone master and workers, each bound to its host's address (SPARK_LOCAL_IP: their web UIs
+    too), the workers' scratch in a folder of the cluster's own."""
+    port = port or 7077
+
+    def spark_class(host: str, *args: str) -> list[str]:
+        return ["env", f"SPARK_LOCAL_IP={host}", f"PYSPARK_PYTHON={python}", python, "-c", _SPARK_CLASS, *args]
+
+    return ClusterLaunch(
+        f"spark://{head}:{port}", port,
+        spark_class(head, "org.apache.spark.deploy.master.Master", "--host", head, "--port", str(port)),
+        lambda host: spark_class(host, "org.apache.spark.deploy.worker.Worker", f"spark://{head}:{port}",
+                                 "--host", host, "--work-dir", f"/tmp/hybridflow-clusters/{name}-work"))
+
+
 ENGINE = Engine(
     name="spark", module=__name__, example=(EXAMPLE_STAGE, "in_cents"),
     settings=SparkSettings, description="Spark: a local session or a cluster's master",
@@ -86,6 +106,7 @@ ENGINE = Engine(
     result_settings=lambda settings: {"spark_conf": dict(settings.conf)},
     unrepresentable=lambda schema: unrepresentable(schema),
     object_storage_check=lambda: f"hadoop-aws and the AWS SDK in {s3_jars()[0].parent}",
+    cluster_launch=cluster_launch,
 )
 
 
