@@ -100,7 +100,8 @@ def fake_crontab(tmp_path, monkeypatch) -> Path:
 
 # Test tiers (markers registered in pyproject.toml). `pytest -m "not engine and not cluster and not cron"`
 # is the fast tier a contributor runs on every change; CI runs everything.
-CLUSTER_MODULES = {"test_attach", "test_multihost", "test_cluster_provisioning"}  # a Spark master, Dask scheduler or Ray head
+# a Spark master, Dask scheduler or Ray head
+CLUSTER_MODULES = {"test_attach", "test_multihost", "test_cluster_provisioning", "test_ssh_clusters"}
 # modules whose tests run the real engines, or the examples that use them, throughout
 ENGINE_MODULES = {"test_backends", "test_engine_lifecycle", "test_everyday_frames", "test_three_engines",
                   "test_weekly_retrain", "test_cli_retrain", "test_stopping", "test_secret_engines", "test_bad_inputs",

@@ -234,6 +234,10 @@ def outputs(version) -> list[tuple]:
 
 @pytest.fixture(scope="module")
 def embedded_answer(tmp_path_factory) -> list[tuple]:
+    return embedded_run(tmp_path_factory)
+
+
+def embedded_run(tmp_path_factory) -> list[tuple]:
     """What the pipeline gives on embedded engines, with a local workdir."""
     project = Project(tmp_path_factory.mktemp("embedded"))
     project.stages(STAGES)

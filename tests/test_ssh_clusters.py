@@ -1,0 +1,271 @@
+"""Clusters brought up over SSH for a run and taken down after it. Three network namespaces stand for
+three hosts (a: the head of each engine; b and c: workers), each running its own sshd (Debian's
+openssh-server, started here on the host's address with a key made for the test) in a mount namespace
+where an empty tmpfs covers PRIVATE, where the project and hybridflow's local cache lie: the hosts share
+no filesystem with the runner, and the workdir is on an S3 server at 10.213.0.1. A python -> Spark ->
+Dask -> Ray pipeline brings all three clusters up over SSH and gives the embedded run's answer; Spark's
+cluster is gone while the Ray stage runs; after the run no process tagged with its clusters' names is
+left on any host and no listener was on a wildcard address (Ray's exception aside). After a kill -9 of
+the runner, the Dask cluster's own idle timeout ends it with no run following, and `clusters reap`
+ends what is left. Needs root and openssh-server."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from hybridflow.objectcatalog import ObjectCatalog
+from hybridflow.storage import ObjectPath, StoreSettings
+
+from .conftest import Project
+from .netns import Topology, netns_unavailable
+from .s3server import S3Server
+from .test_multihost import DRIVER_ADDRESS, RAY_ENV, embedded_run, outputs, run_cli, wrong_listeners
+from .test_s3_workdir import statuses
+
+pytestmark = pytest.mark.timeout(900)
+SSHD = Path("/usr/sbin/sshd")
+
+STAGES = '''
+import os
+import re
+
+import pandas as pd
+
+
+def make():
+    ids = pd.Series(range(200), dtype="int64")
+    return pd.DataFrame({"id": ids, "group": ids % 7})
+
+
+def square(x):
+    return x * x
+
+
+def spark_square(numbers):
+    from pyspark.sql import functions as F
+    return numbers.select("id", "group", F.udf(square, "long")("id").alias("squared"))  # on an executor
+
+
+def dask_total(squares):
+    return squares.map_partitions(lambda p: p.assign(total=p["squared"] + p["group"]),
+                                  meta=squares._meta.assign(total=squares._meta["squared"]))
+
+
+def spark_processes() -> int:
+    """Processes of this pipeline's Spark cluster still running on this machine (the hosts share it)."""
+    found = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            environ = open(f"/proc/{pid}/environ", "rb").read()
+        except OSError:
+            continue
+        found += bool(re.search(rb"(^|\\0)HYBRIDFLOW_CLUSTER_NAME=hf-sshflow-[^\\0]*-spark\\0", environ))
+    return found
+
+
+def ray_scale(totals):
+    return totals.map_batches(lambda b: b.assign(scaled=b["total"] * 0.5, spark_left=spark_processes()),
+                              batch_format="pandas")
+
+
+def dask_slow(numbers):
+    import time
+    time.sleep(600)
+    return numbers
+'''
+
+
+def ssh_cluster(hosts: Topology, key: Path, extra: str = "") -> str:
+    a, b, c = (hosts.hosts[name] for name in ("a", "b", "c"))
+    return (f'{{provider: ssh, hosts: [{{host: {a}, head: true}}, {{host: {b}}}, {{host: {c}}}], user: root, '
+            f'key_file: "{key}", python: "{sys.executable}", '
+            f'ssh_options: [-o, StrictHostKeyChecking=no, -o, UserKnownHostsFile=/dev/null, -o, LogLevel=ERROR], '
+            f'env: {{AWS_ACCESS_KEY_ID: "${{env:AWS_ACCESS_KEY_ID}}", '
+            f'AWS_SECRET_ACCESS_KEY: "${{env:AWS_SECRET_ACCESS_KEY}}", AWS_REGION: us-east-1, '
+            f'RAY_AUTH_MODE: token, RAY_AUTH_TOKEN: "${{env:RAY_AUTH_TOKEN}}"}}{extra}}}')
+
+
+PIPELINE = '''
+name: sshflow
+workdir: s3://{bucket}/wd
+backends:
+  spark:
+    conf: {{spark.executor.memory: 512m, spark.cores.max: 2, spark.sql.shuffle.partitions: 2}}
+    cluster: {spark}
+  dask:
+    cluster: {dask}
+  ray:
+    cluster: {ray}
+stages:
+  make: {{run: "mypkg.steps:make", outputs: [numbers]}}
+  squares: {{run: "mypkg.steps:spark_square", backend: spark, inputs: [numbers], outputs: [squares]}}
+  totals: {{run: "mypkg.steps:dask_total", backend: dask, inputs: [squares], outputs: [totals]}}
+  scaled: {{run: "mypkg.steps:ray_scale", backend: ray, inputs: [totals], outputs: [scaled]}}
+'''
+
+KILLED = '''
+name: sshkill
+workdir: s3://{bucket}/wd
+backends:
+  dask:
+    cluster: {dask}
+stages:
+  make: {{run: "mypkg.steps:make", outputs: [numbers]}}
+  slow: {{run: "mypkg.steps:dask_slow", backend: dask, inputs: [numbers], outputs: [slowed]}}
+'''
+
+
+@pytest.fixture(scope="module")
+def hosts():
+    reason = netns_unavailable() or (None if SSHD.exists() else "openssh-server is not installed")
+    if reason:
+        pytest.skip(reason)
+    topology = Topology()
+    try:
+        topology.build(["a", "b", "c"])
+        yield topology
+    finally:
+        topology.remove()
+
+
+@pytest.fixture(scope="module")
+def private():
+    folder = Path(tempfile.mkdtemp(prefix="hf-ssh-private-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def sshd(hosts, private, tmp_path_factory) -> Path:
+    """An sshd on each host's address, in a mount namespace where PRIVATE is hidden; the client key."""
+    keys = tmp_path_factory.mktemp("ssh")
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / "client")], check=True)
+    (keys / "authorized_keys").write_text((keys / "client.pub").read_text())
+    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
+    for name, address in hosts.hosts.items():
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / f"host-{name}")], check=True)
+        config = keys / f"sshd-{name}.conf"
+        config.write_text(f"ListenAddress {address}\nHostKey {keys / f'host-{name}'}\n"
+                          f"PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
+                          f"KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
+                          f"AuthorizedKeysFile {keys / 'authorized_keys'}\nPidFile {keys / f'sshd-{name}.pid'}\n")
+        hosts.launch(name, [str(SSHD), "-D", "-e", "-f", str(config)], keys / f"sshd-{name}.log", hide=private)
+    deadline = time.monotonic() + 30
+    for name, address in hosts.hosts.items():
+        while subprocess.run(ssh(keys / "client", address, "true"), capture_output=True).returncode != 0:
+            assert time.monotonic() < deadline, (keys / f"sshd-{name}.log").read_text()
+            time.sleep(0.2)
+    yield keys / "client"
+    hosts.stop()
+
+
+def ssh(key: Path, address: str, command: str) -> list[str]:
+    return ["ssh", "-i", str(key), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o",
+            "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", f"root@{address}", command]
+
+
+@pytest.fixture(scope="module")
+def s3(hosts, tmp_path_factory):
+    server = S3Server(tmp_path_factory.mktemp("s3") / "moto.log", host=DRIVER_ADDRESS).start()
+    yield server
+    server.stop()
+
+
+def tagged(prefix: str) -> list[int]:
+    """Processes on this machine (every host's: they share it) tagged with a cluster name starting so."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and re.search(rb"(^|\0)HYBRIDFLOW_CLUSTER_NAME=" + re.escape(prefix.encode()), environ):
+            found.append(int(pid))
+    return found
+
+
+@pytest.fixture(scope="module")
+def embedded_answer(tmp_path_factory) -> list[tuple]:
+    return embedded_run(tmp_path_factory)
+
+
+def hf_env(s3: S3Server, private: Path) -> dict[str, str]:
+    return {**s3.env(), "HYBRIDFLOW_CACHE": str(private / "cache"), **RAY_ENV}
+
+
+def test_three_clusters_brought_up_over_ssh_give_the_embedded_answer_and_leave_nothing(
+        hosts, sshd, s3, private, embedded_answer, monkeypatch):
+    project = Project(private / "flow")
+    project.stages(STAGES)
+    bucket = s3.bucket("sshflow")
+    project.pipeline(PIPELINE.format(
+        bucket=bucket,
+        spark=ssh_cluster(hosts, sshd, ", worker_args: [--cores, '1', --memory, 1g]"),
+        dask=ssh_cluster(hosts, sshd, ", worker_args: [--nthreads, '1']"),
+        ray=ssh_cluster(hosts, sshd, ", head_args: [--num-cpus, '0', --object-store-memory, '100000000'], "
+                                     "worker_args: [--num-cpus, '1', --object-store-memory, '100000000']")))
+    env = hf_env(s3, private)
+    run, listeners = run_cli(project, "run", "pipeline.yaml", listeners=hosts, env=env)
+    assert run.returncode == 0, run.stdout
+    assert set(statuses(run.stdout).values()) == {"done"}, run.stdout
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    catalog = ObjectCatalog(private / "cache" / "sshflow", ObjectPath(f"{bucket}/wd/sshflow"), StoreSettings.of())
+    scaled = catalog.current("scaled")
+    assert outputs(scaled) == embedded_answer
+    from hybridflow.tables import read_arrow
+
+    assert set(read_arrow(scaled.source()).column("spark_left").to_pylist()) == {0}  # Spark's cluster was gone
+    assert tagged("hf-sshflow-") == []  # every cluster process, on every host, ended with the run
+    assert not wrong_listeners(listeners, hosts), listeners
+    logs = next((private / "cache").rglob("cluster-dask.log")).read_text()
+    assert "distributed.scheduler" in logs and "=== " in logs  # the hosts' own logs came back with the run
+    assert "AWS_SECRET_ACCESS_KEY" not in logs and s3.secret_key not in logs
+    listed = run_cli(project, "clusters", "list", "pipeline.yaml", env=env)[0]
+    assert "no cluster is up" in listed.stdout, listed.stdout
+
+
+def test_after_a_kill_9_the_clusters_own_timer_and_the_reaper_end_it(hosts, sshd, s3, private):
+    project = Project(private / "killed")
+    project.stages(STAGES)
+    bucket = s3.bucket("sshkill")
+    project.pipeline(KILLED.format(bucket=bucket, dask=ssh_cluster(hosts, sshd, ", idle_timeout: 5")))
+    env = {**os.environ, **hf_env(s3, private)}
+    run = subprocess.Popen([sys.executable, "-m", "hybridflow.cli", "run", "pipeline.yaml"], cwd=project.root,
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not any(json.loads(s3.client().get_object(Bucket=bucket, Key=key.split("/", 1)[1])["Body"].read())
+                      .get("state") == "up" for key in s3.keys(f"{bucket}/wd/sshkill/clusters/")):
+            assert time.monotonic() < deadline and run.poll() is None, run.communicate()[0] if run.poll() else ""
+            time.sleep(0.5)
+        time.sleep(3)  # the slow stage is under way: the scheduler has work, its workers have joined
+    finally:
+        os.killpg(run.pid, signal.SIGKILL)  # the supervisor and the run: nothing of hybridflow tears down
+        run.wait()
+    scheduler = [pid for pid in tagged("hf-sshkill-") if b"dask_scheduler" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert scheduler, "the cluster should outlive its runner"
+    deadline = time.monotonic() + 60  # the scheduler ends itself once idle 5 s: its client died with the run
+    while any(Path(f"/proc/{pid}").exists() for pid in scheduler):
+        assert time.monotonic() < deadline, "Dask's idle timeout did not end the scheduler"
+        time.sleep(0.5)
+
+    listed = run_cli(project, "clusters", "list", "pipeline.yaml", env=hf_env(s3, private))[0]
+    assert "dask" in listed.stdout and "up" in listed.stdout, listed.stdout
+    reaped = run_cli(project, "clusters", "reap", "pipeline.yaml", env=hf_env(s3, private))[0]
+    assert reaped.returncode == 0 and "took down the dask cluster of run" in reaped.stdout, reaped.stdout
+    assert tagged("hf-sshkill-") == [] and s3.keys(f"{bucket}/wd/sshkill/clusters/") == []
