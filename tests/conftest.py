@@ -117,3 +117,12 @@ def pytest_collection_modifyitems(config, items):
         if module in ENGINE_MODULES or module in CLUSTER_MODULES or "engines" in item.fixturenames \
                 or ENGINE_NAMED.search(item.name):
             item.add_marker(pytest.mark.engine)
+
+
+@pytest.fixture(scope="session")
+def embedded_answer(tmp_path_factory) -> list[tuple]:
+    """The multi-host pipeline's answer on embedded engines (tests/test_multihost.py), for the tests
+    that run it on clusters on other hosts."""
+    from .test_multihost import embedded_run
+
+    return embedded_run(tmp_path_factory)

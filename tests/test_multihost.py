@@ -232,13 +232,9 @@ def outputs(version) -> list[tuple]:
     return sorted(zip(*(table.column(c).to_pylist() for c in ("id", "group", "squared", "total", "scaled"))))
 
 
-@pytest.fixture(scope="module")
-def embedded_answer(tmp_path_factory) -> list[tuple]:
-    return embedded_run(tmp_path_factory)
-
-
 def embedded_run(tmp_path_factory) -> list[tuple]:
-    """What the pipeline gives on embedded engines, with a local workdir."""
+    """What the pipeline gives on embedded engines, with a local workdir (conftest's embedded_answer,
+    once per session: the SSH clusters' test compares with it too)."""
     project = Project(tmp_path_factory.mktemp("embedded"))
     project.stages(STAGES)
     project.pipeline(PIPELINE.format(name="embedded", backends=EMBEDDED), "embedded.yaml")

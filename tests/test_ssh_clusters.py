@@ -30,7 +30,7 @@ from hybridflow.storage import ObjectPath, StoreSettings
 from .conftest import Project
 from .netns import Topology, netns_unavailable
 from .s3server import S3Server
-from .test_multihost import DRIVER_ADDRESS, RAY_ENV, embedded_run, outputs, run_cli, wrong_listeners
+from .test_multihost import DRIVER_ADDRESS, RAY_ENV, outputs, run_cli, wrong_listeners
 from .test_s3_workdir import statuses
 
 pytestmark = pytest.mark.timeout(900)
@@ -194,11 +194,6 @@ def tagged(prefix: str) -> list[int]:
         if state != "Z" and re.search(rb"(^|\0)HYBRIDFLOW_CLUSTER_NAME=" + re.escape(prefix.encode()), environ):
             found.append(int(pid))
     return found
-
-
-@pytest.fixture(scope="module")
-def embedded_answer(tmp_path_factory) -> list[tuple]:
-    return embedded_run(tmp_path_factory)
 
 
 def hf_env(s3: S3Server, private: Path) -> dict[str, str]:
