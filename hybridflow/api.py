@@ -94,6 +94,18 @@ class Plan:
         return [stage for stage, decision in self.decisions.items() if decision.action != "skip"]
 
     @property
+    def clusters(self) -> dict[str, str]:
+        """Engine -> the cluster the run would bring up for it (backends.<engine>.cluster), in words."""
+        found = {}
+        for stage in self.to_run:
+            engine = self.pipeline.stages[stage].backend
+            cluster = getattr(getattr(self.pipeline.spec.backends, engine, None), "cluster", None)
+            if cluster is not None and engine not in found:
+                found[engine] = (f"ssh: head {cluster.head}, workers on {', '.join(cluster.workers)}"
+                                 if cluster.provider == "ssh" else f"command: {self.pipeline.redact(cluster.up)}")
+        return found
+
+    @property
     def missing(self) -> list[tuple[str, PlannedInput]]:
         return [(stage, item) for stage, items in self.inputs.items() for item in items if item.state == "missing"]
 

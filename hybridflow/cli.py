@@ -425,6 +425,8 @@ def _print_plan(plan) -> None:
         out.print(f"[red]missing input[/] {item.dataset} of stage {stage}: {escape(item.detail)}", soft_wrap=True)
     runs = len(plan.to_run)
     out.print(f"{runs} of {counted(len(plan.decisions), 'stage')} to run, {len(plan.decisions) - runs} up to date")
+    for engine, cluster in plan.clusters.items():
+        out.print(f"would bring up a {engine} cluster ({cluster})", soft_wrap=True, markup=False)
 
 
 @app.command()

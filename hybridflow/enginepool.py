@@ -178,6 +178,7 @@ class EnginePool:
             with self._launching(name), processes.launching_engine(), \
                     self.timeline.span(ENGINE_START, detail=name):
                 engine.start(self._stage_code())
+                engine.check_versions()  # an attached cluster's workers run what this driver runs
                 # a cluster on other hosts must see a local workdir before any stage moves data there
                 # (one in object storage its workers reach themselves, as they do the store's inputs)
                 if self.pipeline.remote is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -35,7 +36,8 @@ setsid "$BIN/dask" scheduler --host 127.0.0.1 --port 0 --no-dashboard --idle-tim
     --scheduler-file "$dir/scheduler.json" > "$dir/scheduler.log" 2>&1 < /dev/null &
 echo $! > "$dir/scheduler.pid"
 for _ in $(seq 300); do [ -s "$dir/scheduler.json" ] && break; sleep 0.1; done
-setsid "$BIN/dask" worker --scheduler-file "$dir/scheduler.json" --host 127.0.0.1 --nworkers 1 --nthreads 1 \
+PYTHONPATH="${WORKER_PYTHONPATH:-}" setsid "$BIN/dask" worker --scheduler-file "$dir/scheduler.json" \
+    --host 127.0.0.1 --nworkers 1 --nthreads 1 \
     --no-dashboard > "$dir/worker.log" 2>&1 < /dev/null &
 echo $! > "$dir/worker.pid"
 address=$("$BIN/python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["address"])' "$dir/scheduler.json")
@@ -120,8 +122,8 @@ def provisioned(tmp_path):
     (project.root / "down-after-failure.sh").write_text('touch "$STATE/down-after-failure"\n')
     started: list[subprocess.Popen] = []
 
-    def hf(*args: str, wait: bool = True):
-        env = {**os.environ, "STATE": str(state), "BIN": str(BIN), "COLUMNS": "300"}
+    def hf(*args: str, wait: bool = True, env: dict | None = None):
+        env = {**os.environ, "STATE": str(state), "BIN": str(BIN), "COLUMNS": "300", **(env or {})}
         process = subprocess.Popen([sys.executable, "-m", "hybridflow.cli", *args], cwd=project.root, env=env,
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                    start_new_session=True)
@@ -158,6 +160,8 @@ def cluster_pids(state: Path) -> list[int]:
 def test_a_dask_cluster_is_brought_up_for_its_stage_and_gone_before_the_next(provisioned):
     project, state, hf = provisioned
     pipeline(project)
+    planned = hf("plan", "pipeline.yaml")
+    assert "would bring up a dask cluster (command: bash up.sh)" in planned.stdout, planned.stdout
     run = hf("run", "pipeline.yaml")
     assert run.returncode == 0, run.stdout
     checked = pq.read_table([str(f) for f in Catalog(project.home("provisioned")).current("checked").files
@@ -187,6 +191,24 @@ def test_an_up_that_fails_is_one_line_exit_69_and_leaves_nothing_behind(provisio
     assert (state / "up-failed").exists() and (state / "down-after-failure").exists()  # down cleans up after it
     assert records(project) == []
     assert Catalog(project.home("provisioned")).current("doubled") is None
+
+
+def test_a_worker_running_other_versions_is_refused_before_any_data_moves(provisioned):
+    """The worker's pyarrow says it is 1.0.0 (a sitecustomize on its PYTHONPATH): exit 69 naming the worker
+    and the version, the cluster taken down, nothing published."""
+    project, state, hf = provisioned
+    pipeline(project)
+    fake = state / "fake"
+    fake.mkdir()
+    (fake / "sitecustomize.py").write_text("import pyarrow\npyarrow.__version__ = '1.0.0'\n")
+    run = hf("run", "pipeline.yaml", env={"WORKER_PYTHONPATH": str(fake)})
+    assert run.returncode == ExitCode.UNAVAILABLE, run.stdout
+    import pyarrow
+
+    assert re.search(r"the dask cluster at tcp://127\.0\.0\.1:\d+: worker tcp://127\.0\.0\.1:\d+ runs pyarrow "
+                     rf"1\.0\.0 \(here {re.escape(pyarrow.__version__)}\)", run.stdout), run.stdout
+    assert (Path((state / "latest").read_text().strip()) / "downs").read_text() == "down\n"
+    assert records(project) == [] and Catalog(project.home("provisioned")).current("doubled") is None
 
 
 def test_a_killed_runner_leaves_a_record_that_reap_takes_down_and_a_hanging_down_is_bounded(provisioned):

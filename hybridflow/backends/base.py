@@ -135,6 +135,10 @@ class Backend(ABC):
     def stop(self) -> None:
         """Stop what this backend started (never an attached cluster). Safe to call twice."""
 
+    def check_versions(self) -> None:
+        """Attached to a cluster: fail with UnavailableError, before any data moves, unless its workers run
+        this machine's Python (major.minor), pyarrow and engine versions (see require_same_versions)."""
+
     def check_shared_workdir(self, workdir: Path) -> bool:
         """Attached to a cluster on other hosts: fail with UnavailableError, before any data moves,
         unless its workers see `workdir` under the same path (they read and write the hand-off Parquet
@@ -417,6 +421,39 @@ def driver_address(host: str, port: int, advertise: str | None) -> str | None:
         return advertise or local_address_towards(host, port)
     except OSError:
         return None  # no route: check_reachable reports it
+
+
+def versions_here(*packages: str) -> dict[str, str]:
+    """This process's Python (major.minor) and the versions of `packages`: what a worker's must equal.
+    Nested imports only, so that it runs on a worker shipped by value."""
+    import importlib
+    import sys
+
+    found = {"python": f"{sys.version_info[0]}.{sys.version_info[1]}"}
+    for package in packages:
+        try:
+            found[package] = getattr(importlib.import_module(package), "__version__", "unknown")
+        except ImportError:
+            found[package] = "not installed"
+    return found
+
+
+def require_same_versions(backend: str, address: str, workers: dict[str, dict[str, str]],
+                          packages: tuple[str, ...]) -> None:
+    """One line and exit 69 when a worker runs other versions than this machine: a pickled function or
+    Parquet written by another pyarrow then fails deep in a stage, or silently differs."""
+    from ..errors import UnavailableError
+
+    here = versions_here(*packages)
+    for worker, theirs in sorted(workers.items()):
+        different = [f"{name} {theirs.get(name, 'unknown')} (here {version})" for name, version in here.items()
+                     if theirs.get(name) != version]
+        if different:
+            others = sum(1 for w in workers.values() if any(w.get(k) != v for k, v in here.items())) - 1
+            raise UnavailableError(f"the {backend} cluster at {address}: worker {worker} runs "
+                                   f"{', '.join(different)}{f' (and {others} more workers differ)' if others else ''}",
+                                   hint="install the driver's versions on every node (python -m pip freeze "
+                                        "here says which)")
 
 
 def require_shared_workdir(backend: str, address: str, workdir: Path, seen_by_workers) -> None:

@@ -45,8 +45,10 @@ from .base import (
     driver_address,
     engine_output_stream,
     index_as_columns,
+    require_same_versions,
     require_shared_workdir,
     split_host_port,
+    versions_here,
 )
 
 
@@ -98,6 +100,8 @@ ENGINE = Engine(
     attached=lambda settings: bool(settings.address), cluster_launch=cluster_launch,
 )
 
+VERSIONED = ("pyarrow", "pandas", "dask", "distributed")  # what a worker must run as the driver does
+WORKERS_WAIT = 30.0  # seconds the versions check waits for a first worker (one that scales from none: skipped)
 NO_DASHBOARD = {"dashboard_address": "127.0.0.1:0", "scheduler_kwargs": {"dashboard": False}}
 GRAPH_COUNTER = "hybridflow-graphs"  # the scheduler plugin that counts task graphs
 
@@ -219,6 +223,14 @@ class DaskBackend(Backend):
 
     def handles(self) -> dict[str, Any]:
         return {"dask": self.client}
+
+    def check_versions(self) -> None:
+        if not self.settings.address or self.client is None:
+            return
+        with contextlib.suppress(TimeoutError):  # a cluster brought up for the run: its workers are joining
+            self.client.wait_for_workers(1, timeout=WORKERS_WAIT)
+        found = self.client.run(versions_here, *VERSIONED)  # on every worker there (none: nothing to check)
+        require_same_versions("dask", self.settings.address, found, VERSIONED)
 
     def check_shared_workdir(self, workdir: Path) -> bool:
         if self._driver is None or self.client is None:

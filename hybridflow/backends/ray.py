@@ -39,9 +39,11 @@ from .base import (
     check_reachable,
     driver_address,
     engine_output_stream,
+    require_same_versions,
     require_shared_workdir,
     split_host_port,
     unwrap_error,
+    versions_here,
 )
 from .raytune import CALLBACKS_VARIABLE, TUNING, TrialCounter, with_callback
 
@@ -96,6 +98,9 @@ ENGINE = Engine(
     attached=lambda settings: bool(settings.address), cluster_launch=cluster_launch,
 )
 
+
+
+VERSIONED = ("pyarrow", "pandas", "ray")  # what a node must run as the driver does
 
 
 def gpu_init_options(settings, devices) -> dict[str, Any]:
@@ -201,6 +206,19 @@ class RayBackend(Backend):
 
     def handles(self) -> dict[str, Any]:
         return {"ray": self.ray, "gpus_per_trial": self._gpus_per_trial}
+
+    def check_versions(self) -> None:
+        if not self.settings.address or self.ray is None:
+            return
+        ray = self.ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        probe = ray.remote(num_cpus=0)(versions_here)
+        nodes = [n for n in ray.nodes() if n["Alive"]]
+        found = ray.get([probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+                         .remote(*VERSIONED) for n in nodes], timeout=300)
+        require_same_versions("ray", self.settings.address,
+                              {n["NodeManagerAddress"]: v for n, v in zip(nodes, found)}, VERSIONED)
 
     def check_shared_workdir(self, workdir: Path) -> bool:
         if self._driver is None or self.ray is None:

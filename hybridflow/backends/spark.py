@@ -30,7 +30,7 @@ from pathlib import Path, PurePath
 from typing import Any, ClassVar, Sequence
 
 import pyarrow as pa
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from .. import processes
 from ..errors import DataError, UnavailableError, first_line
@@ -47,8 +47,10 @@ from .base import (
     code_archive,
     driver_address,
     engine_output_stream,
+    require_same_versions,
     require_shared_workdir,
     split_host_port,
+    versions_here,
 )
 
 
@@ -61,10 +63,25 @@ class SparkSettings(EngineSection):
     advertise_address: str | None = Field(
         None, description="attached to a master on another host: the address of this host its executors "
                           "connect back to (default: the one that routes to the master)")
+    remote: str | None = Field(None, description="a Spark Connect server to attach to: sc://host:15002 (Spark 4 "
+                                                 "clusters, Databricks); instead of master")
+    token: str | None = Field(None, description="the Spark Connect bearer token (from ${env:...}); over TLS "
+                                                "unless the server is on localhost")
+
+    @model_validator(mode="after")
+    def _one_way_to_spark(self):
+        if self.remote and (self.master or self.cluster):
+            raise ValueError(f"remote: attaches through Spark Connect and {'master' if self.master else 'cluster'}: "
+                             "names another Spark: keep one of them")
+        if self.remote and not self.remote.startswith("sc://"):
+            raise ValueError(f"remote must be a Spark Connect address, sc://host:port, not {self.remote!r}")
+        if self.token and not self.remote:
+            raise ValueError("token: is for a Spark Connect server (remote: sc://host:port)")
+        return self
 
 
 def _attached(settings: SparkSettings) -> bool:
-    return not (settings.master or "local").startswith("local")
+    return bool(settings.remote) or not (settings.master or "local").startswith("local")
 
 
 # the stage `hybridflow init` writes for this engine ({input}: the dataset it reads)
@@ -308,6 +325,7 @@ def gpu_operators(plan: str) -> tuple[list[str], list[str]]:
     return [n for n in names if n.startswith("Gpu")], [n for n in names if not n.startswith("Gpu")]
 
 
+VERSIONED = ("pyarrow", "pandas", "pyspark")  # what an executor's Python must run as the driver's does
 CODE_VERSION = "HYBRIDFLOW_STAGE_CODE"  # in the Python workers' environment: which stage code they import
 
 
@@ -396,6 +414,16 @@ class SparkBackend(Backend):
 
     def handles(self) -> dict[str, Any]:
         return {"spark": self.session}
+
+    def check_versions(self) -> None:
+        """The Python workers of the executors (one task per core the application holds)."""
+        if not self.master.startswith("spark://") or self.session is None:
+            return
+        context = self.session.sparkContext
+        tasks = max(2, context.defaultParallelism)
+        found = context.parallelize(range(tasks), tasks).map(
+            lambda _: (__import__("socket").gethostname(), versions_here(*VERSIONED))).collect()
+        require_same_versions("spark", self.master, dict(found), VERSIONED)
 
     def check_shared_workdir(self, workdir: Path) -> bool:
         if self._driver is None or self.session is None:
@@ -659,11 +687,23 @@ def _coalesced(frame, target_file_size: int):
     """The frame in at most as many tasks as files of the target size need, by the optimizer's size
     estimate (the bytes of the files a scan reads, an upper bound after filters and aggregations). A
     sorted output is left alone: its ordering shuffle is already sized by adaptive execution."""
-    plan = frame._jdf.queryExecution().optimizedPlan()
-    if plan.nodeName() == "Sort":
+    sorted_, estimate = _size_estimate(frame)
+    if sorted_:
         return frame
-    estimate = int(str(plan.stats().sizeInBytes()))  # a Scala BigInt: py4j may hand over an int or an object
     return frame.coalesce(max(1, math.ceil(estimate / target_file_size)))
+
+
+def _size_estimate(frame) -> tuple[bool, int]:
+    """(whether the optimized plan's top is a Sort, its size estimate in bytes): from the JVM's plan, or
+    for a Spark Connect frame (no JVM here) from the server's explanation of it."""
+    if hasattr(frame, "_jdf"):
+        plan = frame._jdf.queryExecution().optimizedPlan()
+        return plan.nodeName() == "Sort", int(str(plan.stats().sizeInBytes()))  # a Scala BigInt via py4j
+    text = frame._explain_string(mode="cost").split("== Optimized Logical Plan ==", 1)[-1].strip()
+    match = re.search(r"sizeInBytes=([\d.]+)\s*(B|KiB|MiB|GiB|TiB|PiB|EiB)?", text)
+    units = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50, "EiB": 2**60}
+    estimate = int(float(match.group(1)) * units[match.group(2) or "B"]) if match else 0
+    return text.startswith("Sort"), estimate
 
 
 # Writing a version's prefix in object storage: each task's files are copied to their final keys once,
@@ -735,4 +775,8 @@ def unrepresentable(schema: pa.Schema) -> list[str]:
 
 
 def create(settings, log_dir: Path) -> SparkBackend:
+    if settings is not None and settings.remote:
+        from .sparkconnect import SparkConnectBackend
+
+        return SparkConnectBackend(settings, log_dir)
     return SparkBackend(settings, log_dir)
