@@ -9,22 +9,15 @@ by taking down the clusters recorded by runs that are no longer alive (`hybridfl
 does the same on demand). Under the pipeline's lock no other run is alive, so every record found
 then belongs to a dead one.
 
-Two providers say how:
-- `ssh`: the engine's own cluster processes (a Dask scheduler and workers, a Spark master and workers,
-  a Ray head and nodes: the engine plugin's cluster_launch says which) started on the team's hosts
-  over SSH, each bound to its host's address, in a session of its own, with its output to
-  /tmp/hybridflow-clusters/<name>-<role>.log there and HYBRIDFLOW_CLUSTER_NAME in its environment.
-  Taking it down ends every process on each host whose environment carries the cluster's name (what
-  the launched processes started too), and brings their logs into the run's cluster-<engine>.log.
-  The script each host runs is sent on SSH's input: `env:` values (credentials) are on no command line.
-- `command`: the team's own `up` and `down` commands, which is how Terraform, `kubectl apply`, `ray
-  up` or a cloud CLI plug in.
+Two providers say how: `ssh` (sshclusters: the engine's own cluster processes on the team's hosts),
+and `command`: the team's own `up` and `down` commands, which is how Terraform, `kubectl apply`, `ray
+up` or a cloud CLI plug in.
 
-Commands run with bash in the pipeline's folder, in a session of their own, with these variables:
+`command`'s commands run with bash in the pipeline's folder, in a session of their own, with these variables:
     HYBRIDFLOW_CLUSTER_NAME  hf-<pipeline>-<run>-<engine>: a name to tag what they start with (every
                              process started here inherits it, and hybridflow leaves those running)
     HYBRIDFLOW_RUN_ID, HYBRIDFLOW_PIPELINE, HYBRIDFLOW_ENGINE
-    HYBRIDFLOW_CLUSTER       (down and status) the JSON object `up` printed
+    HYBRIDFLOW_CLUSTER       (down) the JSON object `up` printed
 `up` prints the cluster as a JSON object on its last line of output: {"address": "tcp://10.0.0.5:8786",
 ...anything down needs}. Its output and the other commands' go to the run's cluster-<engine>.log.
 """
@@ -37,7 +30,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -75,12 +67,14 @@ class RunClusters:
         key = f"{self.run_id}-{engine}"
         record = {"run_id": self.run_id, "pipeline": self.pipeline.name, "engine": engine, "provider": spec.provider,
                   "name": cluster_name(self.pipeline.name, self.run_id, engine), "state": "starting",
-                  "runner": {"host": socket.gethostname(), "pid": os.getpid()}, "created_at": _now()}
+                  "runner": {"host": socket.gethostname(), "pid": os.getpid()}, "created_at": now_text()}
         self.records.put(key, record)
         with self._lock:
             self.up_clusters[engine] = record
         try:
             if spec.provider == "ssh":
+                from .sshclusters import ssh_up
+
                 cluster = ssh_up(engine, spec, record, self._log(engine))
             else:
                 outcome = run_command(spec.up, cluster_env(record), spec.up_timeout, self._log(engine), "up",
@@ -89,7 +83,7 @@ class RunClusters:
         except BaseException:  # a failed `up`, a timeout, a stop request: whatever it got as far as making
             self.take_down(engine, spec)
             raise
-        record.update(state="up", cluster=cluster, up_at=_now())
+        record.update(state="up", cluster=cluster, up_at=now_text())
         # this run's `down` gets what `up` printed; the record, which outlives the run, no ${env:...} value
         self.records.put(key, {**record, "cluster": json.loads(self.pipeline.redact(json.dumps(cluster)))})
         return cluster["address"]
@@ -125,18 +119,20 @@ def tear_down(record: dict[str, Any], spec, log_file: Path, cwd: Path, records) 
     """`down` for a recorded cluster; None when it is down (and its record removed), else what went wrong."""
     key = f"{record['run_id']}-{record['engine']}"
     if spec.provider == "ssh":
+        from .sshclusters import ssh_down
+
         problem = ssh_down(record, spec, log_file)
         if problem is None:
             records.delete(key)
         else:
-            record.update(state="down failed", down_failed_at=_now())
+            record.update(state="down failed", down_failed_at=now_text())
             records.put(key, record)
         return problem
     outcome = run_command(spec.down, cluster_env(record), spec.down_timeout, log_file, "down", cwd)
     if outcome.returncode == 0:
         records.delete(key)
         return None
-    record.update(state="down failed", down_failed_at=_now())
+    record.update(state="down failed", down_failed_at=now_text())
     records.put(key, record)
     if outcome.returncode is None:
         return (f"the {record['engine']} cluster of run {record['run_id']}: `down` did not finish within "
@@ -172,7 +168,7 @@ def run_command(command: str, env: dict[str, str], timeout: float, log_file: Pat
     `log_file` and returned."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as out:
-        out.write(f"--- {what} at {_now()}: {command}\n".encode())
+        out.write(f"--- {what} at {now_text()}: {command}\n".encode())
     process = subprocess.Popen(["bash", "-c", command], cwd=cwd, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     chunks: list[bytes] = []
@@ -203,121 +199,12 @@ def _kill_session(process: subprocess.Popen) -> None:
     process.wait()
 
 
-# -- provider: ssh ---------------------------------------------------------------------------------
-
-REMOTE_LOGS = "/tmp/hybridflow-clusters"
-
-# what a host runs to end a cluster: every process whose environment carries its name, TERM then KILL,
-# then its logs printed (and removed), and its scratch removed
-_SWEEP = r'''name=%(name)s
-tagged() {
-  for p in /proc/[0-9]*; do
-    if tr '\0' '\n' < "$p/environ" 2>/dev/null | grep -qxF "HYBRIDFLOW_CLUSTER_NAME=$name"; then echo "${p#/proc/}"; fi
-  done
-}
-pids=$(tagged)
-if [ -n "$pids" ]; then kill -TERM $pids 2>/dev/null || true; fi
-for _ in $(seq 50); do pids=$(tagged); [ -z "$pids" ] && break; sleep 0.2; done
-if [ -n "$pids" ]; then kill -KILL $pids 2>/dev/null || true; fi
-for log in %(logs)s/"$name"-*.log; do
-  if [ -e "$log" ]; then echo "=== $(hostname): $log"; tail -c 200000 "$log"; rm -f "$log"; fi
-done
-rm -rf %(logs)s/"$name"-work
-'''
-
-
-def ssh_up(engine: str, spec, record: dict[str, Any], log_file: Path) -> dict[str, Any]:
-    """Start the engine's head on the head host, wait until it answers, then its workers."""
-    from . import backends
-
-    launch_of = backends.engine(engine).cluster_launch
-    if launch_of is None:
-        raise UnavailableError(f"the {engine} engine has no cluster of its own to start over SSH",
-                               hint=f"bring it up with backends.{engine}.cluster.provider: command")
-    python = spec.python or sys.executable
-    launch = launch_of(python, spec.head, spec.head_port, record["name"], spec.idle_timeout)
-    deadline = time.monotonic() + spec.up_timeout
-    _ssh_start(engine, spec, spec.head, [*launch.head, *spec.head_args], record["name"], "head", log_file)
-    _wait_for_port(engine, spec.head, launch.port, deadline, log_file)
-    for host in spec.workers:
-        _ssh_start(engine, spec, host, [*launch.worker(host), *spec.worker_args], record["name"], f"worker-{host}",
-                   log_file)
-    return {"address": launch.address, "hosts": [h.host for h in spec.hosts]}
-
-
-def ssh_down(record: dict[str, Any], spec, log_file: Path) -> str | None:
-    """End the cluster's processes on each of its hosts, side by side; None when every host did."""
-    import shlex
-
-    hosts = (record.get("cluster") or {}).get("hosts") or [h.host for h in spec.hosts]
-    script = _SWEEP % {"name": shlex.quote(record["name"]), "logs": REMOTE_LOGS}
-    outcomes: dict[str, Outcome] = {}
-    threads = [threading.Thread(target=lambda h=host: outcomes.__setitem__(h, _ssh_run(spec, h, script,
-                                                                                       spec.down_timeout)))
-               for host in dict.fromkeys(hosts)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    with open(log_file, "ab") as out:
-        for host, outcome in outcomes.items():
-            out.write(f"--- down on {host}: {_ended(outcome)}\n{outcome.output}".encode())
-    failed = [host for host, outcome in outcomes.items() if outcome.returncode != 0]
-    if not failed:
-        return None
-    return (f"the {record['engine']} cluster of run {record['run_id']}: taking it down on {', '.join(failed)} "
-            f"failed ({_ended(outcomes[failed[0]])}); its processes may still run (see {log_file}; "
-            f"hybridflow clusters reap tries again)")
-
-
-def _ssh_start(engine: str, spec, host: str, argv: list[str], name: str, role: str, log_file: Path) -> None:
-    import shlex
-
-    exports = "".join(f"export {key}={shlex.quote(value)}\n" for key, value in spec.env.items())
-    log = f"{REMOTE_LOGS}/{name}-{role}.log"
-    script = (f"export {TAG}={shlex.quote(name)}\n{exports}mkdir -p {REMOTE_LOGS} && chmod 700 {REMOTE_LOGS}\n"
-              f"setsid nohup {shlex.join(argv)} > {shlex.quote(log)} 2>&1 < /dev/null &\necho started $!\n")
-    outcome = _ssh_run(spec, host, script, spec.up_timeout)
-    with open(log_file, "ab") as out:
-        out.write(f"--- {role} on {host}: {shlex.join(argv)}: {_ended(outcome)}\n{outcome.output}".encode())
-    if outcome.returncode != 0:
-        said = [line for line in outcome.output.splitlines() if line.strip()]
-        raise UnavailableError(f"the {engine} cluster: starting its {role.split('-')[0]} on {host} over SSH "
-                               f"{_ended(outcome)}: {first_line(said[-1]) if said else 'it said nothing'}",
-                               hint=f"see {log_file}")
-
-
-def _ssh_run(spec, host: str, script: str, timeout: float) -> Outcome:
-    command = ["ssh", "-p", str(spec.port), "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", *spec.ssh_options]
-    if spec.key_file:
-        command += ["-i", os.path.expanduser(spec.key_file)]
-    command += [f"{spec.user}@{host}" if spec.user else host, "bash -s"]
-    try:
-        done = subprocess.run(command, input=script.encode(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              timeout=timeout, start_new_session=True)
-    except subprocess.TimeoutExpired as exc:
-        return Outcome(None, (exc.stdout or b"").decode(errors="replace"))
-    return Outcome(done.returncode, done.stdout.decode(errors="replace"))
-
-
-def _wait_for_port(engine: str, host: str, port: int, deadline: float, log_file: Path) -> None:
-    while True:
-        try:
-            socket.create_connection((host, port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise UnavailableError(f"the {engine} cluster's head on {host} did not answer on port {port}",
-                                       hint=f"see {log_file}, and the head's log in {REMOTE_LOGS} there") from None
-            time.sleep(0.2)
-
-
-def _ended(outcome: Outcome) -> str:
-    return "timed out" if outcome.returncode is None else f"exited {outcome.returncode}"
-
-
-def _now() -> str:
+def now_text() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def ended(outcome: Outcome) -> str:
+    return "timed out" if outcome.returncode is None else f"exited {outcome.returncode}"
 
 
 def age(record: dict[str, Any]) -> float:

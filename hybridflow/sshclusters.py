@@ -1,0 +1,129 @@
+"""The `ssh` cluster provider: the engine's own cluster processes (the engine plugin's cluster_launch
+says which: a Dask scheduler and workers, a Spark master and workers, a Ray head and nodes) started on
+the team's hosts over SSH, each bound to its host's address, in a session of its own, with its output
+to /tmp/hybridflow-clusters/<name>-<role>.log there and HYBRIDFLOW_CLUSTER_NAME in its environment.
+
+Taking a cluster down ends every process on each host whose environment carries the cluster's name
+(what the launched processes started too), and brings their logs into the run's cluster-<engine>.log.
+The script each host runs is sent on ssh's input: `env:` values (credentials) are on no command line.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from .errors import UnavailableError, first_line
+from .provisioning import TAG, Outcome, ended
+
+REMOTE_LOGS = "/tmp/hybridflow-clusters"
+
+# what a host runs to end a cluster: every process whose environment carries its name, TERM then KILL,
+# then its logs printed (and removed), and its scratch removed
+_SWEEP = r'''name=%(name)s
+tagged() {
+  for p in /proc/[0-9]*; do
+    if tr '\0' '\n' < "$p/environ" 2>/dev/null | grep -qxF "HYBRIDFLOW_CLUSTER_NAME=$name"; then echo "${p#/proc/}"; fi
+  done
+}
+pids=$(tagged)
+if [ -n "$pids" ]; then kill -TERM $pids 2>/dev/null || true; fi
+for _ in $(seq 50); do pids=$(tagged); [ -z "$pids" ] && break; sleep 0.2; done
+if [ -n "$pids" ]; then kill -KILL $pids 2>/dev/null || true; fi
+for log in %(logs)s/"$name"-*.log; do
+  if [ -e "$log" ]; then echo "=== $(hostname): $log"; tail -c 200000 "$log"; rm -f "$log"; fi
+done
+rm -rf %(logs)s/"$name"-work
+'''
+
+
+def ssh_up(engine: str, spec, record: dict[str, Any], log_file: Path) -> dict[str, Any]:
+    """Start the engine's head on the head host, wait until it answers, then its workers."""
+    from . import backends
+
+    launch_of = backends.engine(engine).cluster_launch
+    if launch_of is None:
+        raise UnavailableError(f"the {engine} engine has no cluster of its own to start over SSH",
+                               hint=f"bring it up with backends.{engine}.cluster.provider: command")
+    python = spec.python or sys.executable
+    launch = launch_of(python, spec.head, spec.head_port, record["name"], spec.idle_timeout)
+    deadline = time.monotonic() + spec.up_timeout
+    _ssh_start(engine, spec, spec.head, [*launch.head, *spec.head_args], record["name"], "head", log_file)
+    _wait_for_port(engine, spec.head, launch.port, deadline, log_file)
+    for host in spec.workers:
+        _ssh_start(engine, spec, host, [*launch.worker(host), *spec.worker_args], record["name"], f"worker-{host}",
+                   log_file)
+    return {"address": launch.address, "hosts": [h.host for h in spec.hosts]}
+
+
+def ssh_down(record: dict[str, Any], spec, log_file: Path) -> str | None:
+    """End the cluster's processes on each of its hosts, side by side; None when every host did."""
+    import shlex
+
+    hosts = (record.get("cluster") or {}).get("hosts") or [h.host for h in spec.hosts]
+    script = _SWEEP % {"name": shlex.quote(record["name"]), "logs": REMOTE_LOGS}
+    outcomes: dict[str, Outcome] = {}
+    threads = [threading.Thread(target=lambda h=host: outcomes.__setitem__(h, _ssh_run(spec, h, script,
+                                                                                       spec.down_timeout)))
+               for host in dict.fromkeys(hosts)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    with open(log_file, "ab") as out:
+        for host, outcome in outcomes.items():
+            out.write(f"--- down on {host}: {ended(outcome)}\n{outcome.output}".encode())
+    failed = [host for host, outcome in outcomes.items() if outcome.returncode != 0]
+    if not failed:
+        return None
+    return (f"the {record['engine']} cluster of run {record['run_id']}: taking it down on {', '.join(failed)} "
+            f"failed ({ended(outcomes[failed[0]])}); its processes may still run (see {log_file}; "
+            f"hybridflow clusters reap tries again)")
+
+
+def _ssh_start(engine: str, spec, host: str, argv: list[str], name: str, role: str, log_file: Path) -> None:
+    import shlex
+
+    exports = "".join(f"export {key}={shlex.quote(value)}\n" for key, value in spec.env.items())
+    log = f"{REMOTE_LOGS}/{name}-{role}.log"
+    script = (f"export {TAG}={shlex.quote(name)}\n{exports}mkdir -p {REMOTE_LOGS} && chmod 700 {REMOTE_LOGS}\n"
+              f"setsid nohup {shlex.join(argv)} > {shlex.quote(log)} 2>&1 < /dev/null &\necho started $!\n")
+    outcome = _ssh_run(spec, host, script, spec.up_timeout)
+    with open(log_file, "ab") as out:
+        out.write(f"--- {role} on {host}: {shlex.join(argv)}: {ended(outcome)}\n{outcome.output}".encode())
+    if outcome.returncode != 0:
+        said = [line for line in outcome.output.splitlines() if line.strip()]
+        raise UnavailableError(f"the {engine} cluster: starting its {role.split('-')[0]} on {host} over SSH "
+                               f"{ended(outcome)}: {first_line(said[-1]) if said else 'it said nothing'}",
+                               hint=f"see {log_file}")
+
+
+def _ssh_run(spec, host: str, script: str, timeout: float) -> Outcome:
+    command = ["ssh", "-p", str(spec.port), "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", *spec.ssh_options]
+    if spec.key_file:
+        command += ["-i", os.path.expanduser(spec.key_file)]
+    command += [f"{spec.user}@{host}" if spec.user else host, "bash -s"]
+    try:
+        done = subprocess.run(command, input=script.encode(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              timeout=timeout, start_new_session=True)
+    except subprocess.TimeoutExpired as exc:
+        return Outcome(None, (exc.stdout or b"").decode(errors="replace"))
+    return Outcome(done.returncode, done.stdout.decode(errors="replace"))
+
+
+def _wait_for_port(engine: str, host: str, port: int, deadline: float, log_file: Path) -> None:
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise UnavailableError(f"the {engine} cluster's head on {host} did not answer on port {port}",
+                                       hint=f"see {log_file}, and the head's log in {REMOTE_LOGS} there") from None
+            time.sleep(0.2)
