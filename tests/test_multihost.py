@@ -3,11 +3,9 @@ hosts, "head" (10.213.0.2: a Spark master, a Dask scheduler, a Ray head with tok
 (10.213.0.3: a Spark worker, a Dask worker, a Ray worker node); hybridflow runs in the root namespace
 (10.213.0.1), attached to all three, and must give what the embedded engines give, with every listener
 on 127.0.0.1 or an address of those hosts. The hosts share this machine's filesystem, so a workdir under
-tmp_path is shared; a worker in a mount namespace where it is hidden must be refused (exit 69). Every
-cluster process also runs in a mount namespace of its own where an empty tmpfs covers PRIVATE, so a
-pipeline kept there, with its workdir in S3 (a moto server on 10.213.0.1), is connected to the clusters
-by S3 alone. Engine processes are stopped by process id and the namespaces deleted, pass or fail.
-Needs root."""
+tmp_path is shared; a worker in a mount namespace where it is hidden must be refused (exit 69). (With
+the workdir in S3 and no shared filesystem: tests/test_ssh_clusters.py.) Engine processes are stopped
+by process id and the namespaces deleted, pass or fail. Needs root."""
 
 from __future__ import annotations
 
@@ -26,15 +24,11 @@ import pytest
 
 from hybridflow.catalog import Catalog
 from hybridflow.errors import ExitCode
-from hybridflow.objectcatalog import ObjectCatalog
-from hybridflow.storage import ObjectPath, StoreSettings
 from hybridflow.tables import read_arrow
 
 from .conftest import Project
 from .netns import DRIVER_ADDRESS, Listener, Topology, address_allowed, netns_unavailable, process_tree
-from .s3server import S3Server
 from .test_attach import BIN, wait_for
-from .test_s3_workdir import statuses
 
 RAY_TOKEN = "hybridflow-multihost-token-0123456789"
 RAY_ENV = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": RAY_TOKEN}
@@ -103,36 +97,15 @@ def hosts():
 
 
 @pytest.fixture(scope="module")
-def private():
-    """A directory no cluster process can see (an empty tmpfs covers it in each one's mount namespace)."""
-    folder = Path(tempfile.mkdtemp(prefix="hf-mh-private-"))
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def s3(hosts, tmp_path_factory):
-    """An S3 server on the root namespace's address, which every host reaches."""
-    server = S3Server(tmp_path_factory.mktemp("s3") / "moto.log", host=DRIVER_ADDRESS).start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def clusters(hosts, s3, private, tmp_path_factory):
-    """The three clusters, up and with a worker each on "node"; their addresses by engine. Their
-    processes have credentials for the S3 server, as cluster nodes have their own (an instance profile),
-    but not its endpoint: hybridflow hands each engine that."""
+def clusters(hosts, tmp_path_factory):
+    """The three clusters, up and with a worker each on "node"; their addresses by engine."""
     import pyspark
 
     logs = tmp_path_factory.mktemp("cluster-logs")
     head, node = hosts.hosts["head"], hosts.hosts["node"]
     spark_class = str(Path(pyspark.__file__).parent / "bin" / "spark-class")
     ray_temp = tempfile.mkdtemp(prefix="hf-mh-")  # short: Ray's socket paths must fit in 107 bytes
-    aws = {k: v for k, v in s3.env().items() if not k.startswith("AWS_ENDPOINT")}
-
-    def launch(host: str, args: list[str], log: Path, env: dict | None = None):
-        return hosts.launch(host, args, log, {**aws, **(env or {})}, hide=private)
+    launch = hosts.launch
 
     try:
         spark = {"PYSPARK_PYTHON": sys.executable, "SPARK_LOG_DIR": str(logs), "SPARK_LOCAL_IP": head}
@@ -315,35 +288,6 @@ def _ancestors(pid: int) -> list[int]:
         except (OSError, IndexError, ValueError):
             break
     return found
-
-
-def test_with_the_workdir_in_s3_hosts_that_share_no_filesystem_give_the_embedded_answer(
-        clusters, hosts, s3, private, embedded_answer, monkeypatch):
-    """The project, its local cache and everything hybridflow keeps on this machine lie in PRIVATE, which
-    no cluster process sees: Spark's executors, the Dask worker and Ray's nodes read and write the
-    versions in S3 themselves, and nothing of the data passes through this machine's disk."""
-    project = Project(private / "s3")
-    project.stages(STAGES)
-    bucket = s3.bucket("multihost")
-    project.pipeline(PIPELINE.format(name="attached", backends=f"workdir: s3://{bucket}/retrain\n"
-                                                               f"{attached_backends(clusters)}"), "attached.yaml")
-    cache = private / "cache"
-    env = {**s3.env(), "HYBRIDFLOW_CACHE": str(cache)}
-
-    run, _ = run_cli(project, "run", "attached.yaml", env=env)
-    assert run.returncode == 0, run.stdout
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    catalog = ObjectCatalog(cache / "attached", ObjectPath(f"{bucket}/retrain/attached"), StoreSettings.of())
-    assert outputs(catalog.current("scaled")) == embedded_answer
-    # the engines on the hosts wrote their outputs' files (etags in the manifest: never read back)
-    for dataset in ("squares", "totals", "scaled"):
-        files = catalog.current(dataset).manifest["files"]
-        assert files and all("etag" in f for f in files), files
-    assert not [p for p in private.rglob("*.parquet")]  # no staging left here, nor any copy of the data
-
-    again, _ = run_cli(project, "run", "attached.yaml", env=env)  # the store is what the skip reads
-    assert again.returncode == 0 and set(statuses(again.stdout).values()) == {"skipped"}, again.stdout
 
 
 HIDDEN = '''

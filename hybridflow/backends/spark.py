@@ -527,9 +527,9 @@ class SparkBackend(Backend):
         # its tasks are only merged (coalesce, no shuffle) down to what the plan's size estimate needs.
         if partition_by:  # the hint parses its names as expressions, partitionBy takes them literally
             rebalanced = frame.hint("rebalance", *columns(partition_by))
-            writer = rebalanced.write.mode("errorifexists").partitionBy(*partition_by)
+            writer = rebalanced.write.mode("error").partitionBy(*partition_by)
         else:
-            writer = _coalesced(frame, target_file_size).write.mode("errorifexists")
+            writer = _coalesced(frame, target_file_size).write.mode("error")
         with self._conf({**_write_sizing(target_file_size), **(_OBJECT_STORE_WRITE if remote else {})}):
             writer.parquet(spark_path(target))
         if remote:
