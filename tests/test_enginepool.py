@@ -30,6 +30,9 @@ class HeldStart:
         assert self.release.wait(30), "the test never released the start"
         self.events.append("started")
 
+    def check_versions(self) -> None:
+        pass
+
     def check_shared_workdir(self, workdir) -> bool:
         return True
 
