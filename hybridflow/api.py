@@ -96,10 +96,12 @@ class Plan:
     @property
     def clusters(self) -> dict[str, str]:
         """Engine -> the cluster the run would bring up for it (backends.<engine>.cluster), in words."""
+        from .provisioning import cluster_spec
+
         found = {}
         for stage in self.to_run:
             engine = self.pipeline.stages[stage].backend
-            cluster = getattr(getattr(self.pipeline.spec.backends, engine, None), "cluster", None)
+            cluster = cluster_spec(self.pipeline, engine)
             if cluster is not None and engine not in found:
                 found[engine] = (f"ssh: head {cluster.head}, workers on {', '.join(cluster.workers)}"
                                  if cluster.provider == "ssh" else f"command: {self.pipeline.redact(cluster.up)}")

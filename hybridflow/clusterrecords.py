@@ -3,6 +3,8 @@ removed once it is down: what a reaper needs to take down the clusters of a run 
 an OOM kill) from any machine that reaches the workdir.
 
 Layout: <workdir>/<pipeline>/clusters/<run>-<engine>.json, in a local workdir or in object storage.
+A record outlives its run: what is stored holds no value that came from ${env:...} (each store is given
+the pipeline's redaction, and every record passes through it).
 """
 
 from __future__ import annotations
@@ -11,19 +13,19 @@ import contextlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 FOLDER = "clusters"
 
 
 class LocalRecords:
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
+    def __init__(self, folder: Path, redact: Callable[[str], str] = lambda text: text) -> None:
+        self.folder, self.redact = folder, redact
 
     def put(self, key: str, record: dict[str, Any]) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         tmp = self.folder / f".{key}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
+        tmp.write_text(self.redact(json.dumps(record, indent=1, sort_keys=True)))
         os.replace(tmp, self.folder / f"{key}.json")  # a reader sees the old record or the new one
 
     def delete(self, key: str) -> None:
@@ -39,11 +41,12 @@ class LocalRecords:
 
 
 class ObjectRecords:
-    def __init__(self, objects, prefix) -> None:
+    def __init__(self, objects, prefix, redact: Callable[[str], str] = lambda text: text) -> None:
         self.objects, self.prefix = objects, prefix  # an objectstore.ObjectStore, a storage.ObjectPath
+        self.redact = redact
 
     def put(self, key: str, record: dict[str, Any]) -> None:
-        self.objects.write_json(self.prefix / f"{key}.json", record)
+        self.objects.write_json(self.prefix / f"{key}.json", json.loads(self.redact(json.dumps(record))))
 
     def delete(self, key: str) -> None:
         self.objects.delete(self.prefix / f"{key}.json")
@@ -59,7 +62,7 @@ class ObjectRecords:
 
 def open_records(pipeline) -> LocalRecords | ObjectRecords:
     if pipeline.remote is None:
-        return LocalRecords(pipeline.workdir / pipeline.name / FOLDER)
+        return LocalRecords(pipeline.workdir / pipeline.name / FOLDER, pipeline.redact)
     from .objectstore import ObjectStore
 
-    return ObjectRecords(ObjectStore(pipeline.store), pipeline.remote / pipeline.name / FOLDER)
+    return ObjectRecords(ObjectStore(pipeline.store), pipeline.remote / pipeline.name / FOLDER, pipeline.redact)

@@ -19,6 +19,7 @@ from typing import Any, Callable
 from . import backends, processes
 from .backends.base import EngineOutput, TerminalStreams
 from .pipeline import Pipeline
+from .provisioning import cluster_spec
 from .sqlstage import is_sql
 from .stagecode import module_file
 from .stopping import SignalState, Terminated
@@ -165,7 +166,7 @@ class EnginePool:
         """Create and start an engine (any thread); its seconds to start. A failed start stops it (and
         takes down the cluster brought up for it)."""
         settings = self._settings(name)
-        cluster = getattr(settings, "cluster", None)
+        cluster = cluster_spec(self.pipeline, name)
         clock = time.monotonic()
         if cluster is not None:
             with self.timeline.span(CLUSTER_UP, detail=name):
@@ -193,7 +194,7 @@ class EnginePool:
 
     def _take_down(self, name: str) -> None:
         """The cluster brought up for `name`, if any, down now (its engine has stopped)."""
-        cluster = getattr(self._settings(name), "cluster", None)
+        cluster = cluster_spec(self.pipeline, name)
         if cluster is not None and self.clusters is not None:
             with self.timeline.span(CLUSTER_DOWN, detail=name):
                 self.clusters.take_down(name, cluster)

@@ -165,12 +165,7 @@ class ObjectStore:
     def delete_tree(self, prefix: ObjectPath) -> None:
         """Every object under `prefix` (pyarrow's delete would leave a "directory" object behind)."""
         for page in self._pages(prefix):
-            keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
-            if keys:
-                try:
-                    self._client.delete_objects(Bucket=prefix.bucket, Delete={"Objects": keys, "Quiet": True})
-                except Exception as exc:
-                    raise self._error(exc, prefix) from exc
+            self.delete_all([ObjectPath(f"{prefix.bucket}/{o['Key']}") for o in page.get("Contents", [])], prefix)
 
     def _pages(self, prefix: ObjectPath, **options):
         try:

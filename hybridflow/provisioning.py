@@ -62,7 +62,7 @@ class RunClusters:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def bring_up(self, engine: str, spec) -> str:
-        """Bring `engine`'s cluster up as `spec` (a settings.CommandCluster) says; its address. Recorded
+        """Bring `engine`'s cluster up as `spec` (a settings.ClusterSection) says; its address. Recorded
         in the workdir first; a failed `up` is followed by `down`, so nothing is left behind."""
         key = f"{self.run_id}-{engine}"
         record = {"run_id": self.run_id, "pipeline": self.pipeline.name, "engine": engine, "provider": spec.provider,
@@ -83,9 +83,9 @@ class RunClusters:
         except BaseException:  # a failed `up`, a timeout, a stop request: whatever it got as far as making
             self.take_down(engine, spec)
             raise
+        # this run's `down` gets what `up` printed; the stored record no ${env:...} value (clusterrecords)
         record.update(state="up", cluster=cluster, up_at=now_text())
-        # this run's `down` gets what `up` printed; the record, which outlives the run, no ${env:...} value
-        self.records.put(key, {**record, "cluster": json.loads(self.pipeline.redact(json.dumps(cluster)))})
+        self.records.put(key, record)
         return cluster["address"]
 
     def take_down(self, engine: str, spec) -> None:
@@ -117,23 +117,25 @@ def cluster_env(record: dict[str, Any]) -> dict[str, str]:
 
 def tear_down(record: dict[str, Any], spec, log_file: Path, cwd: Path, records) -> str | None:
     """`down` for a recorded cluster; None when it is down (and its record removed), else what went wrong."""
-    key = f"{record['run_id']}-{record['engine']}"
     if spec.provider == "ssh":
         from .sshclusters import ssh_down
 
         problem = ssh_down(record, spec, log_file)
-        if problem is None:
-            records.delete(key)
-        else:
-            record.update(state="down failed", down_failed_at=now_text())
-            records.put(key, record)
-        return problem
+    else:
+        problem = _command_down(record, spec, log_file, cwd)
+    key = f"{record['run_id']}-{record['engine']}"
+    if problem is None:
+        records.delete(key)
+    else:
+        record.update(state="down failed", down_failed_at=now_text())
+        records.put(key, record)
+    return problem
+
+
+def _command_down(record: dict[str, Any], spec, log_file: Path, cwd: Path) -> str | None:
     outcome = run_command(spec.down, cluster_env(record), spec.down_timeout, log_file, "down", cwd)
     if outcome.returncode == 0:
-        records.delete(key)
         return None
-    record.update(state="down failed", down_failed_at=now_text())
-    records.put(key, record)
     if outcome.returncode is None:
         return (f"the {record['engine']} cluster of run {record['run_id']}: `down` did not finish within "
                 f"{spec.down_timeout:g} s and was killed; the cluster may still be up (see {log_file}; "
@@ -184,11 +186,10 @@ def run_command(command: str, env: dict[str, str], timeout: float, log_file: Pat
         _kill_session(process)
         raise
     reader.join(1)  # a daemon it started may hold the pipe open: what it printed by its exit is read
-    output = b"".join(chunks).decode(errors="replace")
+    outcome = Outcome(returncode, b"".join(chunks).decode(errors="replace"))
     with open(log_file, "ab") as out:
-        out.write(output.encode())
-        out.write(f"--- {what} {'timed out' if returncode is None else f'exited {returncode}'}\n".encode())
-    return Outcome(returncode, output)
+        out.write(f"{outcome.output}--- {what} {ended(outcome)}\n".encode())
+    return outcome
 
 
 def _kill_session(process: subprocess.Popen) -> None:
@@ -216,7 +217,7 @@ def age(record: dict[str, Any]) -> float:
 
 
 def cluster_spec(pipeline, engine: str):
-    """How the pipeline brings `engine`'s cluster up and down now (a settings.CommandCluster), or None."""
+    """How the pipeline brings `engine`'s cluster up and down now (a settings.ClusterSection), or None."""
     settings = getattr(pipeline.spec.backends, engine, None)
     return getattr(settings, "cluster", None)
 

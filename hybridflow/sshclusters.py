@@ -14,8 +14,8 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -68,14 +68,9 @@ def ssh_down(record: dict[str, Any], spec, log_file: Path) -> str | None:
 
     hosts = (record.get("cluster") or {}).get("hosts") or [h.host for h in spec.hosts]
     script = _SWEEP % {"name": shlex.quote(record["name"]), "logs": REMOTE_LOGS}
-    outcomes: dict[str, Outcome] = {}
-    threads = [threading.Thread(target=lambda h=host: outcomes.__setitem__(h, _ssh_run(spec, h, script,
-                                                                                       spec.down_timeout)))
-               for host in dict.fromkeys(hosts)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    hosts = list(dict.fromkeys(hosts))
+    with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
+        outcomes = dict(zip(hosts, pool.map(lambda host: _ssh_run(spec, host, script, spec.down_timeout), hosts)))
     with open(log_file, "ab") as out:
         for host, outcome in outcomes.items():
             out.write(f"--- down on {host}: {ended(outcome)}\n{outcome.output}".encode())

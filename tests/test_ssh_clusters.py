@@ -27,6 +27,7 @@ import pytest
 from hybridflow.objectcatalog import ObjectCatalog
 from hybridflow.storage import ObjectPath, StoreSettings
 
+from . import test_multihost as multihost
 from .conftest import Project
 from .netns import Topology, netns_unavailable
 from .s3server import S3Server
@@ -36,34 +37,14 @@ from .test_s3_workdir import statuses
 pytestmark = pytest.mark.timeout(900)
 SSHD = Path("/usr/sbin/sshd")
 
-STAGES = '''
-import os
-import re
-
-import pandas as pd
-
-
-def make():
-    ids = pd.Series(range(200), dtype="int64")
-    return pd.DataFrame({"id": ids, "group": ids % 7})
-
-
-def square(x):
-    return x * x
-
-
-def spark_square(numbers):
-    from pyspark.sql import functions as F
-    return numbers.select("id", "group", F.udf(square, "long")("id").alias("squared"))  # on an executor
-
-
-def dask_total(squares):
-    return squares.map_partitions(lambda p: p.assign(total=p["squared"] + p["group"]),
-                                  meta=squares._meta.assign(total=squares._meta["squared"]))
-
+# the multi-host pipeline's stages, and a Ray stage that also counts the Spark cluster's processes left
+STAGES = multihost.STAGES + '''
 
 def spark_processes() -> int:
     """Processes of this pipeline's Spark cluster still running on this machine (the hosts share it)."""
+    import os
+    import re
+
     found = 0
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -74,7 +55,7 @@ def spark_processes() -> int:
     return found
 
 
-def ray_scale(totals):
+def ray_scale_counting_spark(totals):
     return totals.map_batches(lambda b: b.assign(scaled=b["total"] * 0.5, spark_left=spark_processes()),
                               batch_format="pandas")
 
@@ -111,7 +92,7 @@ stages:
   make: {{run: "mypkg.steps:make", outputs: [numbers]}}
   squares: {{run: "mypkg.steps:spark_square", backend: spark, inputs: [numbers], outputs: [squares]}}
   totals: {{run: "mypkg.steps:dask_total", backend: dask, inputs: [squares], outputs: [totals]}}
-  scaled: {{run: "mypkg.steps:ray_scale", backend: ray, inputs: [totals], outputs: [scaled]}}
+  scaled: {{run: "mypkg.steps:ray_scale_counting_spark", backend: ray, inputs: [totals], outputs: [scaled]}}
 '''
 
 KILLED = '''

@@ -423,19 +423,24 @@ def driver_address(host: str, port: int, advertise: str | None) -> str | None:
         return None  # no route: check_reachable reports it
 
 
-def versions_here(*packages: str) -> dict[str, str]:
-    """This process's Python (major.minor) and the versions of `packages`: what a worker's must equal.
-    Nested imports only, so that it runs on a worker shipped by value."""
-    import importlib
-    import sys
+def versions_probe():
+    """A function giving its process's Python (major.minor) and the versions of the packages it is
+    asked for: what a worker's must equal the driver's. Made here, nested, so that cloudpickle ships it
+    by value (a module-level function goes by reference, and a worker without hybridflow could not
+    load it); it imports what it uses itself."""
+    def versions(*packages: str) -> dict[str, str]:
+        import importlib
+        import sys
 
-    found = {"python": f"{sys.version_info[0]}.{sys.version_info[1]}"}
-    for package in packages:
-        try:
-            found[package] = getattr(importlib.import_module(package), "__version__", "unknown")
-        except ImportError:
-            found[package] = "not installed"
-    return found
+        found = {"python": f"{sys.version_info[0]}.{sys.version_info[1]}"}
+        for package in packages:
+            try:
+                found[package] = getattr(importlib.import_module(package), "__version__", "unknown")
+            except ImportError:
+                found[package] = "not installed"
+        return found
+
+    return versions
 
 
 def require_same_versions(backend: str, address: str, workers: dict[str, dict[str, str]],
@@ -444,7 +449,7 @@ def require_same_versions(backend: str, address: str, workers: dict[str, dict[st
     Parquet written by another pyarrow then fails deep in a stage, or silently differs."""
     from ..errors import UnavailableError
 
-    here = versions_here(*packages)
+    here = versions_probe()(*packages)
     for worker, theirs in sorted(workers.items()):
         different = [f"{name} {theirs.get(name, 'unknown')} (here {version})" for name, version in here.items()
                      if theirs.get(name) != version]

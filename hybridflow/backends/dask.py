@@ -48,7 +48,7 @@ from .base import (
     require_same_versions,
     require_shared_workdir,
     split_host_port,
-    versions_here,
+    versions_probe,
 )
 
 
@@ -229,7 +229,7 @@ class DaskBackend(Backend):
             return
         with contextlib.suppress(TimeoutError):  # a cluster brought up for the run: its workers are joining
             self.client.wait_for_workers(1, timeout=WORKERS_WAIT)
-        found = self.client.run(versions_here, *VERSIONED)  # on every worker there (none: nothing to check)
+        found = self.client.run(versions_probe(), *VERSIONED)  # on every worker there (none: nothing to check)
         require_same_versions("dask", self.settings.address, found, VERSIONED)
 
     def check_shared_workdir(self, workdir: Path) -> bool:
@@ -300,8 +300,9 @@ class DaskBackend(Backend):
     def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...],
                     target_file_size: int) -> pa.Schema:
         frame = index_as_columns(frame)
+        remote = {"filesystem": self.store.fsspec_filesystem()} if isinstance(directory, ObjectPath) else {}
         if _is_cudf_meta(frame._meta):  # cuDF writes its own Parquet, keeping its column types
-            frame.to_parquet(str(directory), write_index=False, partition_on=list(partition_by) or None,
+            frame.to_parquet(str(directory), **remote, write_index=False, partition_on=list(partition_by) or None,
                              write_metadata_file=False)
             return frame._meta.to_arrow(preserve_index=False).schema
         try:
@@ -309,7 +310,6 @@ class DaskBackend(Backend):
         except (pa.ArrowException, TypeError, ValueError) as exc:
             raise DataError(f"cannot derive an Arrow schema from the frame: {exc}") from exc
         frame = _hive_escaped(self._sized(frame, schema, partition_by, target_file_size), schema, partition_by)
-        remote = {"filesystem": self.store.fsspec_filesystem()} if isinstance(directory, ObjectPath) else {}
         frame.to_parquet(str(directory), **remote, write_index=False, engine="pyarrow", schema=schema,
                          partition_on=list(partition_by) or None, write_metadata_file=False,
                          coerce_timestamps="us", allow_truncated_timestamps=False)

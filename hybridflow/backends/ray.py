@@ -43,7 +43,7 @@ from .base import (
     require_shared_workdir,
     split_host_port,
     unwrap_error,
-    versions_here,
+    versions_probe,
 )
 from .raytune import CALLBACKS_VARIABLE, TUNING, TrialCounter, with_callback
 
@@ -210,23 +210,14 @@ class RayBackend(Backend):
     def check_versions(self) -> None:
         if not self.settings.address or self.ray is None:
             return
-        ray = self.ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        probe = ray.remote(num_cpus=0)(versions_here)
-        nodes = [n for n in ray.nodes() if n["Alive"]]
-        found = ray.get([probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
-                         .remote(*VERSIONED) for n in nodes], timeout=300)
+        nodes = [n for n in self.ray.nodes() if n["Alive"]]
+        found = self._on_nodes(versions_probe(), nodes, *VERSIONED)
         require_same_versions("ray", self.settings.address,
                               {n["NodeManagerAddress"]: v for n, v in zip(nodes, found)}, VERSIONED)
 
     def check_shared_workdir(self, workdir: Path) -> bool:
         if self._driver is None or self.ray is None:
             return False
-        ray = self.ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        @ray.remote(num_cpus=0)
         def exists(marker: str) -> bool:  # runs on each node; nested, so it is shipped by value
             import os
 
@@ -234,12 +225,19 @@ class RayBackend(Backend):
 
         def seen_by_nodes(path: str) -> list[bool]:
             # every node that runs tasks (this host's own node has no CPUs)
-            nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) > 0]
-            return ray.get([exists.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
-                            .remote(path) for node in nodes], timeout=300)
+            nodes = [n for n in self.ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) > 0]
+            return self._on_nodes(exists, nodes, path)
 
         require_shared_workdir("ray", self.settings.address, workdir, seen_by_nodes)
         return True
+
+    def _on_nodes(self, function, nodes: list[dict], *args) -> list:
+        """`function(*args)` on each of `nodes` (as ray.nodes() lists them), in a task that takes no CPU."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        task = self.ray.remote(num_cpus=0)(function)
+        return self.ray.get([task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+                             .remote(*args) for n in nodes], timeout=300)
 
     def begin_stage(self, on_gpu: bool, params, log) -> None:
         super().begin_stage(on_gpu, params, log)

@@ -50,7 +50,7 @@ from .base import (
     require_same_versions,
     require_shared_workdir,
     split_host_port,
-    versions_here,
+    versions_probe,
 )
 
 
@@ -419,28 +419,25 @@ class SparkBackend(Backend):
         """The Python workers of the executors (one task per core the application holds)."""
         if not self.master.startswith("spark://") or self.session is None:
             return
-        context = self.session.sparkContext
-        tasks = max(2, context.defaultParallelism)
-        found = context.parallelize(range(tasks), tasks).map(
-            lambda _: (__import__("socket").gethostname(), versions_here(*VERSIONED))).collect()
+        versions = versions_probe()
+        found = self._on_executors(lambda: (__import__("socket").gethostname(), versions(*VERSIONED)))
         require_same_versions("spark", self.master, dict(found), VERSIONED)
 
     def check_shared_workdir(self, workdir: Path) -> bool:
         if self._driver is None or self.session is None:
             return False
-        context = self.session.sparkContext
-
         def seen_by_executors(path: str) -> list[bool]:
-            def exists(_) -> bool:  # runs on the executors; nested, so it is shipped by value
-                import os
-
-                return os.path.exists(path)
-
-            tasks = max(2, context.defaultParallelism)  # a task per core the application holds
-            return context.parallelize(range(tasks), tasks).map(exists).collect()
+            return self._on_executors(lambda: __import__("os").path.exists(path))
 
         require_shared_workdir("spark", self.master, workdir, seen_by_executors)
         return True
+
+    def _on_executors(self, probe) -> list:
+        """`probe()`'s answer from a task per core the application holds (shipped by value: it must
+        import what it uses itself)."""
+        context = self.session.sparkContext
+        tasks = max(2, context.defaultParallelism)
+        return context.parallelize(range(tasks), tasks).map(lambda _: probe()).collect()
 
     def begin_stage(self, on_gpu: bool, params, log) -> None:
         super().begin_stage(on_gpu, params, log)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from ..errors import UnavailableError, first_line
 from .base import check_reachable, code_archive, split_host_port
@@ -64,9 +64,6 @@ class SparkConnectBackend(SparkBackend):
 
     def reload_code(self, code: Sequence[Path]) -> bool:
         return False  # the server's workers keep what they imported: a fresh session takes the new code
-
-    def handles(self) -> dict[str, Any]:
-        return {"spark": self.session}
 
     def check_shared_workdir(self, workdir: Path) -> bool:
         return False  # a Connect session runs no job of hybridflow's own to ask; see the module's notes
