@@ -195,6 +195,23 @@ def test_a_corrupt_page_found_while_reading_is_one_data_error_naming_the_file(en
     assert not any(raw in result.error.one_line() for raw in ("ArrowInvalid", "Py4J", "RayTaskError", "KeyError"))
 
 
+
+def test_a_corrupt_page_is_still_told_apart_once_the_jvm_has_thrown_its_error_many_times(engines, shared_project,
+                                                                                          tmp_path):
+    """The JVM throws a hot exception bare (no message, no stack) unless told not to: the same
+    corrupt page read again and again must still be one data error naming the file."""
+    (tmp_path / "events").mkdir()
+    file = tmp_path / "events" / "b.parquet"
+    corrupt_dictionary_indices(file)
+    session = engines["spark"].session
+    for _ in range(12):  # warm the exception past the JVM's fast-throw threshold
+        with pytest.raises(Exception, match="ArrayIndexOutOfBoundsException"):
+            session.read.parquet(str(tmp_path / "events")).collect()
+    path = copy_pipeline(shared_project, "corrupt-hot-exception", "spark", str(tmp_path / "events"), "counted_spark")
+    result = Runner(load_pipeline(path), engines=engines).run()
+    assert type(result.error) is DataError, repr(result.error)
+    assert f"input 'events' cannot be read ({file}): " in result.error.message, result.error.message
+
 @pytest.mark.parametrize("name", ENGINES)
 def test_physical_type_variants_reach_every_engine_as_standard_types(engines, shared_project, tmp_path, name):
     (tmp_path / "events").mkdir()

@@ -360,9 +360,13 @@ class SparkBackend(Backend):
         s3 = spark_s3_conf(self.store, own, gpu_conf) if self.store is not None else {}
         conf = {**default_conf(self.master, self._driver or "127.0.0.1"), **gpu_conf, **s3, **own}
         conf.update(redaction_conf(conf, self.secrets))
-        # no JVM perf-data file in /tmp (it copies the JVM's arguments, and a killed JVM leaves it)
-        options = conf.get("spark.driver.extraJavaOptions", "")
-        conf["spark.driver.extraJavaOptions"] = f"{options} -XX:-UsePerfData".strip()
+        # No JVM perf-data file in /tmp (it copies the JVM's arguments, and a killed JVM leaves it).
+        # Every exception keeps its message and stack: once an exception is hot, the JVM otherwise
+        # throws a bare one, and a corrupt page would no longer be told from a bug in the stage.
+        for role, options in (("driver", "-XX:-UsePerfData -XX:-OmitStackTraceInFastThrow"),
+                              ("executor", "-XX:-OmitStackTraceInFastThrow")):
+            key = f"spark.{role}.extraJavaOptions"
+            conf[key] = f"{conf.get(key, '')} {options}".strip()
         secret = {k: v for k, v in conf.items() if any(value in v for value in self.secrets)}
         builder = SparkSession.builder.master(self.master)
         for key, value in conf.items():
