@@ -670,6 +670,10 @@ def _end_accumulator_server_aside(context) -> None:
     if server is None:
         return
     context._accumulatorServer = None  # SparkContext.stop() skips what it finds None
+    # The JVM ends beside it: a worker's connection cut mid-read is expected then, and
+    # socketserver would print its traceback to the terminal
+    server.server_shutdown = True
+    server.handle_error = lambda request, client_address: None
     threading.Thread(target=server.shutdown, daemon=True, name="hybridflow-spark-accumulators-stop").start()
 
 
