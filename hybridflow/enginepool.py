@@ -19,7 +19,7 @@ from typing import Any, Callable
 from . import backends, processes
 from .backends.base import EngineOutput, TerminalStreams
 from .pipeline import Pipeline
-from .provisioning import cluster_spec
+from .provisioning import cluster_nodes, cluster_spec
 from .sqlstage import is_sql
 from .stagecode import module_file
 from .stopping import SignalState, Terminated
@@ -169,8 +169,10 @@ class EnginePool:
         cluster = cluster_spec(self.pipeline, name)
         clock = time.monotonic()
         if cluster is not None:
-            with self.timeline.span(CLUSTER_UP, detail=name):
-                settings = settings.attached_to(self.clusters.bring_up(name, cluster))
+            with self.timeline.span(CLUSTER_UP, detail=name) as facts:
+                brought = self.clusters.bring_up(name, cluster)
+                facts["nodes"] = cluster_nodes(brought)
+                settings = settings.attached_to(brought["address"])
         engine = backends.create(name, settings, self.log_dir,
                                  gpu=self.gpu(name), secrets=self.pipeline.secrets,
                                  store=self.pipeline.store if self.pipeline.uses_object_storage else None)

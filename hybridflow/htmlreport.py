@@ -42,7 +42,7 @@ def render(run: dict[str, Any], stages: list[dict[str, Any]], spans: list[dict[s
         "</noscript>",
         "<h2>Timeline</h2>", _timeline(run, stages, spans),
         "<h2>Pipeline</h2>", _graph(stages, published, edges),
-        "<h2>Stages</h2>", _table(stages, spans, published),
+        "<h2>Stages</h2>", _table(stages, spans, published), _clusters(stages, spans),
         "<h2>Published datasets</h2>", _datasets(published),
         "<h2>Compared with the previous successful run</h2>", _comparison(stages, previous),
         "<h2>Logs</h2>", _logs(stages),
@@ -134,6 +134,30 @@ def _table(stages: list[dict[str, Any]], spans: list[dict[str, Any]], published:
                         f"<b>error</b> {escape(s['error'])}</td></tr>")
     head = "".join(f"<th>{h}</th>" for h in STAGE_COLUMNS)
     return f"<div class='scroll'><table><tr>{head}</tr>{''.join(body)}</table></div>"
+
+
+CLUSTER_COLUMNS = ("cluster", "nodes", "bring up", "busy", "idle", "take down", "node-seconds", "ended")
+
+
+def _clusters(stages: list[dict[str, Any]], spans: list[dict[str, Any]]) -> str:
+    """The clusters brought up for the run, and what each cost (nothing when the run brought none up)."""
+    from .clusterusage import cluster_usage
+
+    usage = cluster_usage(spans, stages)
+    if not usage:
+        return ""
+    rows = []
+    for item in usage:
+        cells = [f'<span class="dot" style="background:{reportcharts.backend_colour(item.engine)}"></span>'
+                 f"{escape(item.engine)}", _count(item.nodes), _seconds(item.up), _seconds(item.busy),
+                 _seconds(item.idle), _seconds(item.down),
+                 "" if item.node_seconds is None else f"{item.node_seconds:,.0f}", escape(item.outcome)]
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" if i in (0, len(cells) - 1) else f"<td class='num'>{c}</td>"
+                                     for i, c in enumerate(cells)) + "</tr>")
+    head = "".join(f"<th>{h}</th>" for h in CLUSTER_COLUMNS)
+    return (f"<h2>Clusters brought up for the run</h2><div class='scroll'><table><tr>{head}</tr>{''.join(rows)}"
+            "</table></div><p class='muted'>busy: a stage of the engine was running on it; node-seconds: its "
+            "hosts times its life from bring up to take down, what a cloud bill counts</p>")
 
 
 def _device(stage: dict[str, Any]) -> str:

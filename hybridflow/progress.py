@@ -312,6 +312,27 @@ def run_details(run: dict, stages: list[dict], spans: list[dict] = ()) -> list:
             lineage.append(Text(f"  {dataset}@{version}{_files_note(facts.get('files'))} <- {read}",
                                 no_wrap=True, overflow="ignore"))
     parts.append(table)
+    if clusters := _cluster_table(stages, spans):
+        parts.append(clusters)
     if len(lineage) > 1:
         parts += lineage
     return parts
+
+
+def _cluster_table(stages: list[dict], spans) -> Table | None:
+    """The clusters brought up for the run and what each cost; None when it brought none up."""
+    from .clusterusage import cluster_usage
+
+    usage = cluster_usage(spans, stages)
+    if not usage:
+        return None
+    table = Table(title="clusters brought up for the run", title_justify="left")
+    for column in ("cluster", "nodes", "bring up", "busy", "idle", "take down", "node-seconds", "ended"):
+        table.add_column(column, justify="left" if column in ("cluster", "ended") else "right")
+    seconds = lambda v: f"{v:.1f}s" if v is not None else ""  # noqa: E731
+    for item in usage:
+        table.add_row(item.engine, "" if item.nodes is None else str(item.nodes), seconds(item.up),
+                      seconds(item.busy), seconds(item.idle), seconds(item.down),
+                      "" if item.node_seconds is None else f"{item.node_seconds:,.0f}",
+                      Text(item.outcome, style="" if item.outcome == "ok" else "red"))
+    return table

@@ -61,8 +61,9 @@ class RunClusters:
     problems: list[str] = field(default_factory=list)  # teardowns that failed: said at the run's end
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def bring_up(self, engine: str, spec) -> str:
-        """Bring `engine`'s cluster up as `spec` (a settings.ClusterSection) says; its address. Recorded
+    def bring_up(self, engine: str, spec) -> dict[str, Any]:
+        """Bring `engine`'s cluster up as `spec` (a settings.ClusterSection) says; what its `up` said
+        ({"address": ..., and "hosts" or "nodes" where known}). Recorded
         in the workdir first; a failed `up` is followed by `down`, so nothing is left behind."""
         key = f"{self.run_id}-{engine}"
         record = {"run_id": self.run_id, "pipeline": self.pipeline.name, "engine": engine, "provider": spec.provider,
@@ -86,7 +87,7 @@ class RunClusters:
         # this run's `down` gets what `up` printed; the stored record no ${env:...} value (clusterrecords)
         record.update(state="up", cluster=cluster, up_at=now_text())
         self.records.put(key, record)
-        return cluster["address"]
+        return cluster
 
     def take_down(self, engine: str, spec) -> None:
         """Run `down` for the engine's cluster (bounded by its timeout). Done: the record goes. Failed or
@@ -101,6 +102,16 @@ class RunClusters:
 
     def _log(self, engine: str) -> Path:
         return self.log_dir / f"cluster-{engine}.log"
+
+
+def cluster_nodes(cluster: dict[str, Any]) -> int | None:
+    """How many hosts a cluster runs on (what its node-seconds count): the `nodes` its `up` printed,
+    or its list of hosts; None when neither says."""
+    nodes = cluster.get("nodes")
+    if isinstance(nodes, int) and not isinstance(nodes, bool) and nodes > 0:
+        return nodes
+    hosts = cluster.get("hosts")
+    return len(set(hosts)) if isinstance(hosts, list) and hosts else None
 
 
 def cluster_name(pipeline: str, run_id: str, engine: str) -> str:

@@ -38,7 +38,7 @@ CREATE TABLE IF NOT EXISTS spans (
 );
 CREATE INDEX IF NOT EXISTS spans_by_run ON spans (run_id, started_at);
 """
-SPAN_FIELDS = ("run_id", "stage", "kind", "detail", "attempt", "started_at", "ended_at", "outcome")
+SPAN_FIELDS = ("run_id", "stage", "kind", "detail", "attempt", "started_at", "ended_at", "outcome", "nodes")
 ATTEMPTED = ("done", "failed", "killed")  # the statuses of a stage that a run tried and finished with
 
 RUN_FIELDS = ("run_id", "pipeline", "pipeline_file", "trigger", "started_at", "ended_at", "status", "error",
@@ -49,7 +49,8 @@ STAGE_FIELDS = ("run_id", "stage", "backend", "status", "duration", "engine_star
 # columns added after the first release: added to an existing runs.db when it is opened
 ADDED_COLUMNS = {"runs": {"arguments": "TEXT"},
                  "stages": {"fingerprint": "TEXT", "gpu": "INTEGER", "gpu_reason": "TEXT", "attempts": "INTEGER",
-                            "engine_work": "TEXT"}}
+                            "engine_work": "TEXT"},
+                 "spans": {"nodes": "INTEGER"}}  # the hosts of a cluster brought up for the run
 
 
 class RunStore:

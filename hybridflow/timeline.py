@@ -24,10 +24,11 @@ class Timeline:
 
     @contextlib.contextmanager
     def span(self, kind: str, stage: str | None = None, detail: str | None = None, attempt: int | None = None):
-        """Time the block; recorded when it ends, with its outcome (ok, failed or stopped)."""
-        started, outcome = time.time(), "ok"
+        """Time the block; recorded when it ends, with its outcome (ok, failed or stopped). The block
+        may set facts learnt inside it on what it is given: {"nodes": 3} for a cluster brought up."""
+        started, outcome, facts = time.time(), "ok", {}
         try:
-            yield
+            yield facts
         except Exception:
             outcome = "failed"
             raise
@@ -35,14 +36,14 @@ class Timeline:
             outcome = "stopped"
             raise
         finally:
-            self._save(kind, stage, detail, attempt, started, time.time(), outcome)
+            self._save(kind, stage, detail, attempt, started, time.time(), outcome, facts.get("nodes"))
 
-    def _save(self, kind, stage, detail, attempt, started, ended, outcome) -> None:
+    def _save(self, kind, stage, detail, attempt, started, ended, outcome, nodes=None) -> None:
         if self.store is None:
             return
         try:  # a timeline that cannot be written (a full disk) never fails the run
             self.store.save_span(run_id=self.run_id, stage=stage, kind=kind, detail=detail, attempt=attempt,
-                                 started_at=started, ended_at=ended, outcome=outcome)
+                                 started_at=started, ended_at=ended, outcome=outcome, nodes=nodes)
         except StorageError as exc:  # the run's own record fails on it next, and says it once
             logging.getLogger("hybridflow").debug("timeline not recorded: %s", exc)
         except Exception as exc:  # noqa: BLE001

@@ -41,7 +41,7 @@ PYTHONPATH="${WORKER_PYTHONPATH:-}" setsid "$BIN/dask" worker --scheduler-file "
     --no-dashboard > "$dir/worker.log" 2>&1 < /dev/null &
 echo $! > "$dir/worker.pid"
 address=$("$BIN/python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["address"])' "$dir/scheduler.json")
-echo "{\"address\": \"$address\", \"state\": \"$dir\"}"
+echo "{\"address\": \"$address\", \"state\": \"$dir\", \"nodes\": 2}"
 '''
 
 DOWN = r'''set -eu
@@ -179,6 +179,16 @@ def test_a_dask_cluster_is_brought_up_for_its_stage_and_gone_before_the_next(pro
     assert f"bringing up hf-provisioned-{run_id}-dask" in log  # up's own output, with the run's tag
     listed = hf("clusters", "list", "pipeline.yaml")
     assert listed.returncode == 0 and "no cluster" in listed.stdout, listed.stdout
+
+    # what the cluster cost: up, busy (the Dask stage), idle, down and node-seconds (2 nodes, as up said)
+    shown = hf("show", "last", "-f", "pipeline.yaml")
+    row = re.search(r"dask\W+2\W+([\d.]+)s\W+([\d.]+)s\W+([\d.]+)s\W+([\d.]+)s\W+([\d,]+)\W+ok", shown.stdout)
+    assert row, shown.stdout
+    up, busy, idle, down = (float(row.group(i)) for i in range(1, 5))
+    assert up > 0 and busy > 0 and down > 0
+    assert abs(int(row.group(5).replace(",", "")) - 2 * (up + busy + idle + down)) <= 1  # shown rounded
+    report = Path(hf("report", "last", "-f", "pipeline.yaml").stdout.strip().splitlines()[-1])
+    assert "Clusters brought up for the run" in report.read_text()
 
 
 def test_an_up_that_fails_is_one_line_exit_69_and_leaves_nothing_behind(provisioned):

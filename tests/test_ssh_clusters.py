@@ -212,6 +212,9 @@ def test_three_clusters_brought_up_over_ssh_give_the_embedded_answer_and_leave_n
     assert "AWS_SECRET_ACCESS_KEY" not in logs and s3.secret_key not in logs
     listed = run_cli(project, "clusters", "list", "pipeline.yaml", env=env)[0]
     assert "no cluster is up" in listed.stdout, listed.stdout
+    shown = run_cli(project, "show", "last", "-f", "pipeline.yaml", env=env)[0].stdout
+    for engine in ("spark", "dask", "ray"):  # each on three hosts, busy while its stage ran, and taken down
+        assert re.search(rf"{engine}\W+3\W+[\d.]+s\W+[\d.]+s\W+[\d.]+s\W+[\d.]+s\W+[\d,]+\W+ok", shown), shown
 
 
 def test_after_a_kill_9_the_clusters_own_timer_and_the_reaper_end_it(hosts, sshd, s3, private):
