@@ -59,6 +59,7 @@ class RunClusters:
     records: Any  # clusterrecords.LocalRecords or ObjectRecords
     up_clusters: dict[str, dict[str, Any]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # teardowns that failed: said at the run's end
+    tethers: dict[str, list] = field(default_factory=dict)  # ssh provider: each engine's hosts' tethers
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def bring_up(self, engine: str, spec) -> dict[str, Any]:
@@ -76,7 +77,9 @@ class RunClusters:
             if spec.provider == "ssh":
                 from .sshclusters import ssh_up
 
-                cluster = ssh_up(engine, spec, record, self._log(engine))
+                with self._lock:
+                    tethers = self.tethers.setdefault(engine, [])
+                cluster = ssh_up(engine, spec, record, self._log(engine), tethers)
             else:
                 outcome = run_command(spec.up, cluster_env(record), spec.up_timeout, self._log(engine), "up",
                                       self.pipeline.root)
@@ -96,7 +99,15 @@ class RunClusters:
             record = self.up_clusters.pop(engine, None)
         if record is None:
             return
-        problem = tear_down(record, spec, self._log(engine), self.pipeline.root, self.records)
+        try:
+            problem = tear_down(record, spec, self._log(engine), self.pipeline.root, self.records)
+        finally:
+            with self._lock:
+                tethers = self.tethers.pop(engine, [])
+            if tethers:
+                from .sshclusters import untether
+
+                untether(tethers)
         if problem:
             self.problems.append(problem)
 

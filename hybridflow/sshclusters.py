@@ -6,10 +6,18 @@ to /tmp/hybridflow-clusters/<name>-<role>.log there and HYBRIDFLOW_CLUSTER_NAME 
 Taking a cluster down ends every process on each host whose environment carries the cluster's name
 (what the launched processes started too), and brings their logs into the run's cluster-<engine>.log.
 The script each host runs is sent on ssh's input: `env:` values (credentials) are on no command line.
+
+Each host is also tethered to the runner before anything starts there: an SSH session whose remote end
+reads until the runner's end closes, then ends the cluster's processes on that host. The runner closes
+it after a teardown; so does the kernel when the runner dies however it dies (a kill -9, an OOM kill),
+so a dead runner's cluster ends within seconds, with no run or reaper following. Its record and logs
+stay for the reaper. (A runner whose whole machine vanished is noticed when the host's sshd notices:
+its ClientAliveInterval, else TCP keepalive; Dask's idle timeout and the reaper cover that case.)
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -24,9 +32,8 @@ from .provisioning import TAG, Outcome, ended
 
 REMOTE_LOGS = "/tmp/hybridflow-clusters"
 
-# what a host runs to end a cluster: every process whose environment carries its name, TERM then KILL,
-# then its logs printed (and removed), and its scratch removed
-_SWEEP = r'''name=%(name)s
+# what a host runs to end a cluster's processes: every one whose environment carries its name, TERM then KILL
+_END = r'''name=%(name)s
 tagged() {
   for p in /proc/[0-9]*; do
     if tr '\0' '\n' < "$p/environ" 2>/dev/null | grep -qxF "HYBRIDFLOW_CLUSTER_NAME=$name"; then echo "${p#/proc/}"; fi
@@ -36,15 +43,19 @@ pids=$(tagged)
 if [ -n "$pids" ]; then kill -TERM $pids 2>/dev/null || true; fi
 for _ in $(seq 50); do pids=$(tagged); [ -z "$pids" ] && break; sleep 0.2; done
 if [ -n "$pids" ]; then kill -KILL $pids 2>/dev/null || true; fi
-for log in %(logs)s/"$name"-*.log; do
+'''
+# a teardown: the processes ended, then their logs printed (and removed), and their scratch removed
+_SWEEP = _END + r'''for log in %(logs)s/"$name"-*.log; do
   if [ -e "$log" ]; then echo "=== $(hostname): $log"; tail -c 200000 "$log"; rm -f "$log"; fi
 done
 rm -rf %(logs)s/"$name"-work
 '''
 
 
-def ssh_up(engine: str, spec, record: dict[str, Any], log_file: Path) -> dict[str, Any]:
-    """Start the engine's head on the head host, wait until it answers, then its workers."""
+def ssh_up(engine: str, spec, record: dict[str, Any], log_file: Path,
+           tethers: list[subprocess.Popen] | None = None) -> dict[str, Any]:
+    """Start the engine's head on the head host, wait until it answers, then its workers. `tethers`:
+    where the hosts' tethers go, each started before anything else on its host (None: untethered)."""
     from . import backends
 
     launch_of = backends.engine(engine).cluster_launch
@@ -54,6 +65,8 @@ def ssh_up(engine: str, spec, record: dict[str, Any], log_file: Path) -> dict[st
     python = spec.python or sys.executable
     launch = launch_of(python, spec.head, spec.head_port, record["name"], spec.idle_timeout)
     deadline = time.monotonic() + spec.up_timeout
+    if tethers is not None:
+        tethers += [_tether(spec, host.host, record["name"], log_file) for host in spec.hosts]
     _ssh_start(engine, spec, spec.head, [*launch.head, *spec.head_args], record["name"], "head", log_file)
     _wait_for_port(engine, spec.head, launch.port, deadline, log_file)
     for host in spec.workers:
@@ -82,6 +95,33 @@ def ssh_down(record: dict[str, Any], spec, log_file: Path) -> str | None:
             f"hybridflow clusters reap tries again)")
 
 
+def untether(tethers: list[subprocess.Popen], timeout: float = 30) -> None:
+    """Close the runner's end of each tether (its host ends what is left of the cluster there), and
+    wait for them: bounded, then killed."""
+    for tether in tethers:
+        with contextlib.suppress(OSError):
+            tether.stdin.close()
+    deadline = time.monotonic() + timeout
+    for tether in tethers:
+        try:
+            tether.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            tether.kill()
+            tether.wait()
+
+
+def _tether(spec, host: str, name: str, log_file: Path) -> subprocess.Popen:
+    import shlex
+
+    script = "cat > /dev/null\n" + _END % {"name": shlex.quote(name)}
+    command = _ssh_command(spec, host, ["-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4"])
+    with open(log_file, "ab") as out:  # its end: `cat` returned on the host and the processes ended there
+        out.write(f"--- tethered to {host}\n".encode())
+        # tagged as the cluster's own: a stage that ends while it lives must not take it for its leftover
+        return subprocess.Popen([*command, f"bash -c {shlex.quote(script)}"], stdin=subprocess.PIPE, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, TAG: name})
+
+
 def _ssh_start(engine: str, spec, host: str, argv: list[str], name: str, role: str, log_file: Path) -> None:
     import shlex
 
@@ -99,11 +139,16 @@ def _ssh_start(engine: str, spec, host: str, argv: list[str], name: str, role: s
                                hint=f"see {log_file}")
 
 
-def _ssh_run(spec, host: str, script: str, timeout: float) -> Outcome:
-    command = ["ssh", "-p", str(spec.port), "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", *spec.ssh_options]
+def _ssh_command(spec, host: str, options: list[str] = ()) -> list[str]:
+    command = ["ssh", "-p", str(spec.port), "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", *options,
+               *spec.ssh_options]
     if spec.key_file:
         command += ["-i", os.path.expanduser(spec.key_file)]
-    command += [f"{spec.user}@{host}" if spec.user else host, "bash -s"]
+    return [*command, f"{spec.user}@{host}" if spec.user else host]
+
+
+def _ssh_run(spec, host: str, script: str, timeout: float) -> Outcome:
+    command = [*_ssh_command(spec, host), "bash -s"]
     try:
         done = subprocess.run(command, input=script.encode(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               timeout=timeout, start_new_session=True)

@@ -6,8 +6,9 @@ no filesystem with the runner, and the workdir is on an S3 server at 10.213.0.1.
 Dask -> Ray pipeline brings all three clusters up over SSH and gives the embedded run's answer; Spark's
 cluster is gone while the Ray stage runs; after the run no process tagged with its clusters' names is
 left on any host and no listener was on a wildcard address (Ray's exception aside). After a kill -9 of
-the runner, the Dask cluster's own idle timeout ends it with no run following, and `clusters reap`
-ends what is left. Needs root and openssh-server."""
+the runner, each host's tether ends the Dask and Spark clusters there, and `clusters reap` takes their
+records and brings their logs back; a Dask cluster nobody uses ends itself at its idle timeout, with
+no runner, tether or reaper. Needs root and openssh-server."""
 
 from __future__ import annotations
 
@@ -31,11 +32,11 @@ from . import test_multihost as multihost
 from .conftest import Project
 from .netns import Topology, netns_unavailable
 from .s3server import S3Server
+from .sshhosts import CLIENT_OPTIONS, SSHD, start_sshd
 from .test_multihost import DRIVER_ADDRESS, RAY_ENV, outputs, run_cli, wrong_listeners
 from .test_s3_workdir import statuses
 
 pytestmark = pytest.mark.timeout(900)
-SSHD = Path("/usr/sbin/sshd")
 
 # the multi-host pipeline's stages, and a Ray stage that also counts the Spark cluster's processes left
 STAGES = multihost.STAGES + '''
@@ -64,6 +65,10 @@ def dask_slow(numbers):
     import time
     time.sleep(600)
     return numbers
+
+
+def spark_after_slow(slowed):
+    return slowed
 '''
 
 
@@ -101,9 +106,13 @@ workdir: s3://{bucket}/wd
 backends:
   dask:
     cluster: {dask}
+  spark:
+    conf: {{spark.executor.memory: 512m, spark.cores.max: 1}}
+    cluster: {spark}
 stages:
   make: {{run: "mypkg.steps:make", outputs: [numbers]}}
   slow: {{run: "mypkg.steps:dask_slow", backend: dask, inputs: [numbers], outputs: [slowed]}}
+  after: {{run: "mypkg.steps:spark_after_slow", backend: spark, inputs: [slowed], outputs: [after]}}
 '''
 
 
@@ -130,30 +139,8 @@ def private():
 @pytest.fixture(scope="module")
 def sshd(hosts, private, tmp_path_factory) -> Path:
     """An sshd on each host's address, in a mount namespace where PRIVATE is hidden; the client key."""
-    keys = tmp_path_factory.mktemp("ssh")
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / "client")], check=True)
-    (keys / "authorized_keys").write_text((keys / "client.pub").read_text())
-    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
-    for name, address in hosts.hosts.items():
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / f"host-{name}")], check=True)
-        config = keys / f"sshd-{name}.conf"
-        config.write_text(f"ListenAddress {address}\nHostKey {keys / f'host-{name}'}\n"
-                          f"PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
-                          f"KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
-                          f"AuthorizedKeysFile {keys / 'authorized_keys'}\nPidFile {keys / f'sshd-{name}.pid'}\n")
-        hosts.launch(name, [str(SSHD), "-D", "-e", "-f", str(config)], keys / f"sshd-{name}.log", hide=private)
-    deadline = time.monotonic() + 30
-    for name, address in hosts.hosts.items():
-        while subprocess.run(ssh(keys / "client", address, "true"), capture_output=True).returncode != 0:
-            assert time.monotonic() < deadline, (keys / f"sshd-{name}.log").read_text()
-            time.sleep(0.2)
-    yield keys / "client"
+    yield start_sshd(hosts, tmp_path_factory.mktemp("ssh"), hide=private)
     hosts.stop()
-
-
-def ssh(key: Path, address: str, command: str) -> list[str]:
-    return ["ssh", "-i", str(key), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o",
-            "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", f"root@{address}", command]
 
 
 @pytest.fixture(scope="module")
@@ -217,34 +204,67 @@ def test_three_clusters_brought_up_over_ssh_give_the_embedded_answer_and_leave_n
         assert re.search(rf"{engine}\W+3\W+[\d.]+s\W+[\d.]+s\W+[\d.]+s\W+[\d.]+s\W+[\d,]+\W+ok", shown), shown
 
 
-def test_after_a_kill_9_the_clusters_own_timer_and_the_reaper_end_it(hosts, sshd, s3, private):
+def test_after_a_kill_9_the_tethers_end_every_cluster_and_the_reaper_its_records(hosts, sshd, s3, private):
     project = Project(private / "killed")
     project.stages(STAGES)
     bucket = s3.bucket("sshkill")
-    project.pipeline(KILLED.format(bucket=bucket, dask=ssh_cluster(hosts, sshd, ", idle_timeout: 5")))
+    project.pipeline(KILLED.format(bucket=bucket, dask=ssh_cluster(hosts, sshd, ", worker_args: [--nthreads, '1']"),
+                                   spark=ssh_cluster(hosts, sshd, ", worker_args: [--cores, '1', --memory, 1g]")))
     env = {**os.environ, **hf_env(s3, private)}
     run = subprocess.Popen([sys.executable, "-m", "hybridflow.cli", "run", "pipeline.yaml"], cwd=project.root,
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                            start_new_session=True)
+
+    def states() -> list:
+        return [json.loads(s3.client().get_object(Bucket=bucket, Key=key.split("/", 1)[1])["Body"].read())
+                .get("state") for key in s3.keys(f"{bucket}/wd/sshkill/clusters/")]
     try:
         deadline = time.monotonic() + 180
-        while not any(json.loads(s3.client().get_object(Bucket=bucket, Key=key.split("/", 1)[1])["Body"].read())
-                      .get("state") == "up" for key in s3.keys(f"{bucket}/wd/sshkill/clusters/")):
+        while states() != ["up", "up"]:  # both brought up early, while the slow Dask stage runs
             assert time.monotonic() < deadline and run.poll() is None, run.communicate()[0] if run.poll() else ""
             time.sleep(0.5)
-        time.sleep(3)  # the slow stage is under way: the scheduler has work, its workers have joined
+        time.sleep(2)  # the slow stage is under way: the scheduler has work, its workers have joined
+        engines = {engine: [pid for pid in tagged("hf-sshkill-") if name in Path(f"/proc/{pid}/cmdline").read_bytes()]
+                   for engine, name in (("dask", b"dask_scheduler"), ("spark", b"deploy.master.Master"))}
+        assert all(engines.values()), engines
     finally:
-        os.killpg(run.pid, signal.SIGKILL)  # the supervisor and the run: nothing of hybridflow tears down
-        run.wait()
-    scheduler = [pid for pid in tagged("hf-sshkill-") if b"dask_scheduler" in Path(f"/proc/{pid}/cmdline").read_bytes()]
-    assert scheduler, "the cluster should outlive its runner"
-    deadline = time.monotonic() + 60  # the scheduler ends itself once idle 5 s: its client died with the run
-    while any(Path(f"/proc/{pid}").exists() for pid in scheduler):
-        assert time.monotonic() < deadline, "Dask's idle timeout did not end the scheduler"
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)  # the supervisor and the run: nothing of hybridflow tears down
+            run.wait()
+    deadline = time.monotonic() + 30  # each host's tether saw the runner's end close and ended the cluster there
+    while tagged("hf-sshkill-"):
+        assert time.monotonic() < deadline, [Path(f"/proc/{pid}/cmdline").read_bytes()[:80]
+                                             for pid in tagged("hf-sshkill-")]
         time.sleep(0.5)
 
     listed = run_cli(project, "clusters", "list", "pipeline.yaml", env=hf_env(s3, private))[0]
-    assert "dask" in listed.stdout and "up" in listed.stdout, listed.stdout
+    assert "dask" in listed.stdout and "spark" in listed.stdout, listed.stdout  # the records stay for the reaper
     reaped = run_cli(project, "clusters", "reap", "pipeline.yaml", env=hf_env(s3, private))[0]
     assert reaped.returncode == 0 and "took down the dask cluster of run" in reaped.stdout, reaped.stdout
-    assert tagged("hf-sshkill-") == [] and s3.keys(f"{bucket}/wd/sshkill/clusters/") == []
+    assert "took down the spark cluster of run" in reaped.stdout, reaped.stdout
+    assert s3.keys(f"{bucket}/wd/sshkill/clusters/") == []
+    logs = next((private / "cache").rglob("cluster-spark.log")).read_text()  # the reaper brought the logs back
+    assert "deploy.master.Master" in logs, logs
+
+
+def test_a_dask_cluster_nobody_uses_ends_itself_at_its_idle_timeout(hosts, sshd, tmp_path):
+    """No runner, no tether, no reaper: the scheduler's own timer ends it."""
+    from hybridflow.settings import ClusterSection
+    from hybridflow.sshclusters import ssh_down, ssh_up
+
+    spec = ClusterSection(provider="ssh", hosts=[{"host": hosts.hosts["a"], "head": True}, {"host": hosts.hosts["b"]}],
+                          user="root", key_file=str(sshd), python=sys.executable, ssh_options=CLIENT_OPTIONS,
+                          worker_args=["--nthreads", "1"], idle_timeout=5)
+    record = {"name": "hf-idle-test-dask", "run_id": "idle-test", "engine": "dask"}
+    try:
+        ssh_up("dask", spec, record, tmp_path / "cluster.log")
+        scheduler = [pid for pid in tagged("hf-idle-test-") if b"dask_scheduler" in Path(f"/proc/{pid}/cmdline")
+                     .read_bytes()]
+        assert scheduler
+        deadline = time.monotonic() + 60
+        while any(Path(f"/proc/{pid}").exists() for pid in scheduler):
+            assert time.monotonic() < deadline, "Dask's idle timeout did not end the scheduler"
+            time.sleep(0.5)
+    finally:
+        assert ssh_down(record, spec, tmp_path / "cluster.log") is None
+    assert tagged("hf-idle-test-") == []
