@@ -73,6 +73,7 @@ class EnginePool:
         self._background: list[EarlyStart] = []  # every background start of the run, taken or not
         self._engines_stopped = threading.Event()  # the starting threads may end: the engines are stopped
         self._streams: TerminalStreams | None = None
+        self._teardowns: list[threading.Thread] = []  # clusters being taken down (_take_down_aside)
 
     def start_early(self, names: list[str]) -> None:
         """Start these engines now, in the background, each in its own thread (the order is the order
@@ -275,7 +276,17 @@ class EnginePool:
         if engine is not None:
             with contextlib.suppress(Exception), self.timeline.span(ENGINE_STOP, detail=name):
                 engine.stop()
-            self._take_down(name)
+            self._take_down_aside(name)
+
+    def _take_down_aside(self, name: str) -> None:
+        """Take down `name`'s cluster in a thread of its own: it frees other machines, not this one's,
+        so the next stage need not wait for it; several go down side by side. stop_all waits for them."""
+        if cluster_spec(self.pipeline, name) is None or self.clusters is None:
+            return
+        thread = threading.Thread(target=self._take_down, args=(name,), daemon=True,
+                                  name=f"hybridflow-cluster-down-{name}")
+        thread.start()
+        self._teardowns.append(thread)
 
     def abandon(self) -> None:
         """The run is being ended around a stuck stage: nothing may start replacement processes."""
@@ -297,8 +308,11 @@ class EnginePool:
                     engine.stop()
         finally:
             watchdog.cancel()
-        for name in list(self._started):  # its own time limit bounds each: no watchdog kills a `down`
-            self._take_down(name)
+        for name in list(self._started):
+            self._take_down_aside(name)
+        for thread in self._teardowns:  # its own time limit bounds each: no watchdog kills a `down`
+            thread.join()
+        self._teardowns = []
         self._started.clear()
         if self._background:
             self._engines_stopped.set()

@@ -1,7 +1,8 @@
 """Clusters brought up for a run with the `command` provider: the team's own `up` and `down` scripts,
 here starting a real Dask scheduler and worker on 127.0.0.1 (as `terraform apply` or `kubectl apply`
 would elsewhere) and stopping them by the process ids `up` printed. The cluster is up for the Dask
-stage and gone before the stage after it runs; a failing `up` is one line, exit 69, with `down` run
+stage and taken down while the stage after it runs; a run stopped by SIGTERM or SIGINT, or failed by
+a stage timeout, takes it down too; a failing `up` is one line, exit 69, with `down` run
 and nothing recorded; a runner killed with SIGKILL leaves a record that `clusters list` shows and
 `clusters reap` acts on; a `down` that hangs is bounded and reported."""
 
@@ -72,6 +73,12 @@ def double(numbers):
     return numbers.assign(doubled=numbers["id"] * 2)
 
 
+def slow_double(numbers):
+    import time
+    time.sleep(600)
+    return double(numbers)
+
+
 def alive(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
@@ -80,8 +87,15 @@ def alive(pid: int) -> bool:
 
 
 def after(doubled):
+    """Whether the Dask cluster is still up, given 60 s while this stage runs: it is taken down
+    beside this stage, which does not wait for it."""
+    import time
+
     state = Path(Path(os.environ["STATE"], "latest").read_text().strip())
     pids = [int((state / f"{name}.pid").read_text()) for name in ("scheduler", "worker")]
+    deadline = time.monotonic() + 60
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
     return doubled.assign(cluster_alive=any(alive(pid) for pid in pids))
 '''
 
@@ -96,7 +110,7 @@ backends:
       down_timeout: {down_timeout}
 stages:
   make: {{run: "mypkg.steps:make", outputs: [numbers]}}
-  double: {{run: "mypkg.steps:double", backend: dask, inputs: [numbers], outputs: [doubled]}}
+  double: {{run: "mypkg.steps:{double}", backend: dask, inputs: [numbers], outputs: [doubled]{timeout}}}
   after: {{run: "mypkg.steps:after", inputs: [doubled], outputs: [checked]}}
 '''
 
@@ -144,8 +158,10 @@ def provisioned(tmp_path):
             os.kill(pid, signal.SIGKILL)
 
 
-def pipeline(project: Project, up: str = "up.sh", down: str = "down.sh", down_timeout: int = 30) -> None:
-    project.pipeline(PIPELINE.format(up=up, down=down, down_timeout=down_timeout))
+def pipeline(project: Project, up: str = "up.sh", down: str = "down.sh", down_timeout: int = 30,
+             double: str = "double", timeout: str | None = None) -> None:
+    project.pipeline(PIPELINE.format(up=up, down=down, down_timeout=down_timeout, double=double,
+                                     timeout=f", timeout: {timeout}" if timeout else ""))
 
 
 def records(project: Project) -> list[dict]:
@@ -167,7 +183,7 @@ def test_a_dask_cluster_is_brought_up_for_its_stage_and_gone_before_the_next(pro
     checked = pq.read_table([str(f) for f in Catalog(project.home("provisioned")).current("checked").files
                              if f.suffix == ".parquet"]).to_pandas()
     assert sorted(checked["doubled"]) == [2 * i for i in range(100)]
-    assert not checked["cluster_alive"].any()  # taken down as soon as no remaining stage needed Dask
+    assert not checked["cluster_alive"].any()  # taken down while the stage after the Dask one ran
     pids = cluster_pids(state)
     assert len(pids) == 2 and not any(alive(pid) for pid in pids)
     cluster_dir = Path((state / "latest").read_text().strip())
@@ -189,6 +205,35 @@ def test_a_dask_cluster_is_brought_up_for_its_stage_and_gone_before_the_next(pro
     assert abs(int(row.group(5).replace(",", "")) - 2 * (up + busy + idle + down)) <= 1  # shown rounded
     report = Path(hf("report", "last", "-f", "pipeline.yaml").stdout.strip().splitlines()[-1])
     assert "Clusters brought up for the run" in report.read_text()
+
+
+@pytest.mark.parametrize("how, exit_code", [("SIGTERM", 143), ("SIGINT", 130), ("stage timeout", 124)])
+def test_a_run_stopped_or_timed_out_while_its_stage_runs_on_the_cluster_takes_it_down(provisioned, how, exit_code):
+    project, state, hf = provisioned
+    pipeline(project, double="slow_double", timeout="4s" if how == "stage timeout" else None)
+    run = hf("run", "pipeline.yaml", wait=False)
+    if how != "stage timeout":
+        deadline = time.monotonic() + 120
+        while "Receive client connection" not in scheduler_log(state):
+            assert time.monotonic() < deadline and run.poll() is None, run.communicate()[0] if run.poll() else ""
+            time.sleep(0.2)
+        time.sleep(1)  # the slow stage is running on the cluster
+        if how == "SIGTERM":
+            os.kill(run.pid, signal.SIGTERM)  # what a scheduler or systemd sends
+        else:
+            os.killpg(run.pid, signal.SIGINT)  # Ctrl-C: the terminal's whole foreground group
+    output, _ = run.communicate(timeout=120)
+    assert run.returncode == exit_code, output
+    pids = cluster_pids(state)
+    assert len(pids) == 2 and not any(alive(pid) for pid in pids), output
+    assert (Path((state / "latest").read_text().strip()) / "downs").read_text() == "down\n"
+    assert records(project) == []
+
+
+def scheduler_log(state: Path) -> str:
+    latest = state / "latest"
+    log = Path(latest.read_text().strip()) / "scheduler.log" if latest.exists() else None
+    return log.read_text(errors="replace") if log and log.exists() else ""
 
 
 def test_an_up_that_fails_is_one_line_exit_69_and_leaves_nothing_behind(provisioned):

@@ -42,18 +42,24 @@ pytestmark = pytest.mark.timeout(900)
 STAGES = multihost.STAGES + '''
 
 def spark_processes() -> int:
-    """Processes of this pipeline's Spark cluster still running on this machine (the hosts share it)."""
+    """Processes of this pipeline's Spark cluster still running on this machine (the hosts share it),
+    given 60 s to end: it is taken down beside the stages after its own."""
     import os
     import re
+    import time
 
-    found = 0
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            environ = open(f"/proc/{pid}/environ", "rb").read()
-        except OSError:
-            continue
-        found += bool(re.search(rb"(^|\\0)HYBRIDFLOW_CLUSTER_NAME=hf-sshflow-[^\\0]*-spark\\0", environ))
-    return found
+    deadline = time.monotonic() + 60
+    while True:
+        found = 0
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                environ = open(f"/proc/{pid}/environ", "rb").read()
+            except OSError:
+                continue
+            found += bool(re.search(rb"(^|\\0)HYBRIDFLOW_CLUSTER_NAME=hf-sshflow-[^\\0]*-spark\\0", environ))
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
 
 
 def ray_scale_counting_spark(totals):

@@ -1,0 +1,187 @@
+"""Clusters brought up for the run, against clusters already running and against embedded engines.
+
+Three network namespaces stand for three hosts, each with its own sshd (a: the head of each engine; b
+and c: workers); the workdir is on an S3 server at the runner's address, and the hosts share no
+filesystem with the runner. The multi-host test's pipeline (python -> Spark -> Dask -> Ray) runs, from
+nothing (--force), --rounds times each way, interleaved:
+
+    per-run   backends.<engine>.cluster over SSH: every cluster brought up for the run and taken down after
+    attached  the same three clusters, brought up by the same launch commands before the run (untimed)
+    embedded  local engines on the runner (what an engine's start costs here)
+
+Prints each run's wall-clock seconds, each cluster's bring-up and take-down seconds in the per-run runs
+(from their timelines), the median per-run / attached ratio, and what provisioning adds (per-run minus
+attached) against the slowest engine's start in the embedded runs: the target is that it adds no more,
+the clusters coming up side by side and beside the stages before theirs.
+
+    python scripts/bench_clusters.py             # 3 rounds; needs root and openssh-server
+    python scripts/bench_clusters.py --rounds 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from hybridflow.api import load  # noqa: E402
+from hybridflow.clusterusage import cluster_usage  # noqa: E402
+from hybridflow.runsync import open_store  # noqa: E402
+from hybridflow.settings import ClusterSection  # noqa: E402
+from hybridflow.sshclusters import ssh_down, ssh_up  # noqa: E402
+from hybridflow.timeline import ENGINE_START  # noqa: E402
+from tests.conftest import Project  # noqa: E402
+from tests.netns import DRIVER_ADDRESS, Topology, netns_unavailable  # noqa: E402
+from tests.s3server import S3Server  # noqa: E402
+from tests.sshhosts import CLIENT_OPTIONS, SSHD, start_sshd  # noqa: E402
+from tests.test_multihost import EMBEDDED, RAY_ENV, STAGES  # noqa: E402
+
+ENGINES = ("spark", "dask", "ray")
+STAGE_LINES = '''stages:
+  make: {run: "mypkg.steps:make", outputs: [numbers]}
+  squares: {run: "mypkg.steps:spark_square", backend: spark, inputs: [numbers], outputs: [squares]}
+  totals: {run: "mypkg.steps:dask_total", backend: dask, inputs: [squares], outputs: [totals]}
+  scaled: {run: "mypkg.steps:ray_scale", backend: ray, inputs: [totals], outputs: [scaled]}
+'''
+# what each engine's processes are given on the hosts (the same per-run and attached)
+ARGS = {"spark": {"worker_args": ["--cores", "1", "--memory", "1g"]},
+        "dask": {"worker_args": ["--nthreads", "1"]},
+        "ray": {"head_args": ["--num-cpus", "0", "--object-store-memory", "100000000"],
+                "worker_args": ["--num-cpus", "1", "--object-store-memory", "100000000"]}}
+SPARK_CONF = "conf: {spark.executor.memory: 512m, spark.cores.max: 2, spark.sql.shuffle.partitions: 2}"
+
+
+def cluster_fields(hosts: Topology, key: Path) -> dict:
+    a, b, c = (hosts.hosts[name] for name in ("a", "b", "c"))
+    return {"provider": "ssh", "hosts": [{"host": a, "head": True}, {"host": b}, {"host": c}], "user": "root",
+            "key_file": str(key), "python": sys.executable, "ssh_options": CLIENT_OPTIONS,
+            "env": {"AWS_ACCESS_KEY_ID": "${env:AWS_ACCESS_KEY_ID}",
+                    "AWS_SECRET_ACCESS_KEY": "${env:AWS_SECRET_ACCESS_KEY}", "AWS_REGION": "us-east-1",
+                    "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "${env:RAY_AUTH_TOKEN}"}}
+
+
+def write_pipelines(project: Project, bucket: str, fields: dict, addresses: dict[str, str]) -> None:
+    import json
+
+    head = f"workdir: s3://{bucket}/wd\nbackends:\n"
+    per_run = "".join(f"  {e}:\n" + (f"    {SPARK_CONF}\n" if e == "spark" else "") +
+                      f"    cluster: {json.dumps({**fields, **ARGS[e]})}\n" for e in ENGINES)
+    attached = (f"  spark: {{master: \"{addresses['spark']}\", {SPARK_CONF}}}\n"
+                f"  dask: {{address: \"{addresses['dask']}\"}}\n  ray: {{address: \"{addresses['ray']}\"}}\n")
+    project.pipeline(f"name: perrun\n{head}{per_run}{STAGE_LINES}", "perrun.yaml")
+    project.pipeline(f"name: attached\n{head}{attached}{STAGE_LINES}", "attached.yaml")
+    project.pipeline(f"name: embedded\nworkdir: s3://{bucket}/wd\n{EMBEDDED}\n{STAGE_LINES}", "embedded.yaml")
+
+
+def run(project: Project, name: str, env: dict) -> float:
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "hybridflow.cli", "run", f"{name}.yaml", "--force"],
+                          cwd=project.root, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"{name} run failed ({done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+    return seconds
+
+
+def last_spans(project: Project, name: str) -> tuple[list[dict], list[dict]]:
+    store = open_store(load(project.root / f"{name}.yaml"))
+    last = store.last_run(name)
+    return store.spans(last["run_id"]), store.stages(last["run_id"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    reason = netns_unavailable() or (None if SSHD.exists() else "openssh-server is not installed")
+    if reason:
+        raise SystemExit(f"cannot run: {reason}")
+    scratch = Path(tempfile.mkdtemp(prefix="hf-bench-clusters-"))
+    private = Path(tempfile.mkdtemp(prefix="hf-bench-private-"))  # hidden from the hosts
+    hosts, s3, attached = Topology(), None, []
+    try:
+        hosts.build(["a", "b", "c"])
+        key = start_sshd(hosts, scratch, hide=private)
+        s3 = S3Server(scratch / "moto.log", host=DRIVER_ADDRESS).start()
+        env = {**os.environ, **s3.env(), "HYBRIDFLOW_CACHE": str(private / "cache"), **RAY_ENV,
+               "PYSPARK_PYTHON": sys.executable}
+        os.environ.update(env)  # this process reads the runs' records from the store
+        fields = cluster_fields(hosts, key)
+
+        # the attached runs' clusters: the same launch commands, untethered; up before each attached run and
+        # down after it, untimed (two Ray clusters on one host would contend for its fixed ports)
+        specs = {engine: ClusterSection(**{**fields, **ARGS[engine],
+                                           "env": {**fields["env"], "AWS_ACCESS_KEY_ID": env["AWS_ACCESS_KEY_ID"],
+                                                   "AWS_SECRET_ACCESS_KEY": env["AWS_SECRET_ACCESS_KEY"],
+                                                   "RAY_AUTH_TOKEN": env["RAY_AUTH_TOKEN"]}})
+                 for engine in ENGINES}
+
+        def bring_up_attached() -> dict[str, str]:
+            addresses = {}
+            for engine, spec in specs.items():
+                record = {"name": f"hf-bench-attached-{engine}", "run_id": "bench", "engine": engine}
+                addresses[engine] = ssh_up(engine, spec, record, scratch / f"attached-{engine}.log")["address"]
+                attached.append((record, spec, scratch / f"attached-{engine}.log"))
+            return addresses
+
+        def take_down_attached() -> None:
+            while attached:
+                ssh_down(*attached.pop())
+
+        addresses = bring_up_attached()
+        take_down_attached()
+        project = Project(private / "flow")
+        project.stages(STAGES)
+        write_pipelines(project, s3.bucket("benchclusters"), fields, addresses)
+        run(project, "embedded", env)  # warm-up: imports, the JVM's class data, the store's bucket
+        times: dict[str, list[float]] = {"perrun": [], "attached": [], "embedded": []}
+        ups: dict[str, list[float]] = {e: [] for e in ENGINES}
+        downs: dict[str, list[float]] = {e: [] for e in ENGINES}
+        starts: list[float] = []
+        for number in range(1, args.rounds + 1):
+            for name in times:
+                if name == "attached":
+                    bring_up_attached()
+                times[name].append(run(project, name, env))
+                if name == "attached":
+                    take_down_attached()
+            spans, stages = last_spans(project, "perrun")
+            for usage in cluster_usage(spans, stages):
+                ups[usage.engine].append(usage.up)
+                downs[usage.engine].append(usage.down or 0.0)
+            spans, _ = last_spans(project, "embedded")
+            starts.append(max(s["ended_at"] - s["started_at"] for s in spans if s["kind"] == ENGINE_START))
+            print(f"round {number}: " + ", ".join(f"{n} {t[-1]:.1f}s" for n, t in times.items()) +
+                  f"; slowest embedded engine start {starts[-1]:.1f}s", flush=True)
+
+        median = {name: statistics.median(t) for name, t in times.items()}
+        print("\nper-run clusters, median of the rounds (bring up / take down):")
+        for engine in ENGINES:
+            print(f"  {engine:<6} {statistics.median(ups[engine]):6.1f}s / {statistics.median(downs[engine]):5.1f}s")
+        extra, slowest = median["perrun"] - median["attached"], statistics.median(starts)
+        print(f"\nrun, median: per-run {median['perrun']:.1f}s, attached {median['attached']:.1f}s, "
+              f"embedded {median['embedded']:.1f}s")
+        print(f"per-run / attached: {median['perrun'] / median['attached']:.2f}x")
+        print(f"provisioning adds {extra:.1f}s; the slowest engine's start is {slowest:.1f}s: target "
+              f"{'met' if extra <= slowest else 'NOT met'}")
+    finally:
+        for record, spec, log in attached:
+            ssh_down(record, spec, log)
+        if s3 is not None:
+            s3.stop()
+        hosts.remove()
+        shutil.rmtree(private, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
