@@ -21,6 +21,7 @@ import re
 import shutil
 import signal
 import tempfile
+import threading
 import traceback
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
@@ -135,6 +136,9 @@ class RayBackend(Backend):
         self._tune_callbacks: str | None = None  # RAY_TUNE_CALLBACKS before start() named ours
         self._set_single_node = False  # start() set SINGLE_NODE in this process's environment
         self._counting = False  # Ray Data's executions are counted (see _count_executions)
+        # A progress poll (its own thread, and it may outlive its stage) and stop() never overlap: Ray
+        # ends this whole process when its worker is used after ray.shutdown()
+        self._calls = threading.Lock()
 
     def start(self, code: Sequence[Path] = ()) -> None:
         if not self.settings.address and SINGLE_NODE not in os.environ:
@@ -252,9 +256,14 @@ class RayBackend(Backend):
         """Tune trials finished out of all, with the best score so far, while a Tune run goes on in
         this stage; else the blocks done out of the estimated total of the running Ray Data
         executions, as Ray Data reports them to its stats actor (every few seconds)."""
-        if self.ray is None:
+        if not self._calls.acquire(blocking=False):  # stopping: no phrase, and no call into Ray
             return None
-        return TUNING.phrase() or self._data_progress()
+        try:
+            if self.ray is None:
+                return None
+            return TUNING.phrase() or self._data_progress()
+        finally:
+            self._calls.release()
 
     def _data_progress(self) -> str | None:
         from ray.data._internal.stats import STATS_ACTOR_NAME, STATS_ACTOR_NAMESPACE
@@ -351,6 +360,10 @@ class RayBackend(Backend):
                         os.kill(actor["Pid"], signal.SIGKILL)
 
     def stop(self) -> None:
+        with self._calls:  # waits for a poll under way (its call into Ray times out in 2 s)
+            self._stop()
+
+    def _stop(self) -> None:
         if self.ray is not None:
             if not self.settings.address:
                 _end_autoscaler_monitor(self.ray)
