@@ -39,7 +39,7 @@ tagged() {  # one grep over every process's environment (NUL-separated): a loop 
 }
 pids=$(tagged)
 if [ -n "$pids" ]; then kill -TERM $pids 2>/dev/null || true; fi
-for _ in $(seq 50); do pids=$(tagged); [ -z "$pids" ] && break; sleep 0.2; done
+for _ in $(seq %(tries)d); do pids=$(tagged); [ -z "$pids" ] && break; sleep 0.2; done
 if [ -n "$pids" ]; then kill -KILL $pids 2>/dev/null || true; fi
 '''
 # a teardown: the processes ended, then their logs printed (and removed), and their scratch removed
@@ -54,17 +54,10 @@ def ssh_up(engine: str, spec, record: dict[str, Any], log_file: Path,
            tethers: list[subprocess.Popen] | None = None) -> dict[str, Any]:
     """Start the engine's head on the head host, wait until it answers, then its workers. `tethers`:
     where the hosts' tethers go, each started before anything else on its host (None: untethered)."""
-    from . import backends
-
-    launch_of = backends.engine(engine).cluster_launch
-    if launch_of is None:
-        raise UnavailableError(f"the {engine} engine has no cluster of its own to start over SSH",
-                               hint=f"bring it up with backends.{engine}.cluster.provider: command")
-    python = spec.python or sys.executable
-    launch = launch_of(python, spec.head, spec.head_port, record["name"], spec.idle_timeout)
+    launch = _launch(engine, spec, record["name"])
     deadline = time.monotonic() + spec.up_timeout
     if tethers is not None:
-        tethers += [_tether(spec, host.host, record["name"], log_file) for host in spec.hosts]
+        tethers += [_tether(spec, host.host, record["name"], launch, log_file) for host in spec.hosts]
     _ssh_start(engine, spec, spec.head, [*launch.head, *spec.head_args], record["name"], "head", log_file)
     _wait_for_port(engine, spec.head, launch.port, deadline, log_file)
     for host in spec.workers:
@@ -78,7 +71,8 @@ def ssh_down(record: dict[str, Any], spec, log_file: Path) -> str | None:
     import shlex
 
     hosts = (record.get("cluster") or {}).get("hosts") or [h.host for h in spec.hosts]
-    script = _SWEEP % {"name": shlex.quote(record["name"]), "logs": REMOTE_LOGS}
+    script = _SWEEP % {"name": shlex.quote(record["name"]), "logs": REMOTE_LOGS,
+                       "tries": _tries(_launch(record["engine"], spec, record["name"]))}
     hosts = list(dict.fromkeys(hosts))
     with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
         outcomes = dict(zip(hosts, pool.map(lambda host: _ssh_run(spec, host, script, spec.down_timeout,
@@ -109,10 +103,26 @@ def untether(tethers: list[subprocess.Popen], timeout: float = 30) -> None:
             tether.wait()
 
 
-def _tether(spec, host: str, name: str, log_file: Path) -> subprocess.Popen:
+def _launch(engine: str, spec, name: str):
+    """How the engine's cluster processes are started (backends.ClusterLaunch)."""
+    from . import backends
+
+    launch_of = backends.engine(engine).cluster_launch
+    if launch_of is None:
+        raise UnavailableError(f"the {engine} engine has no cluster of its own to start over SSH",
+                               hint=f"bring it up with backends.{engine}.cluster.provider: command")
+    return launch_of(spec.python or sys.executable, spec.head, spec.head_port, name, spec.idle_timeout)
+
+
+def _tries(launch) -> int:
+    """How many 0.2 s waits for the processes to end on SIGTERM, before SIGKILL."""
+    return max(1, round(launch.grace / 0.2))
+
+
+def _tether(spec, host: str, name: str, launch, log_file: Path) -> subprocess.Popen:
     import shlex
 
-    script = "cat > /dev/null\n" + _END % {"name": shlex.quote(name)}
+    script = "cat > /dev/null\n" + _END % {"name": shlex.quote(name), "tries": _tries(launch)}
     command = _ssh_command(spec, host, ["-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4"])
     with open(log_file, "ab") as out:  # its end: `cat` returned on the host and the processes ended there
         out.write(f"--- tethered to {host}\n".encode())

@@ -36,6 +36,7 @@ class ClusterLaunch:
     port: int  # where the head answers once it is up
     head: list[str]
     worker: Callable[[str], list[str]]  # a worker host -> its command
+    grace: float = 10.0  # seconds its processes are given to end on SIGTERM before SIGKILL
 
 
 @dataclass(frozen=True)

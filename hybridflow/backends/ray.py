@@ -87,9 +87,11 @@ def cluster_launch(python: str, head: str, port: int | None, name: str, idle_tim
         return [python, "-m", "ray.scripts.scripts", "start", "--block", "--node-ip-address", host,
                 "--disable-usage-stats", "--temp-dir", temp, *args]
 
+    # Ray's daemons outlive a SIGTERM by more than 10 s; by the time a cluster goes down its work is in
+    # the store, so they are given 2 s
     return ClusterLaunch(f"{head}:{port}", port,
                          start(head, "--head", "--port", str(port), "--include-dashboard=false"),
-                         lambda host: start(host, "--address", f"{head}:{port}"))
+                         lambda host: start(host, "--address", f"{head}:{port}"), grace=2.0)
 
 
 ENGINE = Engine(
