@@ -60,9 +60,9 @@ def ssh_up(engine: str, spec, record: dict[str, Any], log_file: Path,
         tethers += [_tether(spec, host.host, record["name"], launch, log_file) for host in spec.hosts]
     _ssh_start(engine, spec, spec.head, [*launch.head, *spec.head_args], record["name"], "head", log_file)
     _wait_for_port(engine, spec.head, launch.port, deadline, log_file)
-    for host in spec.workers:
-        _ssh_start(engine, spec, host, [*launch.worker(host), *spec.worker_args], record["name"], f"worker-{host}",
-                   log_file)
+    with ThreadPoolExecutor(max_workers=len(spec.workers)) as pool:  # side by side; a failure is raised here
+        list(pool.map(lambda host: _ssh_start(engine, spec, host, [*launch.worker(host), *spec.worker_args],
+                                              record["name"], f"worker-{host}", log_file), spec.workers))
     return {"address": launch.address, "hosts": [h.host for h in spec.hosts]}
 
 
