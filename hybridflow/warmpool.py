@@ -89,9 +89,11 @@ class WarmPool(EnginePool):
         return hashlib.sha256(repr(digests).encode()).hexdigest()
 
     def _stop(self, name: str) -> None:
+        """Restart `name`: stopped, and its cluster taken down (the next start brings a fresh one up)."""
         engine = self._started.pop(name)
         with contextlib.suppress(Exception), self.timeline.span(ENGINE_STOP, detail=name):
             engine.stop()
+        self._take_down(name)
 
     def keep_only(self, needed: set[str]) -> None:
         """Engines stay warm between the stages of a run, and between runs."""
@@ -100,8 +102,11 @@ class WarmPool(EnginePool):
         """A run ends; its engines stay for the next one (shutdown() stops them)."""
 
     def shutdown(self) -> None:
-        """The session ends: every engine it started stops, and the threads that started them end."""
+        """The session ends: every engine it started stops (its clusters go down: what failed to is
+        said), and the threads that started them end."""
         super().stop_all()
+        for problem in self.clusters.problems if self.clusters is not None else ():
+            self.notice(f"warning: {problem}")
         self._engines_stopped.set()  # only now: the engines they launched are stopped
         for thread in self._launchers:
             thread.join()

@@ -326,3 +326,38 @@ def test_a_cluster_section_is_checked_where_it_is_written(tmp_path):
     assert "pipeline.yaml:7:5: error: backends.duckdb: cluster: this engine runs in hybridflow's own process" in said
     assert "backends.ray.cluster.provider must be one of command, ssh, not 'kubernetes'" in said
     assert "backends.spark.cluster: provider: ssh needs hosts" in said
+
+
+def test_a_watch_session_takes_the_old_cluster_down_when_it_restarts_its_engine(provisioned, tmp_path, monkeypatch):
+    """A watch session keeps its engines (and their clusters) between runs; one whose settings changed
+    restarts with a fresh cluster, and the old one goes down then, not at the session's end."""
+    from hybridflow.api import load
+    from hybridflow.clusterrecords import open_records
+    from hybridflow.provisioning import RunClusters
+    from hybridflow.stopping import SignalState
+    from hybridflow.warmpool import WarmPool
+
+    project, state, _ = provisioned
+    monkeypatch.setenv("STATE", str(state))
+    monkeypatch.setenv("BIN", str(BIN))
+    pipeline(project)
+    loaded = load(project.root / "pipeline.yaml")
+    notices: list[str] = []
+    warm = WarmPool(loaded, tmp_path / "logs", notice=notices.append)
+    clusters = RunClusters(loaded, "watch-1", tmp_path / "logs", open_records(loaded))
+    try:
+        logs = tmp_path / "logs"
+        warm.for_run(loaded, list(loaded.stages), logs, signals=SignalState(), clusters=clusters).get("dask")
+        cluster = Path((state / "latest").read_text().strip())
+        first = [int((cluster / f"{name}.pid").read_text()) for name in ("scheduler", "worker")]
+        pipeline(project, down_timeout=31)  # the cluster section changed: a fresh engine and cluster
+        changed = load(project.root / "pipeline.yaml")
+        warm.for_run(changed, list(changed.stages), tmp_path / "logs", signals=SignalState()).get("dask")
+        assert "restarting dask: its settings changed" in notices
+        assert not any(alive(pid) for pid in first) and (cluster / "downs").read_text() == "down\n"
+        second = [int((cluster / f"{name}.pid").read_text()) for name in ("scheduler", "worker")]
+        assert all(alive(pid) for pid in second) and set(second).isdisjoint(first)
+    finally:
+        warm.shutdown()
+    assert not any(alive(pid) for pid in second) and (cluster / "downs").read_text() == "down\ndown\n"
+    assert records(project) == []
