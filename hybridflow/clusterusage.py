@@ -9,6 +9,9 @@ from typing import Any, Iterable
 
 from .timeline import ATTEMPT, CLUSTER_DOWN, CLUSTER_UP
 
+# the columns of the table of them, in the report and in `hybridflow show`
+COLUMNS = ("cluster", "nodes", "bring up", "busy", "idle", "take down", "node-seconds", "ended")
+
 
 @dataclass(frozen=True)
 class ClusterUsage:

@@ -73,7 +73,7 @@ class EnginePool:
         self._background: list[EarlyStart] = []  # every background start of the run, taken or not
         self._engines_stopped = threading.Event()  # the starting threads may end: the engines are stopped
         self._streams: TerminalStreams | None = None
-        self._teardowns: list[threading.Thread] = []  # clusters being taken down (_take_down_aside)
+        self._teardowns: list[threading.Thread] = []  # clusters being taken down aside (_take_down)
 
     def start_early(self, names: list[str]) -> None:
         """Start these engines now, in the background, each in its own thread (the order is the order
@@ -195,12 +195,25 @@ class EnginePool:
             raise
         return time.monotonic() - clock
 
-    def _take_down(self, name: str) -> None:
-        """The cluster brought up for `name`, if any, down now (its engine has stopped)."""
+    def _take_down(self, name: str, aside: bool = False) -> None:
+        """The cluster brought up for `name`, if any, down (its engine has stopped): now, or `aside` in a
+        thread of its own, since it frees other machines, not this one's: the next stage need not wait
+        for it, and several go down side by side (stop_all waits for them). Either way it stops being
+        the engine's at once, so a fresh start of the engine brings up a cluster of its own."""
         cluster = cluster_spec(self.pipeline, name)
-        if cluster is not None and self.clusters is not None:
+        if cluster is None or self.clusters is None:
+            return
+        finish = self.clusters.detach(name, cluster)
+
+        def down() -> None:
             with self.timeline.span(CLUSTER_DOWN, detail=name):
-                self.clusters.take_down(name, cluster)
+                finish()
+        if not aside:
+            down()
+            return
+        thread = threading.Thread(target=down, daemon=True, name=f"hybridflow-cluster-down-{name}")
+        thread.start()
+        self._teardowns.append(thread)
 
     @contextlib.contextmanager
     def _launching(self, name: str):
@@ -276,17 +289,7 @@ class EnginePool:
         if engine is not None:
             with contextlib.suppress(Exception), self.timeline.span(ENGINE_STOP, detail=name):
                 engine.stop()
-            self._take_down_aside(name)
-
-    def _take_down_aside(self, name: str) -> None:
-        """Take down `name`'s cluster in a thread of its own: it frees other machines, not this one's,
-        so the next stage need not wait for it; several go down side by side. stop_all waits for them."""
-        if cluster_spec(self.pipeline, name) is None or self.clusters is None:
-            return
-        thread = threading.Thread(target=self._take_down, args=(name,), daemon=True,
-                                  name=f"hybridflow-cluster-down-{name}")
-        thread.start()
-        self._teardowns.append(thread)
+            self._take_down(name, aside=True)
 
     def abandon(self) -> None:
         """The run is being ended around a stuck stage: nothing may start replacement processes."""
@@ -309,7 +312,7 @@ class EnginePool:
         finally:
             watchdog.cancel()
         for name in list(self._started):
-            self._take_down_aside(name)
+            self._take_down(name, aside=True)
         for thread in self._teardowns:  # its own time limit bounds each: no watchdog kills a `down`
             thread.join()
         self._teardowns = []

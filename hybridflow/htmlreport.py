@@ -136,12 +136,9 @@ def _table(stages: list[dict[str, Any]], spans: list[dict[str, Any]], published:
     return f"<div class='scroll'><table><tr>{head}</tr>{''.join(body)}</table></div>"
 
 
-CLUSTER_COLUMNS = ("cluster", "nodes", "bring up", "busy", "idle", "take down", "node-seconds", "ended")
-
-
 def _clusters(stages: list[dict[str, Any]], spans: list[dict[str, Any]]) -> str:
     """The clusters brought up for the run, and what each cost (nothing when the run brought none up)."""
-    from .clusterusage import cluster_usage
+    from .clusterusage import COLUMNS, cluster_usage
 
     usage = cluster_usage(spans, stages)
     if not usage:
@@ -154,7 +151,7 @@ def _clusters(stages: list[dict[str, Any]], spans: list[dict[str, Any]]) -> str:
                  "" if item.node_seconds is None else f"{item.node_seconds:,.0f}", escape(item.outcome)]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" if i in (0, len(cells) - 1) else f"<td class='num'>{c}</td>"
                                      for i, c in enumerate(cells)) + "</tr>")
-    head = "".join(f"<th>{h}</th>" for h in CLUSTER_COLUMNS)
+    head = "".join(f"<th>{h}</th>" for h in COLUMNS)
     return (f"<h2>Clusters brought up for the run</h2><div class='scroll'><table><tr>{head}</tr>{''.join(rows)}"
             "</table></div><p class='muted'>busy: a stage of the engine was running on it; node-seconds: its "
             "hosts times its life from bring up to take down, what a cloud bill counts</p>")

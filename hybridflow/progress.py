@@ -321,13 +321,13 @@ def run_details(run: dict, stages: list[dict], spans: list[dict] = ()) -> list:
 
 def _cluster_table(stages: list[dict], spans) -> Table | None:
     """The clusters brought up for the run and what each cost; None when it brought none up."""
-    from .clusterusage import cluster_usage
+    from .clusterusage import COLUMNS, cluster_usage
 
     usage = cluster_usage(spans, stages)
     if not usage:
         return None
     table = Table(title="clusters brought up for the run", title_justify="left")
-    for column in ("cluster", "nodes", "bring up", "busy", "idle", "take down", "node-seconds", "ended"):
+    for column in COLUMNS:
         table.add_column(column, justify="left" if column in ("cluster", "ended") else "right")
     seconds = lambda v: f"{v:.1f}s" if v is not None else ""  # noqa: E731
     for item in usage:

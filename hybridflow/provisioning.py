@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .errors import UnavailableError, first_line
 
@@ -95,21 +95,28 @@ class RunClusters:
     def take_down(self, engine: str, spec) -> None:
         """Run `down` for the engine's cluster (bounded by its timeout). Done: the record goes. Failed or
         hung: the record stays, for the next run or `hybridflow clusters reap`, and the run says so."""
+        self.detach(engine, spec)()
+
+    def detach(self, engine: str, spec) -> Callable[[], None]:
+        """The engine's cluster, no longer this run's from now (a fresh one may be brought up for the
+        engine at once): what takes it down, to be called now or in a thread of its own."""
         with self._lock:
             record = self.up_clusters.pop(engine, None)
-        if record is None:
-            return
-        try:
-            problem = tear_down(record, spec, self._log(engine), self.pipeline.root, self.records)
-        finally:
-            with self._lock:
-                tethers = self.tethers.pop(engine, [])
-            if tethers:
-                from .sshclusters import untether
+            tethers = self.tethers.pop(engine, [])
 
-                untether(tethers)
-        if problem:
-            self.problems.append(problem)
+        def down() -> None:
+            if record is None:
+                return
+            try:
+                problem = tear_down(record, spec, self._log(engine), self.pipeline.root, self.records)
+            finally:
+                if tethers:
+                    from .sshclusters import untether
+
+                    untether(tethers)
+            if problem:
+                self.problems.append(problem)
+        return down
 
     def _log(self, engine: str) -> Path:
         return self.log_dir / f"cluster-{engine}.log"

@@ -34,7 +34,7 @@ CREATE TABLE IF NOT EXISTS stages (
 CREATE INDEX IF NOT EXISTS runs_by_pipeline ON runs (pipeline, started_at);
 CREATE TABLE IF NOT EXISTS spans (
     run_id TEXT NOT NULL REFERENCES runs(run_id), stage TEXT, kind TEXT NOT NULL, detail TEXT,
-    attempt INTEGER, started_at REAL NOT NULL, ended_at REAL, outcome TEXT
+    attempt INTEGER, started_at REAL NOT NULL, ended_at REAL, outcome TEXT, nodes INTEGER
 );
 CREATE INDEX IF NOT EXISTS spans_by_run ON spans (run_id, started_at);
 """

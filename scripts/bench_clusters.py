@@ -33,6 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from hybridflow import backends  # noqa: E402
 from hybridflow.api import load  # noqa: E402
 from hybridflow.clusterusage import cluster_usage  # noqa: E402
 from hybridflow.runsync import open_store  # noqa: E402
@@ -42,7 +43,7 @@ from hybridflow.timeline import ENGINE_START  # noqa: E402
 from tests.conftest import Project  # noqa: E402
 from tests.netns import DRIVER_ADDRESS, Topology, netns_unavailable  # noqa: E402
 from tests.s3server import S3Server  # noqa: E402
-from tests.sshhosts import CLIENT_OPTIONS, SSHD, start_sshd  # noqa: E402
+from tests.sshhosts import SSHD, start_sshd, three_host_cluster  # noqa: E402
 from tests.test_multihost import EMBEDDED, RAY_ENV, STAGES  # noqa: E402
 
 ENGINES = ("spark", "dask", "ray")
@@ -52,29 +53,15 @@ STAGE_LINES = '''stages:
   totals: {run: "mypkg.steps:dask_total", backend: dask, inputs: [squares], outputs: [totals]}
   scaled: {run: "mypkg.steps:ray_scale", backend: ray, inputs: [totals], outputs: [scaled]}
 '''
-# what each engine's processes are given on the hosts (the same per-run and attached)
-ARGS = {"spark": {"worker_args": ["--cores", "1", "--memory", "1g"]},
-        "dask": {"worker_args": ["--nthreads", "1"]},
-        "ray": {"head_args": ["--num-cpus", "0", "--object-store-memory", "100000000"],
-                "worker_args": ["--num-cpus", "1", "--object-store-memory", "100000000"]}}
 SPARK_CONF = "conf: {spark.executor.memory: 512m, spark.cores.max: 2, spark.sql.shuffle.partitions: 2}"
 
 
-def cluster_fields(hosts: Topology, key: Path) -> dict:
-    a, b, c = (hosts.hosts[name] for name in ("a", "b", "c"))
-    return {"provider": "ssh", "hosts": [{"host": a, "head": True}, {"host": b}, {"host": c}], "user": "root",
-            "key_file": str(key), "python": sys.executable, "ssh_options": CLIENT_OPTIONS,
-            "env": {"AWS_ACCESS_KEY_ID": "${env:AWS_ACCESS_KEY_ID}",
-                    "AWS_SECRET_ACCESS_KEY": "${env:AWS_SECRET_ACCESS_KEY}", "AWS_REGION": "us-east-1",
-                    "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "${env:RAY_AUTH_TOKEN}"}}
-
-
-def write_pipelines(project: Project, bucket: str, fields: dict, addresses: dict[str, str]) -> None:
+def write_pipelines(project: Project, bucket: str, sections: dict[str, dict], addresses: dict[str, str]) -> None:
     import json
 
     head = f"workdir: s3://{bucket}/wd\nbackends:\n"
     per_run = "".join(f"  {e}:\n" + (f"    {SPARK_CONF}\n" if e == "spark" else "") +
-                      f"    cluster: {json.dumps({**fields, **ARGS[e]})}\n" for e in ENGINES)
+                      f"    cluster: {json.dumps(sections[e])}\n" for e in ENGINES)
     attached = (f"  spark: {{master: \"{addresses['spark']}\", {SPARK_CONF}}}\n"
                 f"  dask: {{address: \"{addresses['dask']}\"}}\n  ray: {{address: \"{addresses['ray']}\"}}\n")
     project.pipeline(f"name: perrun\n{head}{per_run}{STAGE_LINES}", "perrun.yaml")
@@ -115,33 +102,31 @@ def main() -> None:
         env = {**os.environ, **s3.env(), "HYBRIDFLOW_CACHE": str(private / "cache"), **RAY_ENV,
                "PYSPARK_PYTHON": sys.executable}
         os.environ.update(env)  # this process reads the runs' records from the store
-        fields = cluster_fields(hosts, key)
+        sections = {engine: three_host_cluster(hosts, key, engine) for engine in ENGINES}
 
         # the attached runs' clusters: the same launch commands, untethered; up before each attached run and
         # down after it, untimed (two Ray clusters on one host would contend for its fixed ports)
-        specs = {engine: ClusterSection(**{**fields, **ARGS[engine],
-                                           "env": {**fields["env"], "AWS_ACCESS_KEY_ID": env["AWS_ACCESS_KEY_ID"],
-                                                   "AWS_SECRET_ACCESS_KEY": env["AWS_SECRET_ACCESS_KEY"],
-                                                   "RAY_AUTH_TOKEN": env["RAY_AUTH_TOKEN"]}})
-                 for engine in ENGINES}
+        specs = {engine: ClusterSection(**{**section, "env": {**section["env"], **{
+            name: env[name] for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "RAY_AUTH_TOKEN")}}})
+            for engine, section in sections.items()}
+        # where each is reached: what the engine's own launch says for its head
+        addresses = {engine: backends.engine(engine).cluster_launch(
+            sys.executable, spec.head, spec.head_port, f"hf-bench-attached-{engine}", spec.idle_timeout).address
+            for engine, spec in specs.items()}
 
-        def bring_up_attached() -> dict[str, str]:
-            addresses = {}
+        def bring_up_attached() -> None:
             for engine, spec in specs.items():
                 record = {"name": f"hf-bench-attached-{engine}", "run_id": "bench", "engine": engine}
-                addresses[engine] = ssh_up(engine, spec, record, scratch / f"attached-{engine}.log")["address"]
+                ssh_up(engine, spec, record, scratch / f"attached-{engine}.log")
                 attached.append((record, spec, scratch / f"attached-{engine}.log"))
-            return addresses
 
         def take_down_attached() -> None:
             while attached:
                 ssh_down(*attached.pop())
 
-        addresses = bring_up_attached()
-        take_down_attached()
         project = Project(private / "flow")
         project.stages(STAGES)
-        write_pipelines(project, s3.bucket("benchclusters"), fields, addresses)
+        write_pipelines(project, s3.bucket("benchclusters"), sections, addresses)
         run(project, "embedded", env)  # warm-up: imports, the JVM's class data, the store's bucket
         times: dict[str, list[float]] = {"perrun": [], "attached": [], "embedded": []}
         ups: dict[str, list[float]] = {e: [] for e in ENGINES}

@@ -4,6 +4,7 @@ address with keys made for the occasion), for tests and benchmarks of clusters b
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -11,6 +12,23 @@ from .netns import Topology
 
 SSHD = Path("/usr/sbin/sshd")
 CLIENT_OPTIONS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR"]
+# what each engine's processes are given on the hosts (small: they share this machine's cores)
+ENGINE_ARGS = {"spark": {"worker_args": ["--cores", "1", "--memory", "1g"]},
+               "dask": {"worker_args": ["--nthreads", "1"]},
+               "ray": {"head_args": ["--num-cpus", "0", "--object-store-memory", "100000000"],
+                       "worker_args": ["--num-cpus", "1", "--object-store-memory", "100000000"]}}
+
+
+def three_host_cluster(hosts: Topology, key: Path, engine: str) -> dict:
+    """backends.<engine>.cluster over SSH on hosts a (the head), b and c as root, with the S3 and Ray
+    credentials from ${env:...}."""
+    a, b, c = (hosts.hosts[name] for name in ("a", "b", "c"))
+    return {"provider": "ssh", "hosts": [{"host": a, "head": True}, {"host": b}, {"host": c}], "user": "root",
+            "key_file": str(key), "python": sys.executable, "ssh_options": CLIENT_OPTIONS,
+            "env": {"AWS_ACCESS_KEY_ID": "${env:AWS_ACCESS_KEY_ID}",
+                    "AWS_SECRET_ACCESS_KEY": "${env:AWS_SECRET_ACCESS_KEY}", "AWS_REGION": "us-east-1",
+                    "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "${env:RAY_AUTH_TOKEN}"},
+            **ENGINE_ARGS[engine]}
 
 
 def start_sshd(hosts: Topology, keys: Path, hide: Path | None = None) -> Path:

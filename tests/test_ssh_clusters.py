@@ -32,7 +32,7 @@ from . import test_multihost as multihost
 from .conftest import Project
 from .netns import Topology, netns_unavailable
 from .s3server import S3Server
-from .sshhosts import CLIENT_OPTIONS, SSHD, start_sshd
+from .sshhosts import CLIENT_OPTIONS, SSHD, start_sshd, three_host_cluster
 from .test_multihost import DRIVER_ADDRESS, RAY_ENV, outputs, run_cli, wrong_listeners
 from .test_s3_workdir import statuses
 
@@ -78,14 +78,9 @@ def spark_after_slow(slowed):
 '''
 
 
-def ssh_cluster(hosts: Topology, key: Path, extra: str = "") -> str:
-    a, b, c = (hosts.hosts[name] for name in ("a", "b", "c"))
-    return (f'{{provider: ssh, hosts: [{{host: {a}, head: true}}, {{host: {b}}}, {{host: {c}}}], user: root, '
-            f'key_file: "{key}", python: "{sys.executable}", '
-            f'ssh_options: [-o, StrictHostKeyChecking=no, -o, UserKnownHostsFile=/dev/null, -o, LogLevel=ERROR], '
-            f'env: {{AWS_ACCESS_KEY_ID: "${{env:AWS_ACCESS_KEY_ID}}", '
-            f'AWS_SECRET_ACCESS_KEY: "${{env:AWS_SECRET_ACCESS_KEY}}", AWS_REGION: us-east-1, '
-            f'RAY_AUTH_MODE: token, RAY_AUTH_TOKEN: "${{env:RAY_AUTH_TOKEN}}"}}{extra}}}')
+def ssh_cluster(hosts: Topology, key: Path, engine: str) -> str:
+    """The engine's cluster section, as YAML (JSON is)."""
+    return json.dumps(three_host_cluster(hosts, key, engine))
 
 
 PIPELINE = '''
@@ -181,10 +176,8 @@ def test_three_clusters_brought_up_over_ssh_give_the_embedded_answer_and_leave_n
     bucket = s3.bucket("sshflow")
     project.pipeline(PIPELINE.format(
         bucket=bucket,
-        spark=ssh_cluster(hosts, sshd, ", worker_args: [--cores, '1', --memory, 1g]"),
-        dask=ssh_cluster(hosts, sshd, ", worker_args: [--nthreads, '1']"),
-        ray=ssh_cluster(hosts, sshd, ", head_args: [--num-cpus, '0', --object-store-memory, '100000000'], "
-                                     "worker_args: [--num-cpus, '1', --object-store-memory, '100000000']")))
+        spark=ssh_cluster(hosts, sshd, "spark"), dask=ssh_cluster(hosts, sshd, "dask"),
+        ray=ssh_cluster(hosts, sshd, "ray")))
     env = hf_env(s3, private)
     run, listeners = run_cli(project, "run", "pipeline.yaml", listeners=hosts, env=env)
     assert run.returncode == 0, run.stdout
@@ -214,8 +207,8 @@ def test_after_a_kill_9_the_tethers_end_every_cluster_and_the_reaper_its_records
     project = Project(private / "killed")
     project.stages(STAGES)
     bucket = s3.bucket("sshkill")
-    project.pipeline(KILLED.format(bucket=bucket, dask=ssh_cluster(hosts, sshd, ", worker_args: [--nthreads, '1']"),
-                                   spark=ssh_cluster(hosts, sshd, ", worker_args: [--cores, '1', --memory, 1g]")))
+    project.pipeline(KILLED.format(bucket=bucket, dask=ssh_cluster(hosts, sshd, "dask"),
+                                   spark=ssh_cluster(hosts, sshd, "spark")))
     env = {**os.environ, **hf_env(s3, private)}
     run = subprocess.Popen([sys.executable, "-m", "hybridflow.cli", "run", "pipeline.yaml"], cwd=project.root,
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
