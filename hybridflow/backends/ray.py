@@ -330,11 +330,18 @@ class RayBackend(Backend):
         stage_frame, frame = frame, frame.materialize()  # an empty materialized dataset forgets its schema
         rows = frame.count()
         per_file = rows_per_file(frame.take_batch(SAMPLE_ROWS, batch_format="pyarrow"), target_file_size) if rows else 1
+        smallest, largest = max(1, min(per_file, rows)), per_file
         if partition_by and rows:
             frame = _gathered(frame, partition_by, math.ceil(rows / per_file))
+        elif rows:
+            # Ray gathers blocks until a write has `smallest` rows, then cuts files of `largest`: blocks
+            # of uneven sizes left a few-row file after each cut. Blocks of equal sizes, one file each.
+            files = math.ceil(rows / per_file)
+            frame = frame.repartition(files)
+            smallest, largest = max(1, rows // files), math.ceil(rows / files)
         remote = {"filesystem": self.store.arrow_filesystem()} if isinstance(directory, ObjectPath) else {}
-        frame.write_parquet(str(directory), **remote, min_rows_per_file=max(1, min(per_file, rows)),
-                            max_rows_per_file=per_file, partition_cols=list(partition_by) or None,
+        frame.write_parquet(str(directory), **remote, min_rows_per_file=smallest,
+                            max_rows_per_file=largest, partition_cols=list(partition_by) or None,
                             coerce_timestamps="us", allow_truncated_timestamps=False)
         respell_partition_directories(directory, partition_by, remote.get("filesystem"))
         schema = frame.schema() or stage_frame.schema()

@@ -584,7 +584,12 @@ class SparkBackend(Backend):
         jobs = tracker.getActiveJobsIds()
         if not jobs:
             return None
-        stages = [info for stage in tracker.getActiveStageIds() if (info := tracker.getStageInfo(stage))]
+        # a stage whose tasks are all done stays active until the driver's listener hears it ended:
+        # it is finishing, not running, and 8/8 beside the next stage's 0/4 would mislead
+        stages = [info for stage in tracker.getActiveStageIds()
+                  if (info := tracker.getStageInfo(stage)) and info.numCompletedTasks < info.numTasks]
+        if not stages:
+            return None
         return spark_progress(max(jobs) - self._first_job + 1, len(stages),
                               sum(s.numCompletedTasks for s in stages), sum(s.numTasks for s in stages))
 
