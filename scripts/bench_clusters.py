@@ -85,9 +85,20 @@ def last_spans(project: Project, name: str) -> tuple[list[dict], list[dict]]:
     return store.spans(last["run_id"]), store.stages(last["run_id"])
 
 
+def print_timeline(name: str, spans: list[dict]) -> None:
+    """The run's spans, each as start and end in seconds from the run's first one."""
+    zero = min(span["started_at"] for span in spans)
+    print(f"  {name}:")
+    for span in sorted(spans, key=lambda s: s["started_at"]):
+        end = f"{span['ended_at'] - zero:6.1f}" if span["ended_at"] is not None else "     -"
+        what = " ".join(filter(None, (span["kind"], span["stage"], span["detail"])))
+        print(f"    {span['started_at'] - zero:6.1f} {end}  {what}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--timeline", action="store_true", help="print each run's timeline (seconds from its start)")
     args = parser.parse_args()
     reason = netns_unavailable() or (None if SSHD.exists() else "openssh-server is not installed")
     if reason:
@@ -137,6 +148,8 @@ def main() -> None:
                 if name == "attached":
                     bring_up_attached()
                 times[name].append(run(project, name, env))
+                if args.timeline:
+                    print_timeline(name, last_spans(project, name)[0])
                 if name == "attached":
                     take_down_attached()
             spans, stages = last_spans(project, "perrun")

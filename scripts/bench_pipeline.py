@@ -37,6 +37,7 @@ retrain from nothing with its workdir there against the same run with a local wo
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -54,6 +55,7 @@ EDITED = "stages/retrain/features.py"
 # run again (tune on Ray, train on Dask, evaluate)
 EDIT_AT = ".map_partitions(_customer_features, meta=meta, **options)"
 ETL_SECONDS = "etl.seconds"  # where the glue script leaves the seconds of its Spark ETL
+GLUE_WORK = "engine_work.json"  # where it leaves the Spark jobs and Dask task graphs each stage ran
 
 
 def main() -> None:
@@ -99,6 +101,7 @@ def bench(scratch: Path, customers: int, weeks: int, rounds: int) -> None:
     ratio = statistics.median(full / glue for full, glue in zip(full_runs, glue_runs))
     etl_ratio = statistics.median(etl_ratios)
     print_stages(scratch)
+    print_work_against_glue(scratch)
     noop_seconds = timed([sys.executable, "-m", "hybridflow.cli", "run", CONFIG], scratch, env)
     noop_starts = engine_starts(scratch)
     watch_seconds, watch_starts, watch_stages = watched_edit(scratch, env)
@@ -193,6 +196,21 @@ def print_stages(scratch: Path) -> None:
         print(f"  {stage['stage']:<10} {stage['backend']:<10}{'':<13}{seconds}  {engine_work_text(stage) or '-'}")
 
 
+def print_work_against_glue(scratch: Path) -> None:
+    """Spark jobs and Dask task graphs per stage: the last hybridflow run's (read, call and publish
+    together) beside the glue script's, which runs only what each stage's own result and its write
+    with the engine's own writer need (Ray's executions are not counted there)."""
+    from hybridflow.state import RunStore
+
+    run, _ = last_run(scratch)
+    glue_work = json.loads((scratch / "glue" / GLUE_WORK).read_text())
+    print(f"\nengine work per stage{'':<4}hybridflow  glue script  (Spark jobs, Dask task graphs)")
+    for stage in RunStore(scratch / ".hybridflow" / "runs.db").stages(run["run_id"]):
+        if stage["stage"] in glue_work:
+            ours = sum(json.loads(stage.get("engine_work") or "{}").values())
+            print(f"  {stage['stage']:<10} {stage['backend']:<10} {ours:>10}  {glue_work[stage['stage']]:>11}")
+
+
 def engine_starts(scratch: Path) -> list[str]:
     from hybridflow.timeline import ENGINE_START
 
@@ -268,6 +286,19 @@ class GlueContext:
         return None
 
 
+def graph_counter():
+    """A Dask scheduler plugin counting the task graphs it is given, as hybridflow's Dask engine does."""
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    class Counter(SchedulerPlugin):
+        name = "bench-graphs"
+        graphs = 0
+
+        def update_graph(self, scheduler, **kwargs) -> None:
+            self.graphs += 1
+    return Counter()
+
+
 def glue(scratch: Path) -> None:
     import yaml
 
@@ -292,6 +323,7 @@ def glue(scratch: Path) -> None:
     etl["customer_weeks"].write.partitionBy("delivery_week").parquet(str(out / "customer_weeks"))
     etl["etl_quality"].write.partitionBy("delivery_week").parquet(str(out / "etl_quality"))
     (out / ETL_SECONDS).write_text(str(time.monotonic() - clock))
+    work = {"etl": max(spark.sparkContext.statusTracker().getJobIdsForGroup(None), default=-1) + 1}
     spark.stop()
 
     import dask.dataframe as dd
@@ -299,10 +331,13 @@ def glue(scratch: Path) -> None:
 
     cluster = LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None, host="127.0.0.1")
     client = Client(cluster)
+    graphs = graph_counter()
+    cluster.scheduler.add_plugin(graphs)  # the scheduler runs in this process
     client.upload_file(str(shutil.make_archive(str(out / "code"), "zip", scratch, "stages")))
     customer_weeks = dd.read_parquet(str(out / "customer_weeks"))
     features(customer_weeks=customer_weeks, horizon=params["horizon"], test_weeks=params["test_weeks"],
              valid_weeks=params["valid_weeks"]).to_parquet(str(out / "customer_features"))
+    work["features"] = graphs.graphs
 
     import ray
 
@@ -316,6 +351,8 @@ def glue(scratch: Path) -> None:
 
     train(customer_features=dd.read_parquet(str(out / "customer_features")),
           best_params=dd.read_parquet(str(out / "best_params")), seed=params["seed"], ctx=GlueContext(out, dask=client))
+    work["train"] = graphs.graphs - work["features"]
+    (out / GLUE_WORK).write_text(json.dumps(work))
     client.close()
     cluster.close()
 
