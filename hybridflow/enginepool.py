@@ -29,8 +29,10 @@ STOP_WAIT = 90.0  # seconds the engines of a run may take to stop before their p
 # Engines started ahead of the stages that need them run at this much lower CPU priority (their
 # processes inherit it): on a small machine a JVM or a Ray head starting beside the running stage
 # otherwise takes half its CPU (the retrain's Spark ETL took 1.7x as long with Ray starting beside it).
-# When that engine's own stage runs, nothing else competes and the priority makes no difference.
-BACKGROUND_NICENESS = 10
+# The lowest: at 10, Dask's and Ray's half-dozen starting processes still took about a quarter of the
+# CPU (the ETL 1.32x the glue script's, 1.20x at 19). When that engine's own stage runs, nothing else
+# competes and the priority makes no difference.
+BACKGROUND_NICENESS = 19
 
 
 @dataclass
