@@ -80,10 +80,10 @@ class EnginePool:
     def start_early(self, names: list[str]) -> None:
         """Start these engines now, in the background, each in its own thread (the order is the order
         stages need them): a JVM comes up while earlier stages compute, and a stage waits only for its
-        own engine. The engine of the stage that runs first starts at once; the others once it is up,
-        side by side (one after another, Ray was not ready when the retrain's tune stage came).
-        Engines a caller gave, in-process engines and attached clusters (cheap to reach) are left to
-        start on first use. Must be called before the progress display takes over the terminal."""
+        own engine. The first of them to be needed starts at once; the others once it is up, side by
+        side (one after another, Ray was not ready when the retrain's tune stage came). Engines a
+        caller gave, in-process engines and attached clusters (cheap to reach) are left to start on
+        first use. Must be called before the progress display takes over the terminal."""
         first = names[0] if names else None  # the engine of the stage that runs first: needed now
         names = [name for name in dict.fromkeys(names) if name not in self._given and name not in self._started]
         todo = [name for name in names
@@ -101,7 +101,10 @@ class EnginePool:
         self._streams = TerminalStreams()
         self._early = {name: EarlyStart() for name in todo}
         self._background = list(self._early.values())
-        leader = self._early.get(first)  # the start the others wait for (None: not started here)
+        # the start the others wait for: the engine needed first among them, also behind a first stage
+        # on an in-process engine (a per-run Spark cluster and driver took 32 s, not 11, with Dask's and
+        # Ray's clusters and drivers coming up beside it)
+        leader = self._early[todo[0]]
         for name, early in self._early.items():
             early.thread = threading.Thread(target=self._start_early, daemon=True,
                                             args=(name, early, name == first, None if early is leader else leader),
@@ -120,7 +123,9 @@ class EnginePool:
             early.error = Terminated(self.signals.signum)
         else:
             try:
-                early.seconds = self._start_engine(name)
+                # behind the leader, its cluster must not slow the leader's stage either (the
+                # leader's own cluster runs at full priority on its hosts)
+                early.seconds = self._start_engine(name, behind=leader is not None)
             except BaseException as exc:  # handed to the stage that needs this engine
                 early.error = exc
         with early.lock:
@@ -165,15 +170,16 @@ class EnginePool:
     def _settings(self, name: str):
         return getattr(self.pipeline.spec.backends, name, None)
 
-    def _start_engine(self, name: str) -> float:
+    def _start_engine(self, name: str, behind: bool = False) -> float:
         """Create and start an engine (any thread); its seconds to start. A failed start stops it (and
-        takes down the cluster brought up for it)."""
+        takes down the cluster brought up for it). `behind`: started behind another engine's stage,
+        its cluster's processes run at a lower CPU priority on their hosts."""
         settings = self._settings(name)
         cluster = cluster_spec(self.pipeline, name)
         clock = time.monotonic()
         if cluster is not None:
             with self.timeline.span(CLUSTER_UP, detail=name) as facts:
-                brought = self.clusters.bring_up(name, cluster)
+                brought = self.clusters.bring_up(name, cluster, niceness=BACKGROUND_NICENESS if behind else 0)
                 facts["nodes"] = cluster_nodes(brought)
                 settings = settings.attached_to(brought["address"])
         engine = backends.create(name, settings, self.log_dir,

@@ -87,11 +87,11 @@ def cluster_launch(python: str, head: str, port: int | None, name: str, idle_tim
         return [python, "-m", "ray.scripts.scripts", "start", "--block", "--node-ip-address", host,
                 "--disable-usage-stats", "--temp-dir", temp, *args]
 
-    # Ray's daemons outlive a SIGTERM by more than 10 s; by the time a cluster goes down its work is in
-    # the store, so they are given 2 s
+    # Ray's daemons outlive a SIGTERM by more than 10 s, so any grace is spent in full (2 s was the
+    # run's last 2 s); by the time a cluster goes down its work is in the store: half a second
     return ClusterLaunch(f"{head}:{port}", port,
                          start(head, "--head", "--port", str(port), "--include-dashboard=false"),
-                         lambda host: start(host, "--address", f"{head}:{port}"), grace=2.0)
+                         lambda host: start(host, "--address", f"{head}:{port}"), grace=0.5)
 
 
 ENGINE = Engine(
