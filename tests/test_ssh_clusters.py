@@ -151,6 +151,14 @@ def s3(hosts, tmp_path_factory):
     server.stop()
 
 
+def niceness(pid: int) -> int | None:
+    """A process's niceness, or None once it has ended."""
+    try:
+        return os.getpriority(os.PRIO_PROCESS, pid)
+    except ProcessLookupError:
+        return None
+
+
 def tagged(prefix: str) -> list[int]:
     """Processes on this machine (every host's: they share it) tagged with a cluster name starting so."""
     found = []
@@ -247,7 +255,8 @@ def test_after_a_kill_9_the_tethers_end_every_cluster_and_the_reaper_its_records
 
 
 def test_a_dask_cluster_nobody_uses_ends_itself_at_its_idle_timeout(hosts, sshd, tmp_path):
-    """No runner, no tether, no reaper: the scheduler's own timer ends it."""
+    """No runner, no tether, no reaper: the scheduler's own timer ends it. (Brought up as behind a
+    running stage: its processes run at the lower CPU priority asked for.)"""
     from hybridflow.settings import ClusterSection
     from hybridflow.sshclusters import ssh_down, ssh_up
 
@@ -256,10 +265,11 @@ def test_a_dask_cluster_nobody_uses_ends_itself_at_its_idle_timeout(hosts, sshd,
                           worker_args=["--nthreads", "1"], idle_timeout=5)
     record = {"name": "hf-idle-test-dask", "run_id": "idle-test", "engine": "dask"}
     try:
-        ssh_up("dask", spec, record, tmp_path / "cluster.log")
+        ssh_up("dask", spec, record, tmp_path / "cluster.log", niceness=19)
         scheduler = [pid for pid in tagged("hf-idle-test-") if b"dask_scheduler" in Path(f"/proc/{pid}/cmdline")
                      .read_bytes()]
         assert scheduler
+        assert {niceness(pid) for pid in tagged("hf-idle-test-")} - {None} == {19}
         deadline = time.monotonic() + 60
         while any(Path(f"/proc/{pid}").exists() for pid in scheduler):
             assert time.monotonic() < deadline, "Dask's idle timeout did not end the scheduler"
