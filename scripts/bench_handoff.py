@@ -20,9 +20,9 @@ same table to the same store (files of the same size) and its read back.
 
 Each engine is also set against its own floor, the same round trip without hybridflow, where the
 engine has one of its own: Spark's df.write.parquet + spark.read.parquet of the same frame (to the
-same store with --workdir), python's DataFrame.to_parquet + pandas.read_parquet, their rounds in turns
-with the engine's; Dask's and Ray's is pyarrow's. The targets: Spark within 1.15x of its own, python within 1.1x, Dask and Ray within 1.5x
-of pyarrow.
+same store with --workdir), python's DataFrame.to_parquet + pandas.read_parquet, their rounds in
+turns with the engine's; Dask's and Ray's is pyarrow's. The targets: Spark within 1.15x of its own,
+python within 1.1x, Dask and Ray within 1.5x of pyarrow.
 """
 
 from __future__ import annotations
