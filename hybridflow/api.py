@@ -123,7 +123,7 @@ def plan(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | No
 def run(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | None = None, to: Names | None = None,
         force: bool | Names | None = False, params: Params = None, resume: bool = False, keep_going: bool = False,
         dry_run: bool = False, wait: bool = False, trigger: str = "manual", listener: Listener | None = None,
-        notify: bool = True) -> RunResult | Plan | None:
+        notify: bool = True, exit_when_stuck: bool = False) -> RunResult | Plan | None:
     """Run a pipeline (a file, or one from load()) and return its RunResult: the run's status, each
     stage's status, duration, rows, bytes, published versions and error. A stage that fails does
     not raise (result.raise_for_status() does); what stops a run from starting raises the typed
@@ -131,7 +131,12 @@ def run(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | Non
 
     resume: repeat the last run if it did not succeed (same selection and params; finished stages
     are skipped); returns None when there is nothing to resume. dry_run: returns the Plan instead.
-    notify: send the notifications the pipeline's `notify:` asks for. listener: receives progress."""
+    notify: send the notifications the pipeline's `notify:` asks for. listener: receives progress.
+
+    A stage that a timeout or a stop request cannot get back from native code (one endless numpy
+    call) has its run ended around it: engines stopped, staging dropped, the run recorded and the
+    listener told. The error (StageTimeout, InterruptedRun) is then raised here once that call
+    returns; exit_when_stuck (the CLI's) instead ends this process at once with the error's code."""
 
     if trigger not in ("manual", "cron"):
         raise ConfigError(f"--trigger must be manual or cron, not '{trigger}'")
@@ -149,7 +154,8 @@ def run(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | Non
     else:
         chosen = forced(loaded, force)
     runner = new_runner(loaded, arguments, keep_going=keep_going, wait_for_lock=wait, trigger=trigger, force=chosen,
-                        listener=_Notifying(listener, loaded, trigger) if notify else listener)
+                        listener=_Notifying(listener, loaded, trigger) if notify else listener,
+                        exit_when_stuck=exit_when_stuck)
     if dry_run:
         return Plan(loaded, runner.decisions(), runner.plan(), runner)
     return _run_notifying_failed_start(runner, notify)
@@ -187,19 +193,22 @@ def record_crash(pipeline: PipelineLike, run_id: str, death: str) -> HybridflowE
 
 def watch(pipeline: str | os.PathLike, *, only: Names | None = None, from_: Names | None = None,
           to: Names | None = None, force: bool | Names | None = False, params: Params = None,
-          keep_going: bool = False, report=None, runs: int | None = None) -> RunResult | None:
+          keep_going: bool = False, report=None, runs: int | None = None,
+          exit_when_stuck: bool = False) -> RunResult | None:
     """Run a pipeline file, then run it again on every save of the file, of the stage code it
     reaches or of an external input, with its engines kept running between runs; each run executes
     only the stages whose fingerprint changed and those downstream. Ends on SIGINT or SIGTERM
     (raising InterruptedRun) with every engine stopped, or after `runs` runs. report: a
     watching.WatchReport, told each run and each wait. force: for the first run only. Returns the
-    last run's result."""
+    last run's result. A run ended around a stuck stage (see run(); exit_when_stuck as there) ends
+    the session, raising its error."""
     from .watching import WatchReport, WatchSession
 
     loaded = load(pipeline, params)  # a file that does not load at the start is an error, as for run
     session = WatchSession(loaded.file, {"params": _param_strings(params)},
                            selection=Selection(_names(only), _names(from_), _names(to)),
-                           force=forced(loaded, force), keep_going=keep_going, report=report or WatchReport())
+                           force=forced(loaded, force), keep_going=keep_going, report=report or WatchReport(),
+                           exit_when_stuck=exit_when_stuck)
     return session.loop(runs)
 
 

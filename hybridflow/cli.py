@@ -255,7 +255,7 @@ def run(
     def run_it() -> None:
         result = api.run(pipeline_file, only=only, from_=start, to=end, params=params, force=force, resume=resume,
                          keep_going=keep_going, dry_run=dry_run, wait=wait, trigger=trigger,
-                         listener=_RunReport(listener_for(err)))
+                         listener=_RunReport(listener_for(err)), exit_when_stuck=True)
         if isinstance(result, api.Plan):
             _print_plan(result)
         elif result is not None and result.error is not None:
@@ -291,7 +291,8 @@ def _watch(pipeline_file: Path, *, only, start, end, params, force, keep_going: 
     from . import api
 
     _supervised(lambda: api.watch(pipeline_file, only=only, from_=start, to=end, params=params, force=force,
-                                  keep_going=keep_going, report=_WatchReport()), pipeline_file, verbose)
+                                  keep_going=keep_going, report=_WatchReport(), exit_when_stuck=True),
+                pipeline_file, verbose)
 
 
 _supervising = False  # set by main(): the command's own process (tests calling `app` in-process never fork)

@@ -110,6 +110,7 @@ class StageExecutor:
     def _try_stage(self, run_id: str, run_dir: Path, result: StageResult, decision: Decision,
                    log: logging.Logger, log_stream) -> None:
         spec = self.pipeline.stages[result.name]
+        self.signals.check()  # a retry after the run was ended around a stuck try must start nothing
         started_engines = set(self.engines.seconds)
         clock = time.monotonic()
         backend = self.engines.get(spec.backend)

@@ -39,7 +39,7 @@ from .publisher import Publisher
 from .results import Listener, PlannedInput, RunResult, Selection, StageResult, new_run_id, now  # noqa: F401 - re-exported
 from .stageerrors import StageErrors
 from .stagelog import private_dir
-from .stopping import SignalState, Terminated, signals_as_exceptions
+from .stopping import RunEnded, SignalState, Terminated, signals_as_exceptions
 from .timeline import Timeline
 
 __all__ = ["Runner", "Selection", "StageResult", "RunResult", "Listener", "PlannedInput", "new_run_id"]
@@ -51,8 +51,12 @@ class Runner:
     def __init__(self, pipeline: Pipeline, selection: Selection | None = None, *, keep_going: bool = False,
                  listener: Listener | None = None, wait_for_lock: bool = False, trigger: str = "manual",
                  engines: dict[str, Any] | None = None, force: bool | set[str] = False,
-                 arguments: dict[str, Any] | None = None, pool: Callable[..., EnginePool] = EnginePool) -> None:
-        """pool: makes the run's engine pool; a watch session's (warmpool.py) keeps its engines between runs."""
+                 arguments: dict[str, Any] | None = None, pool: Callable[..., EnginePool] = EnginePool,
+                 exit_when_stuck: bool = False) -> None:
+        """pool: makes the run's engine pool; a watch session's (warmpool.py) keeps its engines between runs.
+        exit_when_stuck: once a run was ended around a stage stuck in native code (see _end_stuck_run),
+        end this process with the error's exit code, as the CLI asks; otherwise (a library caller's
+        notebook) the error is raised to the caller when the stage's native call returns."""
         self.pipeline = pipeline
         self.selection = selection or Selection()
         self.keep_going = keep_going
@@ -77,6 +81,8 @@ class Runner:
         self._live: _LiveRun | None = None  # the run in progress, for a forced end
         self._ending = threading.Lock()  # held by whichever ends the run: the main thread or a forced end
         self._signals.on_stuck = self._end_stuck_run
+        self.exit_when_stuck = exit_when_stuck
+        self.ended_around_stuck_stage = False  # the last run was ended (and recorded) by _end_stuck_run
 
     @property
     def run_id(self) -> str | None:
@@ -155,7 +161,8 @@ class Runner:
 
     def run(self) -> RunResult:
         run_id = self._run_id = new_run_id()
-        self._signals.signum = None  # a Runner may run again (a watch loop): nothing carries over
+        self._signals.signum = self._signals.ended = None  # a Runner may run again (a watch loop)
+        self.ended_around_stuck_stage = False
         self.inputs.forget()
         run_dir = self.home / "runs" / run_id
         results = {s: StageResult(s, self.pipeline.stages[s].backend) for s in self.stages}
@@ -166,6 +173,8 @@ class Runner:
                 return self._run_locked(run_id, run_dir, results)
             finally:
                 lock.release()
+        except RunEnded as ended:
+            raise ended.error from None
         except Exception as exc:  # the run's record or log could not be written: the disk is full
             if isinstance(exc, HybridflowError) or not is_out_of_space(exc, self.pipeline.workdir):
                 raise
@@ -218,7 +227,13 @@ class Runner:
                     self._ending.acquire()  # a forced end under way finishes the run; this thread waits
             if status == "success":
                 self._collect_garbage()
+        except RunEnded:  # ended, recorded and reported around a stuck stage (_end_stuck_run)
+            self.ended_around_stuck_stage = True
+            raise
         except (KeyboardInterrupt, Terminated) as exc:
+            if self._signals.ended is not None:  # the stage's native call returned after the run was ended
+                self.ended_around_stuck_stage = True
+                raise RunEnded(self._signals.ended) from None
             status = "interrupted"
             error = InterruptedRun(getattr(exc, "signum", signal.SIGINT))
             for result in results.values():
@@ -227,6 +242,9 @@ class Runner:
                 elif result.status == "waiting":
                     self._finish(result, "not run", reason="run interrupted")
         except BaseException as exc:  # a bug, or an engine's own exit: the record must not stay "running"
+            if self._signals.ended is not None:
+                self.ended_around_stuck_stage = True
+                raise RunEnded(self._signals.ended) from None
             unrecorded = exc
             raise
         finally:
@@ -288,12 +306,15 @@ class Runner:
         """The last resort when a stop request or a timeout could not get the main thread back: the
         stage is busy in native code in this process (a numpy call in a Spark stage's driver code),
         which no cancel and no Python signal handler can interrupt. Called from a helper thread:
-        ends every process the run started, drops its staging, records the run, reports it, and
-        exits this process with the error's code. Published data is safe: no commit is under way
-        (a commit defers stop requests), and staging is never read."""
+        ends every process the run started, drops its staging, records the run and reports it. Then
+        the CLI's process exits with the error's code (exit_when_stuck); a library caller's does not:
+        when the native call returns, the main thread raises the error to it, publishing nothing
+        (every check of the signal state raises RunEnded from then on). Published data is safe: no
+        commit is under way (a commit defers stop requests), and staging is never read."""
         live = self._live
         if live is None or not self._ending.acquire(blocking=False):
             return  # the main thread is already ending the run
+        self._signals.ended = error  # from now on nothing more of this run may happen in the main thread
         try:
             self._engines.abandon()
             processes.end_all()
@@ -318,7 +339,9 @@ class Runner:
                 with contextlib.suppress(Exception):
                     stream.flush()  # os._exit skips it: a summary sent to a file or a pipe would be lost
             processes.end_all()  # again: an engine still running in a thread here replaces what died
-            os._exit(int(error.exit_code))
+            if self.exit_when_stuck:
+                os._exit(int(error.exit_code))
+            self._ending.release()  # the main thread, back from its native call, raises the error
 
     def _collect_garbage(self) -> None:
         """Old versions go after a successful run; failing to remove them never fails the run."""

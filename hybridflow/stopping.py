@@ -103,6 +103,16 @@ class Terminated(BaseException):
         self.signum = signum
 
 
+class RunEnded(BaseException):
+    """Raised in the main thread when its stage's native call returns after the run was ended around
+    it (Runner._end_stuck_run): the run is over and recorded, and nothing more of it may happen.
+    BaseException, as Terminated: stage code that catches Exception cannot swallow it."""
+
+    def __init__(self, error) -> None:
+        super().__init__(error)
+        self.error = error  # what ended the run: a StageTimeout or an InterruptedRun
+
+
 class SignalState:
     """The signal a run received. Engine code may swallow the exception the handler raises (a
     KeyboardInterrupt caught inside a library), so the runner also checks this between steps: a run
@@ -114,6 +124,7 @@ class SignalState:
         self._deferred = False
         self.running = None  # the engine of the stage being called, which a stop request cancels
         self.on_stuck = None  # called with an InterruptedRun when the stage does not end after a cancel
+        self.ended = None  # the error the run was ended around a stuck stage with: every check() raises it
 
     def on_wakeup(self, signum: int) -> None:
         """Called from the watcher thread the moment SIGINT or SIGTERM arrives, even while the main
@@ -132,6 +143,8 @@ class SignalState:
         threading.Thread(target=cancel_until_the_stage_ends, name="hybridflow-cancel", daemon=True).start()
 
     def on_signal(self, signum, frame) -> None:
+        if self.ended is not None:
+            raise RunEnded(self.ended)
         self.signum = signum
         if not self._deferred:
             raise Terminated(signum)
@@ -153,6 +166,8 @@ class SignalState:
                 signal.signal(signum, self.on_signal)
 
     def check(self) -> None:
+        if self.ended is not None:
+            raise RunEnded(self.ended)
         if self.signum is not None:
             raise Terminated(self.signum)
 

@@ -56,11 +56,13 @@ class WatchReport:
 
 class WatchSession:
     def __init__(self, file: Path, load_args: dict[str, Any], *, selection: Selection, force: bool | set[str],
-                 keep_going: bool, report: WatchReport, poll: float = POLL_SECONDS) -> None:
+                 keep_going: bool, report: WatchReport, poll: float = POLL_SECONDS,
+                 exit_when_stuck: bool = False) -> None:
         self.file = file
         self.load_args = load_args  # load(file, **load_args): the params given on the command line
         self.selection, self.force, self.keep_going = selection, force, keep_going
         self.report, self.poll = report, poll
+        self.exit_when_stuck = exit_when_stuck  # Runner's
         self.pool: WarmPool | None = None
         self.files: set[Path] = {file}  # what is watched: the YAML, the code its stages reach, external inputs
         self.last: RunResult | None = None
@@ -105,7 +107,8 @@ class WatchSession:
         arguments = {"only": list(self.selection.only), "from": list(self.selection.start),
                      "to": list(self.selection.end), "params": list(pipeline.param_args)}
         runner = new_runner(pipeline, arguments, keep_going=self.keep_going, force=self.force,
-                            listener=self.report.listener(), pool=self.pool.for_run)
+                            listener=self.report.listener(), pool=self.pool.for_run,
+                            exit_when_stuck=self.exit_when_stuck)
         self.force = False  # --force is for the first run; later ones run what changed
         try:
             try:
@@ -113,6 +116,8 @@ class WatchSession:
             finally:
                 runner.listener.close()
         except HybridflowError as exc:  # a missing input, another run holding the lock: wait for a save
+            if runner.ended_around_stuck_stage:
+                raise  # its engines were ended with it: the session cannot go on
             self.report.invalid(exc)
         self.files = watched_files(pipeline)
         if self.last is not None and self.last.status == "interrupted" and runner.run_id == self.last.run_id:

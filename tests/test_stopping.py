@@ -77,6 +77,18 @@ def busy_in_native_code(ctx):
         m @ m  # one call of many seconds, which no Python signal handler can interrupt
 
 
+def busy_in_one_native_call(ctx):
+    import hashlib
+
+    clock = time.monotonic()
+    hashlib.pbkdf2_hmac("sha256", b"x", b"salt", 100_000)
+    per_iteration = (time.monotonic() - clock) / 100_000
+    ctx.log.info("waiting")
+    # one C call of about 25 s, which releases the GIL and never returns to the interpreter in between
+    hashlib.pbkdf2_hmac("sha256", b"x", b"salt", int(25 / per_iteration))
+    return pd.DataFrame({"x": [1]})
+
+
 def spark_etl(ctx):
     return ctx.spark.createDataFrame(pd.DataFrame({"x": [1, 2]}))
 '''
@@ -156,3 +168,44 @@ def test_sigterm_while_spark_starts_leaves_no_jvm(project, delay):
     output = finish(process, 120, "the run after SIGTERM")
     assert process.returncode in (0, 143), output  # 0 only if the whole run beat the signal
     assert_nothing_left(marker, 60)
+
+
+LIBRARY_CALLER = """
+import hybridflow
+
+try:
+    hybridflow.run("pipeline.yaml")
+except hybridflow.InterruptedRun as exc:
+    print("raised", type(exc).__name__, int(exc.exit_code), flush=True)
+print("the caller goes on", flush=True)
+"""
+
+
+def test_a_library_caller_gets_the_error_raised_not_its_process_ended(project):
+    """hybridflow.run from Python, stopped while its stage is in one long native call: the run is
+    ended around the stage (recorded, nothing published, no process left) while the call still
+    runs, and the caller gets InterruptedRun once it returns; its process is never ended for it."""
+    import os
+    import subprocess
+    import sys
+    import uuid
+
+    pipeline(project, "python", "busy_in_one_native_call")
+    project.write("caller.py", LIBRARY_CALLER)
+    marker = uuid.uuid4().hex
+    process = subprocess.Popen([sys.executable, "caller.py"], cwd=project.root, text=True,
+                               env={**os.environ, "HYBRIDFLOW_TEST_RUN": marker},
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    wait_for(stage_waiting(project), "the stage to start its native call", process, seconds=60)
+    process.send_signal(signal.SIGTERM)
+    workdir = project.root / ".hybridflow"
+    wait_for(lambda: last_run_record(workdir)[0]["status"] != "running",
+             "the run to be recorded as ended while the call still runs", process, seconds=20)
+    run, stages = last_run_record(workdir)
+    assert run["status"] == "interrupted" and stages["work"]["status"] == "failed", (run, stages)
+    output = finish(process, 90, "the caller after its stage's native call returned")
+    assert process.returncode == 0, output
+    assert "raised InterruptedRun 143" in output and output.rstrip().endswith("the caller goes on"), output
+    assert_nothing_left(marker, 60)
+    assert not (project.home("stopping") / "datasets" / "out").exists()  # nothing published
+    assert last_run_record(workdir)[0]["status"] == "interrupted"  # not recorded again when the call returned
