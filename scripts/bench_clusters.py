@@ -40,11 +40,11 @@ from hybridflow.runsync import open_store  # noqa: E402
 from hybridflow.settings import ClusterSection  # noqa: E402
 from hybridflow.sshclusters import ssh_down, ssh_up  # noqa: E402
 from hybridflow.timeline import ENGINE_START  # noqa: E402
-from tests.conftest import Project  # noqa: E402
-from tests.netns import DRIVER_ADDRESS, Topology, netns_unavailable  # noqa: E402
-from tests.s3server import S3Server  # noqa: E402
-from tests.sshhosts import SSHD, start_sshd, three_host_cluster  # noqa: E402
-from tests.test_multihost import EMBEDDED, RAY_ENV, STAGES  # noqa: E402
+from tests.clusters.test_multihost import EMBEDDED, RAY_ENV, STAGES  # noqa: E402
+from tests.support.netns import DRIVER_ADDRESS, Topology, netns_unavailable  # noqa: E402
+from tests.support.projects import Project  # noqa: E402
+from tests.support.s3server import S3Server  # noqa: E402
+from tests.support.sshhosts import SSHD, start_sshd, three_host_cluster  # noqa: E402
 
 ENGINES = ("spark", "dask", "ray")
 STAGE_LINES = '''stages:

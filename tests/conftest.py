@@ -1,33 +1,13 @@
-"""Shared helpers: small throwaway projects (a pipeline file plus its stage module) in tmp_path."""
+"""Fixtures every tier shares, and the tiers themselves: a test's tier is the folder it lives in."""
 
 from __future__ import annotations
 
-import re
 import textwrap
 from pathlib import Path
 
 import pytest
 
-
-class Project:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
-    def write(self, relative: str, text: str) -> Path:
-        path = self.root / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).lstrip("\n"))
-        return path
-
-    def pipeline(self, text: str, name: str = "pipeline.yaml") -> Path:
-        return self.write(name, text)
-
-    def stages(self, code: str, module: str = "steps") -> Path:
-        self.write("mypkg/__init__.py", "")
-        return self.write(f"mypkg/{module}.py", code)
-
-    def home(self, pipeline: str) -> Path:
-        return self.root / ".hybridflow" / pipeline
+from tests.support.projects import Project
 
 
 @pytest.fixture
@@ -35,21 +15,12 @@ def project(tmp_path: Path) -> Project:
     return Project(tmp_path)
 
 
-def last_run_record(workdir: Path) -> tuple[dict, dict[str, dict]]:
-    """The newest run in <workdir>/runs.db and its stages by name."""
-    from hybridflow.state import RunStore
-
-    store = RunStore(workdir / "runs.db")
-    [run] = store.runs(limit=1)
-    return run, {s["stage"]: s for s in store.stages(run["run_id"])}
-
-
 @pytest.fixture
 def saved_crontab():
     """For tests that touch the real crontab: its bytes before the test (or None), put back afterwards."""
     import shutil
 
-    from .crontabs import crontab_bytes, set_crontab
+    from tests.support.crontabs import crontab_bytes, set_crontab
 
     if shutil.which("crontab") is None:
         pytest.skip("the crontab command is not installed (apt-get install cron)")
@@ -98,31 +69,38 @@ def fake_crontab(tmp_path, monkeypatch) -> Path:
 
 
 
-# Test tiers (markers registered in pyproject.toml). `pytest -m "not engine and not cluster and not cron"`
-# is the fast tier a contributor runs on every change; CI runs everything.
-# a Spark master, Dask scheduler or Ray head
-CLUSTER_MODULES = {"test_attach", "test_multihost", "test_cluster_provisioning", "test_ssh_clusters"}
-# modules whose tests run the real engines, or the examples that use them, throughout
-ENGINE_MODULES = {"test_backends", "test_engine_lifecycle", "test_everyday_frames", "test_three_engines",
-                  "test_weekly_retrain", "test_cli_retrain", "test_stopping", "test_secret_engines", "test_bad_inputs",
-                  "test_engine_chatter"}
-ENGINE_NAMED = re.compile(r"spark|dask|ray", re.IGNORECASE)  # a test (or its parameters) naming an engine
+# Test tiers: a test's tier is the first folder under tests/ it lives in, and that folder's marker is
+# set on it here, so `-m` selects tiers as paths do. A plain `pytest` runs tests/unit (pyproject's
+# testpaths); `bash .ci/run` runs every tier. A test module outside these folders is refused.
+TIERS = {
+    "unit": ("unit",),  # no engine, no server, no pipeline run through the CLI: the tier run on every save
+    "runs": ("runs",),  # whole runs on the in-process engines (python, the plugin engine), through the CLI
+    "engines": ("engine",),  # starts an engine (Spark, Dask, Ray embedded; DuckDB, Polars): tests/engines/<engine>
+    "clusters": ("engine", "cluster"),  # a Spark master, Dask scheduler, Ray head or Connect server, attached to
+    "objectstore": ("engine", "objectstore"),  # an S3 server (moto) and the engines reading and writing it
+    "cron": ("cron",),  # the real cron daemon and a scheduled run (up to about 2 minutes; needs root)
+}
+TESTS = Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(config, items):
+    strays = set()
     for item in items:
-        module = item.module.__name__.rsplit(".", 1)[-1]
-        if module in CLUSTER_MODULES:
-            item.add_marker(pytest.mark.cluster)
-        if module in ENGINE_MODULES or module in CLUSTER_MODULES or "engines" in item.fixturenames \
-                or ENGINE_NAMED.search(item.name):
-            item.add_marker(pytest.mark.engine)
+        tier = Path(str(item.path)).resolve().relative_to(TESTS).parts[0]
+        if tier not in TIERS:
+            strays.add(item.nodeid.split("::")[0])
+            continue
+        for marker in TIERS[tier]:
+            item.add_marker(marker)
+    if strays:
+        raise pytest.UsageError(f"test modules outside a tier folder: {', '.join(sorted(strays))}; move each into "
+                                f"the folder of what it needs: {', '.join(f'tests/{t}/' for t in TIERS)}")
 
 
 @pytest.fixture(scope="session")
 def embedded_answer(tmp_path_factory) -> list[tuple]:
-    """The multi-host pipeline's answer on embedded engines (tests/test_multihost.py), for the tests
+    """The multi-host pipeline's answer on embedded engines (tests/clusters/test_multihost.py), for the tests
     that run it on clusters on other hosts."""
-    from .test_multihost import embedded_run
+    from tests.clusters.test_multihost import embedded_run
 
     return embedded_run(tmp_path_factory)

@@ -1,6 +1,6 @@
 """A tiny third-party engine, as a package outside hybridflow would write one: stages get and return
 pyarrow Tables, in hybridflow's own process. Registered through the `hybridflow.backends` entry point
-group by tests/test_engine_plugin.py, exactly as an installed package would be."""
+group by tests/runs/test_engine_plugin.py, exactly as an installed package would be."""
 
 from __future__ import annotations
 

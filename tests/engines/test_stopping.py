@@ -1,0 +1,211 @@
+"""Stops that must work whatever the stage is blocked in: a Ray stage waiting in ray.get on a task or
+an actor call that sleeps for an hour, a Spark or Dask stage waiting on an hour-long job, and a stage
+busy in one endless native call (numpy) are stopped by their timeout, SIGTERM and SIGINT within
+seconds; SIGTERM while Spark is still starting leaves no JVM behind. Every run exits with its
+documented code, is recorded, publishes nothing, and leaves no engine process."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from tests.engines.test_faults import start, wait_for
+from tests.engines.test_three_engines import finish
+from tests.support.engines import assert_nothing_left
+from tests.support.projects import last_run_record
+
+pytestmark = pytest.mark.timeout(900)
+
+STAGES = '''
+import time
+
+import pandas as pd
+
+
+def waits_on_task(ctx):
+    @ctx.ray.remote
+    def sleepy():
+        time.sleep(3600)
+        return 1
+
+    ctx.log.info("waiting")
+    ctx.ray.get(sleepy.remote())
+    return pd.DataFrame({"x": [1]})
+
+
+def waits_on_actor(ctx):
+    @ctx.ray.remote
+    class Sleeper:
+        def sleep(self):
+            time.sleep(3600)
+            return 1
+
+    sleeper = Sleeper.remote()
+    ctx.log.info("waiting")
+    ctx.ray.get(sleeper.sleep.remote())
+    return pd.DataFrame({"x": [1]})
+
+
+def _sleepy(part):
+    time.sleep(3600)
+    return part
+
+
+def waits_on_dask(ctx):
+    import dask.dataframe as dd
+
+    frame = dd.from_pandas(pd.DataFrame({"x": range(4)}), npartitions=2)
+    ctx.log.info("waiting")
+    return frame.map_partitions(_sleepy, meta=frame._meta)  # computed while the runner writes it
+
+
+def waits_on_spark(ctx):
+    from pyspark.sql.functions import udf
+
+    sleepy = udf(lambda x: time.sleep(3600) or x, "long")
+    ctx.log.info("waiting")
+    return ctx.spark.range(4).withColumn("x", sleepy("id"))
+
+
+def busy_in_native_code(ctx):
+    import numpy as np
+
+    ctx.log.info("waiting")
+    m = np.ones((7000, 7000))
+    while True:
+        m @ m  # one call of many seconds, which no Python signal handler can interrupt
+
+
+def busy_in_one_native_call(ctx):
+    import hashlib
+
+    clock = time.monotonic()
+    hashlib.pbkdf2_hmac("sha256", b"x", b"salt", 100_000)
+    per_iteration = (time.monotonic() - clock) / 100_000
+    ctx.log.info("waiting")
+    # one C call of about 25 s, which releases the GIL and never returns to the interpreter in between
+    hashlib.pbkdf2_hmac("sha256", b"x", b"salt", int(25 / per_iteration))
+    return pd.DataFrame({"x": [1]})
+
+
+def spark_etl(ctx):
+    return ctx.spark.createDataFrame(pd.DataFrame({"x": [1, 2]}))
+'''
+
+
+def pipeline(project, backend: str, function: str, extra: str = "") -> None:
+    project.stages(STAGES)
+    project.pipeline(f'''
+    name: stopping
+    backends:
+      ray: {{num_cpus: 2}}
+      spark: {{master: "local[1]"}}
+    stages:
+      work: {{run: "mypkg.steps:{function}", backend: {backend}, outputs: [out]{extra}}}
+    ''')
+
+
+def stage_waiting(project):
+    def found() -> bool:
+        logs = sorted(project.home("stopping").glob("runs/*/logs/work.log"))
+        return bool(logs) and "waiting" in logs[-1].read_text()
+    return found
+
+
+@pytest.mark.parametrize("function", ["waits_on_task", "waits_on_actor"])
+@pytest.mark.parametrize("stop, code", [("timeout", 124), (signal.SIGTERM, 143), (signal.SIGINT, 130)],
+                         ids=["timeout", "sigterm", "sigint"])
+def test_a_ray_stage_blocked_in_ray_get_is_stopped(project, function, stop, code):
+    # a run that waited for its hour-long task would blow through 50 s; Ray's own GCS timeout is 60 s
+    stopped(project, "ray", function, stop, code, "the stage to wait in ray.get", seconds=50)
+
+
+def stopped(project, backend: str, function: str, stop, code: int, waiting: str, seconds: float) -> str:
+    """Run `function` as the one stage, stop it (by its 3 s timeout, or by sending `stop` once it
+    works), and check what every stop must give: `code` within `seconds`, no process left, the run
+    and the stage recorded as stopped, nothing published. Returns what the run printed."""
+    pipeline(project, backend, function, ", timeout: 3" if stop == "timeout" else "")
+    process, marker = start(project)
+    wait_for(stage_waiting(project), waiting, process, seconds=300)
+    if stop != "timeout":
+        process.send_signal(stop)
+    output = finish(process, seconds, f"the run after {stop} (its stage never ends by itself)")
+    assert process.returncode == code, output
+    assert_nothing_left(marker, 60)
+    run, stages = last_run_record(project.root / ".hybridflow")
+    assert run["status"] == ("failed" if stop == "timeout" else "interrupted"), run
+    assert stages["work"]["status"] == "failed"
+    assert not (project.home("stopping") / "datasets" / "out").exists()  # nothing published
+    return output
+
+
+STOPS = {"timeout": ("timeout", 124), "sigterm": (signal.SIGTERM, 143), "sigint": (signal.SIGINT, 130)}
+
+
+@pytest.mark.parametrize("backend, function, stop", [
+    ("python", "busy_in_native_code", "timeout"),  # with a timeout, python stages run in a killable child
+    ("python", "busy_in_native_code", "sigterm"),  # without one, in-process: ended around when stuck
+    ("dask", "busy_in_native_code", "timeout"),  # the driver itself is stuck: the run is ended around it
+    ("dask", "waits_on_dask", "sigterm"),  # waits in compute(): the cancel returns it
+    ("spark", "waits_on_spark", "sigint"),  # waits on a job (timeouts of Spark jobs: test_faults)
+])
+def test_a_stage_blocked_in_its_engine_or_in_native_code_is_stopped(project, backend, function, stop):
+    stop, code = STOPS[stop]
+    output = stopped(project, backend, function, stop, code, f"the {backend} stage to start its endless work",
+                     seconds=45)
+    assert "backend" in output  # the summary table (its header) was printed all the same
+
+
+@pytest.mark.parametrize("delay", [2.0, 3.5, 5.0])
+def test_sigterm_while_spark_starts_leaves_no_jvm(project, delay):
+    import time
+
+    pipeline(project, "spark", "spark_etl")
+    process, marker = start(project)
+    time.sleep(delay)  # somewhere in start-up: importing pyspark, launching or connecting to the JVM
+    process.send_signal(signal.SIGTERM)
+    output = finish(process, 120, "the run after SIGTERM")
+    assert process.returncode in (0, 143), output  # 0 only if the whole run beat the signal
+    assert_nothing_left(marker, 60)
+
+
+LIBRARY_CALLER = """
+import hybridflow
+
+try:
+    hybridflow.run("pipeline.yaml")
+except hybridflow.InterruptedRun as exc:
+    print("raised", type(exc).__name__, int(exc.exit_code), flush=True)
+print("the caller goes on", flush=True)
+"""
+
+
+def test_a_library_caller_gets_the_error_raised_not_its_process_ended(project):
+    """hybridflow.run from Python, stopped while its stage is in one long native call: the run is
+    ended around the stage (recorded, nothing published, no process left) while the call still
+    runs, and the caller gets InterruptedRun once it returns; its process is never ended for it."""
+    import os
+    import subprocess
+    import sys
+    import uuid
+
+    pipeline(project, "python", "busy_in_one_native_call")
+    project.write("caller.py", LIBRARY_CALLER)
+    marker = uuid.uuid4().hex
+    process = subprocess.Popen([sys.executable, "caller.py"], cwd=project.root, text=True,
+                               env={**os.environ, "HYBRIDFLOW_TEST_RUN": marker},
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    wait_for(stage_waiting(project), "the stage to start its native call", process, seconds=60)
+    process.send_signal(signal.SIGTERM)
+    workdir = project.root / ".hybridflow"
+    wait_for(lambda: last_run_record(workdir)[0]["status"] != "running",
+             "the run to be recorded as ended while the call still runs", process, seconds=20)
+    run, stages = last_run_record(workdir)
+    assert run["status"] == "interrupted" and stages["work"]["status"] == "failed", (run, stages)
+    output = finish(process, 90, "the caller after its stage's native call returned")
+    assert process.returncode == 0, output
+    assert "raised InterruptedRun 143" in output and output.rstrip().endswith("the caller goes on"), output
+    assert_nothing_left(marker, 60)
+    assert not (project.home("stopping") / "datasets" / "out").exists()  # nothing published
+    assert last_run_record(workdir)[0]["status"] == "interrupted"  # not recorded again when the call returned

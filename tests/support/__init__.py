@@ -1,0 +1,1 @@
+"""What the tests share: throwaway projects, engine and process helpers, servers and hosts they start."""

@@ -1,0 +1,110 @@
+"""The README's test command is CI's (.ci/run), it fails when it should, and no skip goes unexplained."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def quickstart_commands() -> list[str]:
+    section = REPO.joinpath("README.md").read_text().split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    return [block.strip() for block in re.findall(r"```bash\n(.*?)```", section, re.DOTALL)]
+
+
+def test_the_readme_quickstart_is_two_commands_and_its_tests_are_what_ci_runs():
+    install_and_run, test = quickstart_commands()
+    assert "\n" not in install_and_run and "hybridflow run configs/weekly_retrain.yaml" in install_and_run
+    assert test == "bash .ci/run"  # one command for people and for CI: they cannot drift apart
+    script = REPO / ".ci" / "run"
+    assert os.access(script, os.X_OK)
+    subprocess.run(["bash", "-n", str(script)], check=True, timeout=60)
+
+
+def fake_checkout(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """.ci/run in a directory whose .venv python only records what it was asked, and pytest exits with
+    $FAKE_PYTEST_EXIT; on a PATH with no apt-get and no python3 (so nothing is installed or created)."""
+    root = tmp_path / "checkout"
+    (root / ".ci").mkdir(parents=True)
+    shutil.copy(REPO / ".ci" / "run", root / ".ci" / "run")
+    python = root / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(textwrap.dedent("""\
+        #!/bin/sh
+        echo "$*" >> "$(dirname "$0")/calls"
+        [ "$2" = pytest ] && exit "$FAKE_PYTEST_EXIT"
+        exit 0
+        """))
+    python.chmod(0o755)
+    (python.parent / "activate").write_text(f'PATH="{python.parent}:$PATH"\nexport PATH\n')  # as venv's does
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for tool in ("id", "dirname", "sh", "cat"):
+        os.symlink(shutil.which(tool), tools / tool)
+    return root, {"PATH": str(tools), "HOME": str(tmp_path)}
+
+
+def test_ci_run_passes_on_arguments_and_fails_when_pytest_fails_or_collects_nothing(tmp_path):
+    root, env = fake_checkout(tmp_path)
+    script = str(root / ".ci" / "run")
+    for pytest_exit in (0, 1, 2, 5):
+        done = subprocess.run(["/bin/bash", script, "-m", "not cron"], capture_output=True, text=True,
+                              env={**env, "FAKE_PYTEST_EXIT": str(pytest_exit)}, timeout=120)
+        assert done.returncode == pytest_exit, (pytest_exit, done.stderr)
+        if pytest_exit == 5:
+            assert "pytest collected no tests (arguments: -m not cron)" in done.stderr
+    calls = (root / ".venv" / "bin" / "calls").read_text().splitlines()
+    # the existing virtualenv is reused (no python3 on PATH to make another); pip runs every time, from its
+    # cache, and so does the fetcher of Spark's s3a jars (a no-op once they are cached)
+    assert calls[:3] == ["-m pip install --disable-pip-version-check --quiet -e .[test]",
+                         "-m hybridflow.backends.spark_s3_jars", "-m pytest tests -m not cron"]  # every tier
+    assert len(calls) == 12
+
+
+def test_ci_run_runs_only_the_tests_named_where_a_path_or_node_id_is_given(tmp_path):
+    root, env = fake_checkout(tmp_path)
+    (root / "tests" / "unit").mkdir(parents=True)
+    (root / "tests" / "unit" / "test_one.py").write_text("")
+    for given in (["tests/unit"], ["-x", "tests/unit/test_one.py::test_it"]):
+        done = subprocess.run(["/bin/bash", str(root / ".ci" / "run"), *given], capture_output=True, text=True,
+                              env={**env, "FAKE_PYTEST_EXIT": "0"}, timeout=120, cwd=root)
+        assert done.returncode == 0, done.stderr
+    calls = [c for c in (root / ".venv" / "bin" / "calls").read_text().splitlines() if c.startswith("-m pytest")]
+    assert calls == ["-m pytest tests/unit", "-m pytest -x tests/unit/test_one.py::test_it"]
+
+
+def test_the_session_ends_with_every_skipped_test_and_why(tmp_path):
+    (tmp_path / "conftest.py").write_text("from tests.conftest import pytest_terminal_summary  # noqa: F401\n")
+    (tmp_path / "test_some.py").write_text(textwrap.dedent("""\
+        import pytest
+
+        @pytest.fixture
+        def crontab():
+            pytest.skip("the crontab command is not installed (apt-get install cron)")
+
+        def test_runs():
+            pass
+
+        def test_schedule(crontab):
+            pass
+
+        def test_cron_line(crontab):
+            pass
+
+        @pytest.mark.skip(reason="needs a GPU")
+        def test_gpu():
+            pass
+        """))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(tmp_path)], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = done.stdout.split("3 tests skipped, not run", 1)[1]
+    assert ("the crontab command is not installed (apt-get install cron):\n"
+            "  test_some.py::test_schedule\n  test_some.py::test_cron_line\n"
+            "needs a GPU:\n  test_some.py::test_gpu\n") in summary, done.stdout
