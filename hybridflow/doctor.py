@@ -11,9 +11,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
-import re
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
@@ -22,7 +20,6 @@ from .backends import engines
 from .errors import HybridflowError, UnavailableError
 from .pipeline import Pipeline
 
-MIN_JAVA = 17
 LOW_DISK = 2 * 1024**3
 DEFAULT_WORKDIR = Path(".hybridflow")  # what the CLI's --workdir defaults to when no pipeline is given
 
@@ -90,36 +87,14 @@ def _version(distribution: str) -> str:
         return "(version unknown)"
 
 
-def check_java(target: Target) -> Iterable[Finding]:
-    if not any(engines()[name].needs_java for name in target.backends if name in engines()):
-        return
-    fix = "apt-get install openjdk-17-jre-headless, or set JAVA_HOME to a JDK 17+"
-    home = target.environ.get("JAVA_HOME")
-    java = str(Path(home) / "bin" / "java") if home else target.which("java")  # the order Spark uses
-    if java is None or not os.access(java, os.X_OK):
-        where = f"JAVA_HOME/bin/java ({java})" if home else "java on PATH"
-        yield Finding("java", target.needed, f"no {where}, which Spark needs", fix)
-        return
-    version = java_version(java, target.environ)
-    if version is None:
-        yield Finding("java", target.needed, f"{java} -version did not say its version", fix)
-    elif version < MIN_JAVA:
-        yield Finding("java", target.needed, f"Java {version} at {java}; Spark needs {MIN_JAVA} or later", fix)
-    else:
-        yield Finding("java", "ok", f"Java {version} at {java}")
-
-
-def java_version(java: str, environ: Mapping[str, str]) -> int | None:
-    """The major version `java -version` reports ("1.8.0_392" is 8, "17.0.9" is 17)."""
-    try:
-        done = subprocess.run([java, "-version"], capture_output=True, text=True, env=dict(environ), timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    match = re.search(r'version "(\d+)(?:\.(\d+))?', done.stderr + done.stdout)
-    if match is None:
-        return None
-    major = int(match.group(1))
-    return int(match.group(2) or 0) if major == 1 else major
+def check_engines(target: Target) -> Iterable[Finding]:
+    """What each engine the pipeline uses needs on this machine beyond its package (Spark: Java), as
+    the engine itself declares it (backends.Engine.doctor)."""
+    known = engines()
+    for name in sorted(target.backends & known.keys()):
+        if known[name].doctor is not None:
+            for check, status, detail, fix in known[name].doctor(target.environ, target.needed):
+                yield Finding(check, status, detail, fix)
 
 
 def check_workdir(target: Target) -> Iterable[Finding]:
@@ -261,8 +236,7 @@ def check_gpu(target: Target) -> Iterable[Finding]:
     if target.pipeline is not None:
         modes = {gpu.stage_mode(target.pipeline, stage) for stage in target.pipeline.stages}
     missing = "error" if True in modes else "warning" if "auto" in modes or target.pipeline is None else None
-    configured = target.pipeline.spec.backends.spark.rapids_jar if target.pipeline is not None else None
-    for name, detail in gpu.report(configured_jar=configured):
+    for name, detail in gpu.report(pipeline=target.pipeline):
         absent = detail.startswith(("none usable", "not installed", "not found"))
         if not absent:
             yield Finding(f"gpu: {name}", "ok", detail)
@@ -282,7 +256,7 @@ def check_shared_workdir(target: Target) -> Iterable[Finding]:
 
     for name in sorted(target.backends):
         engine = engines().get(name)
-        settings = getattr(target.pipeline.spec.backends, name, None)
+        settings = target.pipeline.engine_settings(name)
         if engine is not None and engine.attached(settings) and not backends.missing([name]):
             yield _shared_with(name, settings, target)
 
@@ -342,7 +316,7 @@ def check_object_storage(target: Target) -> Iterable[Finding]:
             yield Finding(f"{name} and s3://", "ok", found)
 
 
-CHECKS: list[Check] = [check_packages, check_java, check_workdir, check_disk, check_cron, check_schedule,
+CHECKS: list[Check] = [check_packages, check_engines, check_workdir, check_disk, check_cron, check_schedule,
                        check_cron_environment, check_gpu, check_shared_workdir, check_object_storage]
 
 

@@ -168,7 +168,7 @@ class EnginePool:
             early.done.wait()
 
     def _settings(self, name: str):
-        return getattr(self.pipeline.spec.backends, name, None)
+        return self.pipeline.engine_settings(name)
 
     def _start_engine(self, name: str, behind: bool = False) -> float:
         """Create and start an engine (any thread); its seconds to start. A failed start stops it (and

@@ -8,11 +8,10 @@ A stage's mode is its own `gpu:` when the stage sets it, else `backends.<engine>
          packages or jar of that engine), else the CPU; the reason is recorded with the stage.
 - true:  the GPU, or the run fails before any stage starts, naming what is missing.
 
-What each engine needs on this machine: python: cudf; dask: dask_cuda and dask_cudf (with cudf);
-spark: the RAPIDS Accelerator jar; ray: only the GPU. An engine attached to a cluster
-(spark://..., backends.dask.address, backends.ray.address) runs its work on machines this one
-cannot probe: `true` trusts the cluster's GPUs and checks only what this process needs (the jar
-Spark ships, dask_cudf to build frames), `auto` stays on the CPU.
+What each engine needs on this machine is its own declaration (backends.Engine: gpu_packages,
+attached_gpu_packages, gpu_plugin: a file it loads, such as Spark's RAPIDS jar). An engine attached
+to a cluster runs its work on machines this one cannot probe: `true` trusts the cluster's GPUs and
+checks only what this process needs (attached_gpu_packages, its plug-in), `auto` stays on the CPU.
 
 Nothing here imports a RAPIDS package: detection uses nvidia-smi and importlib.util.find_spec.
 """
@@ -20,7 +19,6 @@ Nothing here imports a RAPIDS package: detection uses nvidia-smi and importlib.u
 from __future__ import annotations
 
 import gc
-import glob
 import importlib.util
 import os
 import re
@@ -34,14 +32,9 @@ from typing import Any, Iterable
 from .errors import ConfigError, UnavailableError
 from .settings import byte_count
 
-RAPIDS_PACKAGES = ("cudf", "dask_cudf", "dask_cuda", "rmm")
-JAR_ENV = "HYBRIDFLOW_RAPIDS_JAR"
-# The RAPIDS Accelerator built for Scala 2.13, which Spark 4 uses (Maven: com.nvidia:rapids-4-spark_2.13)
-DEFAULT_JAR_GLOB = "~/.hybridflow/jars/rapids-4-spark_2.13-*.jar"
+MEMORY_POOL = "rmm"  # RAPIDS' memory manager, whichever engine's stages allocated on the GPU
 INSTALL_HINT = "pip install 'hybridflow[gpu]'"
 NO_GPU_HINT = "run on a machine with an NVIDIA GPU and driver, or use gpu: auto to fall back to the CPU"
-JAR_HINT = ("download rapids-4-spark_2.13-<version>.jar from Maven Central into ~/.hybridflow/jars/, "
-            f"or set backends.spark.rapids_jar or ${JAR_ENV}")
 QUERY = ("--query-gpu=index,uuid,name,memory.total,driver_version", "--format=csv,noheader,nounits")
 SMI_TIMEOUT = 10.0  # seconds; a wedged driver must not hang the run
 
@@ -76,7 +69,7 @@ class EngineGpu:
     """What an engine started for GPU stages is given."""
 
     devices: tuple[Device, ...]
-    jar: Path | None = None
+    plugin: Path | None = None  # the engine's GPU plug-in (backends.GpuPlugin), where it has one
 
 
 # -- detection ----------------------------------------------------------------------------------
@@ -108,9 +101,17 @@ def visible(devices: list[Device], env: str | None) -> list[Device]:
     return chosen
 
 
+def rapids_packages() -> tuple[str, ...]:
+    """Every RAPIDS package an engine declares it needs, and the memory pool."""
+    from .backends import engines
+
+    declared = [name for e in engines().values() for name in (*e.gpu_packages, *e.attached_gpu_packages)]
+    return tuple(dict.fromkeys([*declared, MEMORY_POOL]))
+
+
 def packages() -> dict[str, bool]:
     """Which RAPIDS pieces are installed, found without importing them (importing cudf needs a GPU)."""
-    return {name: importlib.util.find_spec(name) is not None for name in RAPIDS_PACKAGES}
+    return {name: importlib.util.find_spec(name) is not None for name in rapids_packages()}
 
 
 def probe() -> Probe:
@@ -140,22 +141,6 @@ def probe() -> Probe:
     return Probe(tuple(shown), None, found)
 
 
-def find_jar(configured: str | None, root: Path | None = None) -> tuple[Path | None, str]:
-    """The Spark RAPIDS jar: backends.spark.rapids_jar (relative to root), else $HYBRIDFLOW_RAPIDS_JAR,
-    else the newest ~/.hybridflow/jars/rapids-4-spark_2.13-*.jar. Returns (path or None, where it looked)."""
-    for origin, value in (("backends.spark.rapids_jar", configured), (f"${JAR_ENV}", os.environ.get(JAR_ENV))):
-        if value:
-            path = Path(value).expanduser()
-            path = path if path.is_absolute() or root is None else root / path
-            return (path, origin) if path.is_file() else (None, f"{origin} = {path}, which does not exist")
-    matches = sorted(glob.glob(os.path.expanduser(DEFAULT_JAR_GLOB)), key=_version_key)
-    return (Path(matches[-1]), DEFAULT_JAR_GLOB) if matches else (None, f"nothing matches {DEFAULT_JAR_GLOB}")
-
-
-def _version_key(path: str) -> list:
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", Path(path).name)]
-
-
 # -- planning -----------------------------------------------------------------------------------
 
 def stage_mode(pipeline, stage: str) -> bool | str:
@@ -164,17 +149,19 @@ def stage_mode(pipeline, stage: str) -> bool | str:
     spec = pipeline.stages[stage]
     if "gpu" in spec.model_fields_set:
         return spec.gpu
-    return getattr(getattr(pipeline.spec.backends, spec.backend, None), "gpu", False)
+    return getattr(pipeline.engine_settings(spec.backend), "gpu", False)
 
 
 def attached(pipeline, backend: str) -> bool:
     from .backends import engine
 
-    return engine(backend).attached(getattr(pipeline.spec.backends, backend, None))
+    return engine(backend).attached(pipeline.engine_settings(backend))
 
 
-def missing(backend: str, found: Probe, jar: tuple[Path | None, str], is_attached: bool) -> tuple[str, str] | None:
-    """What keeps `backend` off the GPU here, as (what, how to fix it); None when nothing does."""
+def missing(backend: str, found: Probe, plugin: tuple[Path | None, str] | None,
+            is_attached: bool) -> tuple[str, str] | None:
+    """What keeps `backend` off the GPU here, as (what, how to fix it); None when nothing does.
+    plugin: the engine's GPU plug-in as its finder answered (path or None, where it looked)."""
     if not is_attached and found.problem:
         return found.problem, NO_GPU_HINT
     from .backends import engine
@@ -187,8 +174,8 @@ def missing(backend: str, found: Probe, jar: tuple[Path | None, str], is_attache
     if absent:
         which = f"package {absent[0]} is" if len(absent) == 1 else f"packages {', '.join(absent)} are"
         return f"the RAPIDS {which} not installed", INSTALL_HINT
-    if info.gpu_jar and jar[0] is None:
-        return f"the RAPIDS Accelerator jar for Spark was not found ({jar[1]})", JAR_HINT
+    if info.gpu_plugin is not None and plugin is not None and plugin[0] is None:
+        return f"{info.gpu_plugin.name} was not found ({plugin[1]})", info.gpu_plugin.hint
     return None
 
 
@@ -199,7 +186,7 @@ class GpuPlan:
     choices: dict[str, GpuChoice]
     backends: dict[str, str]  # stage -> backend
     found: Probe | None = None
-    jar: Path | None = None
+    plugins: dict[str, Path | None] = field(default_factory=dict)  # backend -> its GPU plug-in found here
     params: dict[str, dict[str, Any]] = field(default_factory=dict)  # stage -> its params
 
     def engine(self, backend: str) -> EngineGpu | None:
@@ -207,9 +194,7 @@ class GpuPlan:
         (the engine is shared by its stages; the others switch the GPU off per stage)."""
         if not any(c.use for s, c in self.choices.items() if self.backends[s] == backend):
             return None
-        from .backends import engine
-
-        return EngineGpu(self.found.devices if self.found else (), self.jar if engine(backend).gpu_jar else None)
+        return EngineGpu(self.found.devices if self.found else (), self.plugins.get(backend))
 
     def start_stage(self, stage: str, engine, engines: Iterable, log) -> tuple[bool | None, str | None]:
         """Before a stage runs: free what earlier stages left on the GPU, switch the engine to the
@@ -241,16 +226,15 @@ def plan(pipeline, stage_names: Iterable[str], found: Probe | None = None) -> Gp
     found = found or probe()
     from .backends import engine
 
-    needs_jar = [backends[s] for s in names if modes[s] and engine(backends[s]).gpu_jar]
-    configured = getattr(getattr(pipeline.spec.backends, needs_jar[0], None), "rapids_jar", None) if needs_jar else None
-    jar = find_jar(configured, pipeline.root) if needs_jar else (None, "")
-    result.found, result.jar = found, jar[0]
+    plugins = {backend: engine(backend).gpu_plugin.find(pipeline.engine_settings(backend), pipeline.root)
+               for backend in {backends[s] for s in names if modes[s]} if engine(backend).gpu_plugin is not None}
+    result.found, result.plugins = found, {backend: where[0] for backend, where in plugins.items()}
     for stage in names:
         mode, backend = modes[stage], backends[stage]
         if not mode:
             continue
         is_attached = attached(pipeline, backend)
-        problem = missing(backend, found, jar, is_attached)
+        problem = missing(backend, found, plugins.get(backend), is_attached)
         if mode is True and problem:
             raise UnavailableError(f"stage '{stage}' has gpu: true but {problem[0]}", hint=problem[1])
         if problem:
@@ -297,9 +281,9 @@ def cuda_version(smi_output: str) -> str | None:
     return match.group(1) if match else None
 
 
-def report(found: Probe | None = None, configured_jar: str | None = None) -> list[tuple[str, str]]:
+def report(found: Probe | None = None, pipeline=None) -> list[tuple[str, str]]:
     """Rows for `hybridflow doctor`: the GPUs, their memory, the driver and CUDA versions, which
-    RAPIDS pieces are importable, and where the Spark RAPIDS jar is."""
+    RAPIDS pieces are importable, and where each engine's GPU plug-in is (as `pipeline` sets it)."""
     found = found or probe()
     rows: list[tuple[str, str]] = []
     if found.problem:
@@ -314,8 +298,13 @@ def report(found: Probe | None = None, configured_jar: str | None = None) -> lis
         except (OSError, subprocess.TimeoutExpired):
             banner = ""
         rows.append(("CUDA (driver)", cuda_version(banner) or "unknown"))
-    for name in RAPIDS_PACKAGES:
+    for name in rapids_packages():
         rows.append((name, "importable" if found.packages.get(name) else f"not installed ({INSTALL_HINT})"))
-    jar, where = find_jar(configured_jar)
-    rows.append(("Spark RAPIDS jar", str(jar) if jar else f"not found: {where}"))
+    from .backends import engines
+
+    for name, info in engines().items():
+        if info.gpu_plugin is not None:
+            settings = pipeline.engine_settings(name) if pipeline is not None else None
+            path, where = info.gpu_plugin.find(settings, pipeline.root if pipeline is not None else None)
+            rows.append((info.gpu_plugin.label, str(path) if path else f"not found: {where}"))
     return rows

@@ -43,6 +43,11 @@ class Pipeline:
     def dag(self) -> Dag:
         return Dag({n: s.inputs for n, s in self.stages.items()}, {n: s.outputs for n, s in self.stages.items()})
 
+    def engine_settings(self, engine: str):
+        """The pipeline's `backends.<engine>` section, as the engine's settings model made it (every
+        registered engine has one, set or defaulted); None for a name no engine is registered under."""
+        return getattr(self.spec.backends, engine, None)
+
     def dataset(self, name: str) -> DatasetSpec:
         """A dataset's declaration; undeclared datasets are parquet tables in the workdir."""
         return self.spec.datasets.get(name) or DatasetSpec()

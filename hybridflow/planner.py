@@ -107,7 +107,7 @@ class Planner:
                          for ds in [*spec.inputs, *spec.outputs]},
         }
         # engine settings that change results (Spark's conf), as the engine itself declares them
-        settings.update(engine(spec.backend).result_settings(getattr(self.pipeline.spec.backends, spec.backend)))
+        settings.update(engine(spec.backend).result_settings(self.pipeline.engine_settings(spec.backend)))
         inputs = {ds: self.input_digest(ds) for ds in spec.inputs if ds != partitioned}
         datums = self.datums(partitioned) if partitioned else None
         result = fp.Fingerprint(code.digests, self.secrets.value(params), self.secrets.value(settings),

@@ -248,7 +248,7 @@ def age(record: dict[str, Any]) -> float:
 
 def cluster_spec(pipeline, engine: str):
     """How the pipeline brings `engine`'s cluster up and down now (a settings.ClusterSection), or None."""
-    settings = getattr(pipeline.spec.backends, engine, None)
+    settings = pipeline.engine_settings(engine)
     return getattr(settings, "cluster", None)
 
 

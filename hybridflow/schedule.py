@@ -24,7 +24,6 @@ from .crontab import Entry
 from .errors import ConfigError, UsageError
 from .pipeline import Pipeline
 
-CARRIED_ENV = ("PATH", "JAVA_HOME", "LANG", "TZ", "HOME")
 CRON_GIVES = ("HOME", "LOGNAME", "SHELL", "PATH")  # what cron itself sets for every job
 SYSTEM_ENVIRONMENT = Path("/etc/environment")  # read for cron jobs too, through pam_env
 _CRON_ESCAPE = "\\%"  # cron turns a bare % into a newline
@@ -174,15 +173,24 @@ def job_command(pipeline: Pipeline, log: Path, *, if_due: bool, environ: dict[st
     return command.replace("%", _CRON_ESCAPE)
 
 
+def carried_environment() -> tuple[str, ...]:
+    """What a run under cron is given from the installing shell: PATH, the variables the engines say
+    they read (backends.Engine.environment: Spark's JAVA_HOME), the locale, the time zone and HOME."""
+    from .backends import engines
+
+    declared = [name for engine in engines().values() for name in engine.environment]
+    return tuple(dict.fromkeys(["PATH", *declared, "LANG", "TZ", "HOME"]))
+
+
 def run_environment(python: str, environ: dict[str, str] | None = None) -> dict[str, str]:
     """The variables a run needs that cron does not give it, taken from the installing shell."""
     environ = os.environ if environ is None else environ
-    variables = {name: environ[name] for name in CARRIED_ENV if environ.get(name)}
+    variables = {name: environ[name] for name in carried_environment() if environ.get(name)}
     # engines start `python3` from PATH (Spark's Python workers): this interpreter's directory comes first
     bindir = os.path.dirname(python)
     rest = [p for p in variables.get("PATH", os.defpath).split(os.pathsep) if p and p != bindir]
     variables["PATH"] = os.pathsep.join([bindir, *rest])
-    variables.setdefault("LANG", "C.UTF-8")  # cron's POSIX locale makes Java 17 read and write ASCII
+    variables.setdefault("LANG", "C.UTF-8")  # cron's POSIX locale would make engines read and write ASCII
     return variables
 
 

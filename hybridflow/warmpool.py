@@ -114,5 +114,5 @@ class WarmPool(EnginePool):
 
 
 def _settings(pipeline: Pipeline, name: str):
-    settings = getattr(pipeline.spec.backends, name, None)
+    settings = pipeline.engine_settings(name)
     return settings.model_dump(mode="json") if hasattr(settings, "model_dump") else settings

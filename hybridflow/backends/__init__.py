@@ -40,6 +40,18 @@ class ClusterLaunch:
 
 
 @dataclass(frozen=True)
+class GpuPlugin:
+    """A file an engine's GPU stages load into it (Spark: the RAPIDS Accelerator jar), found on this
+    machine without starting the engine."""
+
+    label: str  # its row in `hybridflow doctor`: "Spark RAPIDS jar"
+    name: str  # what it is, in words: "the RAPIDS Accelerator jar for Spark"
+    # (the engine's settings or None, the pipeline's root or None) -> (its path or None, where it looked)
+    find: Callable[[Any, Any], tuple[Any, str]]
+    hint: str  # how to get it
+
+
+@dataclass(frozen=True)
 class Engine:
     """What hybridflow knows of an engine before it starts one, and without importing it."""
 
@@ -52,13 +64,16 @@ class Engine:
     extra: str | None = None  # the pip extra that installs them: hybridflow[<extra>]
     package: str | None = None  # or the distribution that does (a third-party engine's own)
     starts: bool = True  # False: stages run in hybridflow's own process (python); nothing starts
-    needs_java: bool = False
+    # what `hybridflow doctor` checks on this machine beyond the engine's package: (environment, how bad a
+    # problem is: "error" or "warning") -> (check, status, detail, fix) rows; without importing the engine
+    doctor: Callable[[Any, str], Iterable[tuple[str, str, str, str]]] | None = None
+    environment: tuple[str, ...] = ()  # variables the engine reads that an unattended (cron) run must carry
     # GPU: what an embedded engine's GPU stages need importable, and what an attached cluster's client
     # needs; a GPU mode on an engine without GPU support is a config error
     gpu: bool = False
     gpu_packages: tuple[str, ...] = ()
     attached_gpu_packages: tuple[str, ...] = ()
-    gpu_jar: bool = False  # its GPU stages need the RAPIDS Accelerator jar (Spark)
+    gpu_plugin: GpuPlugin | None = None  # a file its GPU stages load into it (Spark's RAPIDS jar)
     # the SQL dialect (as sqlglot names it) of the queries it runs for SQL stages (Backend.run_sql);
     # None: it runs no SQL stage
     sql_dialect: str | None = None

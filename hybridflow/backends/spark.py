@@ -39,7 +39,7 @@ from ..settings import EngineSection, GpuMode, Params
 from ..storage import ObjectPath
 from ..tables import TableSource, parquet_files
 from ..textfiles import csv_header
-from . import ClusterLaunch, Engine
+from . import ClusterLaunch, Engine, GpuPlugin, spark_host
 from .base import (
     Backend,
     case_collisions,
@@ -118,8 +118,11 @@ def cluster_launch(python: str, head: str, port: int | None, name: str, idle_tim
 ENGINE = Engine(
     name="spark", module=__name__, example=(EXAMPLE_STAGE, "in_cents"),
     settings=SparkSettings, description="Spark: a local session or a cluster's master",
-    frame_types="pyspark.sql.DataFrame", requires=("pyspark",), extra="spark", needs_java=True,
-    gpu=True, gpu_jar=True, attached=_attached, sql_dialect="spark",
+    frame_types="pyspark.sql.DataFrame", requires=("pyspark",), extra="spark",
+    doctor=spark_host.doctor_checks, environment=("JAVA_HOME",),
+    gpu=True, gpu_plugin=GpuPlugin("Spark RAPIDS jar", "the RAPIDS Accelerator jar for Spark",
+                                   spark_host.find_rapids_jar, spark_host.JAR_HINT),
+    attached=_attached, sql_dialect="spark",
     result_settings=lambda settings: {"spark_conf": dict(settings.conf)},
     unrepresentable=lambda schema: unrepresentable(schema),
     object_storage_check=lambda: f"hadoop-aws and the AWS SDK in {s3_jars()[0].parent}",
@@ -355,7 +358,7 @@ class SparkBackend(Backend):
             # getOrCreate would silently hand back that session, whatever master we ask for
             raise UnavailableError("a SparkSession is already running in this process",
                                    hint="stop it before running a pipeline with backend: spark")
-        gpu_conf = spark_gpu_conf(self.settings, self.gpu.jar) if self.gpu is not None else {}
+        gpu_conf = spark_gpu_conf(self.settings, self.gpu.plugin) if self.gpu is not None else {}
         own = {k: str(v) for k, v in self.settings.conf.items()}
         s3 = spark_s3_conf(self.store, own, gpu_conf) if self.store is not None else {}
         conf = {**default_conf(self.master, self._driver or "127.0.0.1"), **gpu_conf, **s3, **own}

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from hybridflow import doctor
+from hybridflow.backends import spark_host
 from hybridflow.config import load_pipeline
 from hybridflow.doctor import Target
 from hybridflow.errors import ExitCode
@@ -80,10 +81,10 @@ def test_installed_engines_are_found_without_being_imported(engines):
 def test_java_missing_from_path_is_an_error_for_a_spark_pipeline(engines, tmp_path):
     empty = tmp_path / "empty-bin"
     empty.mkdir()
-    [java] = doctor.check_java(Target(engines, {"PATH": str(empty)}))
+    [java] = doctor.check_engines(Target(engines, {"PATH": str(empty)}))
     assert (java.status, java.detail) == ("error", "no java on PATH, which Spark needs")
     assert "JAVA_HOME" in java.fix
-    [java] = doctor.check_java(Target(engines, {"PATH": str(empty), "JAVA_HOME": str(tmp_path / "nojdk")}))
+    [java] = doctor.check_engines(Target(engines, {"PATH": str(empty), "JAVA_HOME": str(tmp_path / "nojdk")}))
     assert java.status == "error" and f"JAVA_HOME/bin/java ({tmp_path / 'nojdk/bin/java'})" in java.detail
 
 
@@ -93,23 +94,23 @@ def test_java_older_than_17_is_an_error(engines, tmp_path):
     fake = home / "bin" / "java"  # a stand-in for an old JDK: it only answers -version
     fake.write_text('#!/bin/sh\necho \'openjdk version "11.0.21" 2023-10-17\' >&2\n')
     fake.chmod(0o755)
-    [java] = doctor.check_java(Target(engines, {"JAVA_HOME": str(home)}))
+    [java] = doctor.check_engines(Target(engines, {"JAVA_HOME": str(home)}))
     assert (java.status, java.detail) == ("error", f"Java 11 at {fake}; Spark needs 17 or later")
     fake.write_text('#!/bin/sh\necho \'java version "1.8.0_392"\' >&2\n')
-    assert doctor.java_version(str(fake), {}) == 8
+    assert spark_host.java_version(str(fake), {}) == 8
 
 
 def test_real_java_is_accepted(engines):
     if shutil.which("java") is None:
         pytest.skip("no java on PATH")
-    [java] = doctor.check_java(Target(engines, {"PATH": os.environ["PATH"]}))
+    [java] = doctor.check_engines(Target(engines, {"PATH": os.environ["PATH"]}))
     assert java.status == "ok" and java.detail.startswith("Java ")
 
 
 def test_java_is_not_checked_without_spark(project):
     project.stages(TINY_STAGES)
     pipeline = load_pipeline(project.pipeline(tiny_pipeline("0 3 * * 1", "UTC")))
-    assert list(doctor.check_java(Target(pipeline, {"PATH": ""}))) == []
+    assert list(doctor.check_engines(Target(pipeline, {"PATH": ""}))) == []
 
 
 def test_workdir_is_checked_at_its_nearest_existing_parent(project):

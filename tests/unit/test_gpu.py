@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from hybridflow import gpu
+from hybridflow.backends import spark_host
 from hybridflow.backends.dask import DaskSettings, gpu_cluster_options
 from hybridflow.backends.ray import RayBackend, RaySettings, gpu_init_options, gpus_per_trial
 from hybridflow.backends.spark import SparkSettings, gpu_operators, spark_gpu_conf
@@ -68,7 +69,8 @@ def test_one_gpu_is_parsed_from_nvidia_smi(smi_path):
     assert found.problem is None
     assert found.devices == (gpu.Device(0, "GPU-0a1b2c3d-1111-2222-3333-444455556666", "NVIDIA H100 80GB HBM3",
                                         81559, "550.54.15"),)
-    assert set(found.packages) == {"cudf", "dask_cudf", "dask_cuda", "rmm"}
+    # every RAPIDS package an engine declares (Polars' cudf_polars too), and the memory pool
+    assert set(found.packages) == {"cudf", "dask_cudf", "dask_cuda", "cudf_polars", "rmm"}
 
 
 def test_cuda_visible_devices_filters_and_orders_gpus(smi_path, monkeypatch):
@@ -96,7 +98,7 @@ def test_failing_or_missing_nvidia_smi_means_no_gpu(smi_path, no_driver):
 def test_report_lists_gpu_memory_driver_cuda_packages_and_jar(smi_path, tmp_path, monkeypatch):
     smi_path([H100, A10])
     monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.delenv(gpu.JAR_ENV, raising=False)
+    monkeypatch.delenv(spark_host.JAR_ENV, raising=False)
     rows = dict(gpu.report())
     assert rows["GPU 0"] == "NVIDIA H100 80GB HBM3, 81,559 MiB" and rows["GPU 1"] == "NVIDIA A10, 23,028 MiB"
     assert rows["NVIDIA driver"] == "550.54.15" and rows["CUDA (driver)"] == "12.4"
@@ -108,20 +110,21 @@ def test_report_lists_gpu_memory_driver_cuda_packages_and_jar(smi_path, tmp_path
 
 def test_jar_from_settings_env_or_newest_default(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.delenv(gpu.JAR_ENV, raising=False)
+    monkeypatch.delenv(spark_host.JAR_ENV, raising=False)
     jars = tmp_path / ".hybridflow" / "jars"
     jars.mkdir(parents=True)
     for version in ("25.2.0", "25.12.0"):
         (jars / f"rapids-4-spark_2.13-{version}.jar").write_bytes(b"")
-    assert gpu.find_jar(None)[0] == jars / "rapids-4-spark_2.13-25.12.0.jar"  # by version, not by text
+    assert spark_host.find_rapids_jar(None)[0] == jars / "rapids-4-spark_2.13-25.12.0.jar"  # by version, not by text
     mine = tmp_path / "lib" / "rapids.jar"
     mine.parent.mkdir()
     mine.write_bytes(b"")
-    monkeypatch.setenv(gpu.JAR_ENV, str(mine))
-    assert gpu.find_jar(None)[0] == mine
-    assert gpu.find_jar("lib/rapids.jar", root=tmp_path)[0] == mine  # relative to the pipeline root
-    assert gpu.find_jar("missing.jar", root=tmp_path) == (None, f"backends.spark.rapids_jar = {tmp_path}/missing.jar, "
-                                                               "which does not exist")
+    monkeypatch.setenv(spark_host.JAR_ENV, str(mine))
+    assert spark_host.find_rapids_jar(None)[0] == mine
+    relative = SparkSettings(rapids_jar="lib/rapids.jar")
+    assert spark_host.find_rapids_jar(relative, tmp_path)[0] == mine  # relative to the pipeline root
+    assert spark_host.find_rapids_jar(SparkSettings(rapids_jar="missing.jar"), tmp_path) == (
+        None, f"backends.spark.rapids_jar = {tmp_path}/missing.jar, which does not exist")
 
 
 def test_parse_bytes():
@@ -211,7 +214,7 @@ def test_the_python_engine_default_is_a_python_stage_mode_everywhere(project, no
 
 def test_auto_uses_the_gpu_only_where_everything_is_there(project, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.delenv(gpu.JAR_ENV, raising=False)
+    monkeypatch.delenv(spark_host.JAR_ENV, raising=False)
     loaded = pipeline(project)
     choices = gpu.plan(loaded, list(loaded.stages), GPU_MACHINE).choices
     assert choices["make"].use and choices["features"].use
@@ -255,7 +258,7 @@ def test_gpu_true_names_what_is_missing(project, found, message, hint):
 
 def test_gpu_true_on_spark_without_the_jar(project, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.delenv(gpu.JAR_ENV, raising=False)
+    monkeypatch.delenv(spark_host.JAR_ENV, raising=False)
     loaded = pipeline(project, text=PIPELINE.replace("spark: {gpu: auto}", "spark: {gpu: true}"))
     with pytest.raises(UnavailableError, match="stage 'etl' has gpu: true but the RAPIDS Accelerator jar for "
                                                "Spark was not found") as raised:
