@@ -56,7 +56,7 @@ def held_engine():
 
 
 def pool(tmp_path, signals: SignalState) -> EnginePool:
-    pipeline = SimpleNamespace(spec=SimpleNamespace(backends=None), secrets=(), stages={}, root=tmp_path, remote=None,
+    pipeline = SimpleNamespace(engine_settings=lambda name: None, secrets=(), stages={}, root=tmp_path, remote=None,
                                workdir=tmp_path, uses_object_storage=False, store=None)
     (tmp_path / "logs").mkdir(exist_ok=True)
     return EnginePool(pipeline, [], tmp_path / "logs", signals=signals)
