@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from . import planning
 from .errors import ConfigError, HybridflowError, LockedError, UsageError
 from .pipeline import Pipeline
-from .runner import Listener, PlannedInput, Runner, RunResult, Selection, new_run_id
+from .planning import Plan
+from .runner import Listener, Runner, RunResult, Selection, new_run_id, new_runner, selection_of
 
 PipelineLike = str | os.PathLike | Pipeline
 Params = Mapping[str, Any] | Sequence[str] | None
@@ -79,45 +80,11 @@ def forced(pipeline: Pipeline, force: bool | Names | None) -> bool | set[str]:
     return names
 
 
-@dataclass
-class Plan:
-    """What a run would do now, without running anything: each selected stage's decision (run,
-    skip or incremental, and why) and where each of its inputs would come from."""
-
-    pipeline: Pipeline
-    decisions: dict[str, Any]  # stage -> planner.Decision
-    inputs: dict[str, list[PlannedInput]]
-    runner: Runner
-
-    @property
-    def to_run(self) -> list[str]:
-        return [stage for stage, decision in self.decisions.items() if decision.action != "skip"]
-
-    @property
-    def clusters(self) -> dict[str, str]:
-        """Engine -> the cluster the run would bring up for it (backends.<engine>.cluster), in words."""
-        from .provisioning import cluster_spec
-
-        found = {}
-        for stage in self.to_run:
-            engine = self.pipeline.stages[stage].backend
-            cluster = cluster_spec(self.pipeline, engine)
-            if cluster is not None and engine not in found:
-                found[engine] = (f"ssh: head {cluster.head}, workers on {', '.join(cluster.workers)}"
-                                 if cluster.provider == "ssh" else f"command: {self.pipeline.redact(cluster.up)}")
-        return found
-
-    @property
-    def missing(self) -> list[tuple[str, PlannedInput]]:
-        return [(stage, item) for stage, items in self.inputs.items() for item in items if item.state == "missing"]
-
-
 def plan(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | None = None,
          to: Names | None = None, force: bool | Names | None = False, params: Params = None) -> Plan:
     """Which stages a run would execute or skip, and why. Starts no engine, imports no stage code."""
     loaded = _pipeline(pipeline, params)
-    runner = Runner(loaded, Selection(_names(only), _names(from_), _names(to)), force=forced(loaded, force))
-    return Plan(loaded, runner.decisions(), runner.plan(), runner)
+    return planning.plan(loaded, Selection(_names(only), _names(from_), _names(to)), forced(loaded, force))
 
 
 def run(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | None = None, to: Names | None = None,
@@ -153,23 +120,12 @@ def run(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | Non
         loaded, arguments, chosen = repeated
     else:
         chosen = forced(loaded, force)
+    if dry_run:
+        return planning.plan(loaded, selection_of(arguments), chosen)
     runner = new_runner(loaded, arguments, keep_going=keep_going, wait_for_lock=wait, trigger=trigger, force=chosen,
                         listener=_Notifying(listener, loaded, trigger) if notify else listener,
                         exit_when_stuck=exit_when_stuck)
-    if dry_run:
-        return Plan(loaded, runner.decisions(), runner.plan(), runner)
     return _run_notifying_failed_start(runner, notify)
-
-
-def new_runner(loaded: Pipeline, arguments: dict[str, Any], **options) -> Runner:
-    """The one way a run is made (api.run, a watch session's runs): `arguments` (only/from/to/params/
-    force) select its stages and are recorded with every secret replaced by the ${env:...} that holds
-    it, never stored. `options`: Runner's."""
-    from .state import recorded_arguments
-
-    selection = Selection(arguments.get("only", ()), arguments.get("from", ()), arguments.get("to", ()))
-    recorded = recorded_arguments(arguments, loaded.secrets, loaded.secret_sources(os.environ))
-    return Runner(loaded, selection, arguments=recorded, **options)
 
 
 def record_crash(pipeline: PipelineLike, run_id: str, death: str) -> HybridflowError:
@@ -205,7 +161,7 @@ def watch(pipeline: str | os.PathLike, *, only: Names | None = None, from_: Name
     from .watching import WatchReport, WatchSession
 
     loaded = load(pipeline, params)  # a file that does not load at the start is an error, as for run
-    session = WatchSession(loaded.file, {"params": _param_strings(params)},
+    session = WatchSession(loaded.file, _param_strings(params),
                            selection=Selection(_names(only), _names(from_), _names(to)),
                            force=forced(loaded, force), keep_going=keep_going, report=report or WatchReport(),
                            exit_when_stuck=exit_when_stuck)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from . import signature, sqlstage
 from .arrow_types import ArrowTypeError, parse_arrow_type
-from .backends import engine, engines
 from .diagnostics import Problem, did_you_mean
 from .pipeline import Pipeline
+from .registry import engine, engines
 from .spec import IDENTIFIER
 from .sqlstage import is_sql
 from .stagecode import inspect_target

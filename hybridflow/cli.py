@@ -22,9 +22,9 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperGroup
 
-from .backends import BUILT_IN
 from .completion import LAST_RUN, run_ids, stage_lists, stage_names
 from .errors import ConfigError, ExitCode, HybridflowError, UnavailableError, UsageError, counted, storage_error
+from .registry import BUILT_IN
 
 # what a --force value looks like: stage names (identifiers), comma-separated
 STAGE_LIST = re.compile(r"\s*[A-Za-z_]\w*(\s*,\s*[A-Za-z_]\w*)*\s*,?\s*", re.ASCII)
@@ -421,7 +421,7 @@ class _WatchReport:
 def _print_plan(plan) -> None:
     from .progress import plan_table
 
-    out.print(plan_table(plan.runner, plan.decisions))
+    out.print(plan_table(plan.pipeline, plan.decisions))
     for stage, item in plan.missing:
         out.print(f"[red]missing input[/] {item.dataset} of stage {stage}: {escape(item.detail)}", soft_wrap=True)
     runs = len(plan.to_run)
@@ -440,7 +440,7 @@ def init(
 ) -> None:
     """Create a project that validates and runs at once: pipeline.yaml, a stage module per engine,
     a sample dataset, a test that runs the pipeline, and a README."""
-    from .backends import DEFAULT
+    from .registry import DEFAULT
     from .scaffold import create
 
     written = create(directory, [e.strip() for e in engines.split(",") if e.strip()] or [DEFAULT])

@@ -45,7 +45,7 @@ class StageContext:
         engines = self.__dict__.get("_engines", {})
         if engine in engines:
             return engines[engine]
-        from .backends import engines
+        from .registry import engines
 
         if engine in engines() and not engine.startswith("_"):
             raise AttributeError(f"ctx.{engine} is only available on stages with backend: {engine} "

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
-from .backends import engines
 from .errors import HybridflowError, UnavailableError
 from .pipeline import Pipeline
+from .registry import engines
 
 LOW_DISK = 2 * 1024**3
 DEFAULT_WORKDIR = Path(".hybridflow")  # what the CLI's --workdir defaults to when no pipeline is given
@@ -252,24 +252,24 @@ def check_shared_workdir(target: Target) -> Iterable[Finding]:
     nor does one whose workdir is in object storage."""
     if target.pipeline is None or target.pipeline.remote is not None:
         return
-    from . import backends
+    from . import registry
 
     for name in sorted(target.backends):
         engine = engines().get(name)
         settings = target.pipeline.engine_settings(name)
-        if engine is not None and engine.attached(settings) and not backends.missing([name]):
+        if engine is not None and engine.attached(settings) and not registry.missing([name]):
             yield _shared_with(name, settings, target)
 
 
 def _shared_with(name: str, settings, target: Target) -> Finding:
     import tempfile
 
-    from . import backends
+    from . import registry
     from .backends.base import process_output_to
 
     check = f"{name} cluster"
     with tempfile.TemporaryDirectory(prefix="hybridflow-doctor-") as scratch:
-        backend = backends.create(name, settings, Path(scratch), secrets=target.pipeline.secrets)
+        backend = registry.create(name, settings, Path(scratch), secrets=target.pipeline.secrets)
         try:
             with process_output_to(Path(scratch) / "engines.log"):  # engine chatter off the table
                 try:

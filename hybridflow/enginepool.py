@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from . import backends, processes
+from . import processes, registry
 from .backends.base import EngineOutput, TerminalStreams
 from .pipeline import Pipeline
 from .provisioning import cluster_nodes, cluster_spec
@@ -87,13 +87,13 @@ class EnginePool:
         first = names[0] if names else None  # the engine of the stage that runs first: needed now
         names = [name for name in dict.fromkeys(names) if name not in self._given and name not in self._started]
         todo = [name for name in names
-                if backends.engine(name).starts and not backends.engine(name).attached(self._settings(name))]
+                if registry.engine(name).starts and not registry.engine(name).attached(self._settings(name))]
         if not todo:
             return
         # An in-process engine starts at once, here, before the background thread takes the start lock:
         # its stages would otherwise wait behind a JVM's start.
         for name in names:
-            if not backends.engine(name).starts:
+            if not registry.engine(name).starts:
                 with contextlib.suppress(Exception):  # a failure is met again when a stage needs it
                     self._start_engine(name)
         # While an engine starts, fds 1 and 2 point at engines.log (so do its processes' for good).
@@ -182,7 +182,7 @@ class EnginePool:
                 brought = self.clusters.bring_up(name, cluster, niceness=BACKGROUND_NICENESS if behind else 0)
                 facts["nodes"] = cluster_nodes(brought)
                 settings = settings.attached_to(brought["address"])
-        engine = backends.create(name, settings, self.log_dir,
+        engine = registry.create(name, settings, self.log_dir,
                                  gpu=self.gpu(name), secrets=self.pipeline.secrets,
                                  store=self.pipeline.store if self.pipeline.uses_object_storage else None)
         self._started[name] = engine  # stopped at the end even if it only half started
@@ -254,7 +254,7 @@ class EnginePool:
                 self.signals.signum = signal.SIGTERM
                 raise Terminated(signal.SIGTERM) from None
             raise
-        if backends.engine(name).starts:  # an in-process engine starts nothing
+        if registry.engine(name).starts:  # an in-process engine starts nothing
             self.seconds[name] = seconds
             self.on_started(name, seconds)
 

@@ -11,13 +11,13 @@ from pathlib import PurePath, PurePosixPath
 
 from . import fingerprint as fp
 from . import gpu, storage
-from .backends import engine
 from .catalog import Catalog, Version, data_digest
 from .codereach import CodeIndex
 from .contract import declared_schema
 from .hashing import HashCache, digest_of
 from .incremental import DatumChanges, compare, external_datums, schema_types, version_datums
 from .pipeline import Pipeline
+from .registry import engine
 from .state import RunStore
 
 RUN, SKIP, INCREMENTAL = "run", "skip", "incremental"

@@ -178,14 +178,14 @@ def summary_table(result: RunResult) -> Table:
 PLAN_STYLES = {"run": "cyan", "incremental": "cyan", "skip": "green"}
 
 
-def plan_table(runner, decisions: dict) -> Table:
+def plan_table(pipeline, decisions: dict) -> Table:
     """What `run` would do now, stage by stage, and why."""
-    table = Table(title=f"{runner.pipeline.name}: plan", title_justify="left")
+    table = Table(title=f"{pipeline.name}: plan", title_justify="left")
     for column in ("#", "stage", "backend", "will", "why"):
         table.add_column(column, justify="right" if column == "#" else "left", overflow="fold")
     for number, (stage, decision) in enumerate(decisions.items(), 1):
         will = {"skip": "skip", "run": "run", "incremental": "run (incremental)"}[decision.action]
-        table.add_row(str(number), stage, runner.pipeline.stages[stage].backend,
+        table.add_row(str(number), stage, pipeline.stages[stage].backend,
                       Text(will, style=PLAN_STYLES[decision.action]), decision.reason)
     return table
 

@@ -37,18 +37,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from .clustercommands import TAG, Outcome, ended
 from .errors import UnavailableError, first_line
 
 log = logging.getLogger("hybridflow")
-TAG = "HYBRIDFLOW_CLUSTER_NAME"
-
-
-@dataclass
-class Outcome:
-    returncode: int | None  # None: killed at its timeout
-    output: str
-
-
 @dataclass
 class RunClusters:
     """The clusters of one run, by engine."""
@@ -232,10 +224,6 @@ def _kill_session(process: subprocess.Popen) -> None:
 
 def now_text() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def ended(outcome: Outcome) -> str:
-    return "timed out" if outcome.returncode is None else f"exited {outcome.returncode}"
 
 
 def age(record: dict[str, Any]) -> float:

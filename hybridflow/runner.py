@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from . import backends, gpu, processes, runsync, storage
+from . import gpu, planning, processes, registry, runsync
 from .clusterrecords import open_records
 from .enginepool import EnginePool
 from .errors import DataError, HybridflowError, InterruptedRun, first_line, is_out_of_space, out_of_space
@@ -39,6 +39,7 @@ from .publisher import Publisher
 from .results import Listener, PlannedInput, RunResult, Selection, StageResult, new_run_id, now  # noqa: F401 - re-exported
 from .stageerrors import StageErrors
 from .stagelog import private_dir
+from .state import recorded_arguments
 from .stopping import RunEnded, SignalState, Terminated, signals_as_exceptions
 from .timeline import Timeline
 
@@ -91,35 +92,14 @@ class Runner:
 
     # -- planning -------------------------------------------------------------------------------
 
-    def plan(self) -> dict[str, list[PlannedInput]]:
-        """For each selected stage, where each of its inputs will come from."""
-        produced_here = {ds for s in self.stages for ds in self.pipeline.stages[s].outputs}
-        plan = {}
-        for stage in self.stages:
-            plan[stage] = [self._plan_input(ds, produced_here) for ds in self.pipeline.stages[stage].inputs]
-        return plan
-
-    def decisions(self) -> dict[str, Decision]:
-        """What each selected stage would do now: an input an earlier stage will rebuild makes the
-        stage run (the runner decides again, on the real inputs, when it gets there)."""
-        rebuilt: dict[str, str] = {}
-        decisions = {}
-        for stage in self.stages:
-            decision = self.planner.decide(stage, rebuilt)
-            decisions[stage] = decision
-            if decision.action != SKIP:
-                for ds in self.pipeline.stages[stage].outputs:
-                    rebuilt.setdefault(ds, stage)
-        return decisions
-
     def _engines_ahead(self) -> list[str]:
         """The engines of the stages this run expects to execute, in the order they are first needed
         (a stage whose inputs are rebuilt first counts as executing): those worth starting early."""
         wanted = [self.pipeline.stages[s].backend for s in self.stages]
-        if not any(backends.engine(name).starts and name not in self._given for name in wanted):
+        if not any(registry.engine(name).starts and name not in self._given for name in wanted):
             return []  # nothing to start: no need to fingerprint every stage twice
         try:
-            decisions = self.decisions()
+            decisions = planning.decide(self.pipeline, self.stages, self.planner)
         except (HybridflowError, OSError):  # the stage that meets it reports it, as without early starts
             return []
         # the leading stages that skip need not be fingerprinted again (a no-op rerun decides once)
@@ -129,23 +109,11 @@ class Runner:
             self._foreseen[stage] = decisions[stage]
         return [self.pipeline.stages[s].backend for s in self.stages if decisions[s].action != SKIP]
 
-    def _plan_input(self, dataset: str, produced_here: set[str]) -> PlannedInput:
-        if dataset in produced_here:
-            return PlannedInput(dataset, "produced in this run", f"by stage {self.pipeline.dag.producer[dataset]}")
-        if self.pipeline.is_external(dataset):
-            path = self.pipeline.external_path(dataset)
-            found = storage.exists(path, self.pipeline.filesystem_of(path))
-            return PlannedInput(dataset, "external" if found else "missing", storage.uri_of(path))
-        version = self.catalog.current(dataset)
-        if version:
-            return PlannedInput(dataset, "published", f"version {version.id}")
-        return PlannedInput(dataset, "missing", f"never published by stage {self.pipeline.dag.producer[dataset]}")
-
     def _preflight(self) -> None:
         """Everything that can fail before a stage starts: engines available, inputs present."""
-        backends.require_all(self.pipeline.stages[stage].backend for stage in self.stages)
+        registry.require_all(self.pipeline.stages[stage].backend for stage in self.stages)
         self._gpu = gpu.plan(self.pipeline, self.stages)  # gpu: true that cannot be met fails here
-        for stage, inputs in self.plan().items():
+        for stage, inputs in planning.planned_inputs(self.pipeline, self.stages, self.catalog).items():
             for item in inputs:
                 if item.state != "missing":
                     continue
@@ -444,3 +412,15 @@ class _LiveRun:
     started: datetime
     clock: float
     streams: tuple = field(default_factory=lambda: (sys.stdout, sys.stderr))  # as the run began
+
+
+def new_runner(pipeline: Pipeline, arguments: dict[str, Any], **options) -> Runner:
+    """The one way a run is made (api.run, a watch session's runs): `arguments` (only/from/to/params/
+    force) select its stages and are recorded with every secret replaced by the ${env:...} that holds
+    it, never stored. `options`: Runner's."""
+    recorded = recorded_arguments(arguments, pipeline.secrets, pipeline.secret_sources(os.environ))
+    return Runner(pipeline, selection_of(arguments), arguments=recorded, **options)
+
+
+def selection_of(arguments: dict[str, Any]) -> Selection:
+    return Selection(arguments.get("only", ()), arguments.get("from", ()), arguments.get("to", ()))

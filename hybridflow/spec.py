@@ -22,8 +22,8 @@ from pydantic import (
     model_validator,
 )
 
-from .backends import DEFAULT as DEFAULT_BACKEND
 from .diagnostics import did_you_mean
+from .registry import DEFAULT as DEFAULT_BACKEND
 from .settings import ByteSize, GpuMode, Names, Params, Section, none_as_empty
 
 PIPELINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
@@ -67,7 +67,7 @@ def _registered(value: str) -> str:
     """A backend name must be a registered engine's (reported like any other choice of values)."""
     from pydantic_core import PydanticCustomError
 
-    from .backends import engines
+    from .registry import engines
 
     known = list(engines())
     if value not in known:
@@ -238,17 +238,22 @@ class PipelineSpec(Section):
     notify: NotifySpec | None = None
 
 
-@functools.cache
 def pipeline_model() -> type[PipelineSpec]:
     """The pipeline file's model with `backends:` made of every registered engine's settings (built
-    on first use: the engines register themselves, and a third-party one through an entry point)."""
-    from .backends import engines
+    on first use: the engines register themselves, and a third-party one through an entry point);
+    made again when the registry changes (an engine registered at run time)."""
+    from .registry import engines
 
+    return _model_of(tuple((name, engine.settings, engine.description) for name, engine in sorted(engines().items())))
+
+
+@functools.cache
+def _model_of(engines: tuple[tuple[str, type | None, str], ...]) -> type[PipelineSpec]:
     sections = {}
-    for name, engine in sorted(engines().items()):
-        model = engine.settings or FreeSettings
+    for name, settings, description in engines:
+        model = settings or FreeSettings
         sections[name] = (Annotated[model, none_as_empty(model)],
-                          Field(default_factory=model, description=engine.description or None))
+                          Field(default_factory=model, description=description or None))
     backends = create_model("BackendSettings", __base__=Section, **sections)
     return create_model("PipelineSpec", __base__=PipelineSpec,
                         backends=(Annotated[backends, none_as_empty(backends)], Field(default_factory=backends)))

@@ -58,9 +58,9 @@ class SqlQuery:
 
 def sql_function(root: Path, target: str, backend, inputs: list[str], params: dict[str, Any]) -> Callable[..., Any]:
     """A stage function (its `inputs` by name -> the query's result) that runs `target` on `backend`."""
-    from . import backends
+    from . import registry
 
-    dialect = backends.engine(backend.name).sql_dialect
+    dialect = registry.engine(backend.name).sql_dialect
     try:
         query = read_query(root, target, dialect)
     except SqlProblem as exc:

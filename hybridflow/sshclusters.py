@@ -28,8 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from .clustercommands import TAG, Outcome, ended
 from .errors import UnavailableError, first_line
-from .provisioning import TAG, Outcome, ended
 
 REMOTE_LOGS = "/tmp/hybridflow-clusters"
 
@@ -111,9 +111,9 @@ def untether(tethers: list[subprocess.Popen], timeout: float = 30) -> None:
 
 def _launch(engine: str, spec, name: str):
     """How the engine's cluster processes are started (backends.ClusterLaunch)."""
-    from . import backends
+    from . import registry
 
-    launch_of = backends.engine(engine).cluster_launch
+    launch_of = registry.engine(engine).cluster_launch
     if launch_of is None:
         raise UnavailableError(f"the {engine} engine has no cluster of its own to start over SSH",
                                hint=f"bring it up with backends.{engine}.cluster.provider: command")

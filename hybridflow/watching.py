@@ -18,7 +18,6 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from . import storage
 from .codereach import CodeIndex
@@ -55,11 +54,11 @@ class WatchReport:
 
 
 class WatchSession:
-    def __init__(self, file: Path, load_args: dict[str, Any], *, selection: Selection, force: bool | set[str],
+    def __init__(self, file: Path, params: list[str], *, selection: Selection, force: bool | set[str],
                  keep_going: bool, report: WatchReport, poll: float = POLL_SECONDS,
                  exit_when_stuck: bool = False) -> None:
         self.file = file
-        self.load_args = load_args  # load(file, **load_args): the params given on the command line
+        self.params = params  # given on the command line, as key=value strings
         self.selection, self.force, self.keep_going = selection, force, keep_going
         self.report, self.poll = report, poll
         self.exit_when_stuck = exit_when_stuck  # Runner's
@@ -92,10 +91,11 @@ class WatchSession:
                 signal.signal(signal.SIGTERM, previous)
 
     def _run_once(self) -> None:
-        from .api import load, new_runner
+        from .config import load_pipeline
+        from .runner import new_runner
 
         try:
-            pipeline = load(self.file, **self.load_args)
+            pipeline = load_pipeline(self.file, self.params)
         except HybridflowError as exc:
             self.report.invalid(exc)
             return

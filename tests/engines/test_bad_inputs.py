@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from hybridflow import planning
 from hybridflow.catalog import Catalog
 from hybridflow.config import load_pipeline
 from hybridflow.errors import DataError, ExitCode
@@ -266,5 +267,5 @@ def test_a_forced_stage_that_writes_the_same_rows_lets_the_next_stage_skip(engin
     forced = Runner(load_pipeline(path), engines=engines, force={"make"}).run()
     assert forced.status == "success", forced.error
     assert catalog.current("made").id != first  # a new version was written...
-    decisions = Runner(load_pipeline(path), engines=engines).decisions()
+    decisions = planning.plan(load_pipeline(path)).decisions
     assert decisions["total"].action == SKIP, decisions["total"].reason  # ...holding the same data

@@ -13,7 +13,6 @@ from hybridflow import backends, doctor, gpu, schedule
 from hybridflow.backends import GpuPlugin
 from hybridflow.config import load_pipeline
 from hybridflow.errors import UnavailableError
-from hybridflow.spec import pipeline_model
 
 GPU_MACHINE = gpu.Probe((gpu.Device(0, "GPU-0", "NVIDIA H100 80GB HBM3", 81559, "550.54.15"),), None,
                         {"cudf": True})
@@ -44,7 +43,6 @@ def widgets(tmp_path):
         yield licence, found
     finally:
         backends.engines.cache_clear()
-        pipeline_model.cache_clear()
 
 
 def widgets_pipeline(project, gpu_mode="auto"):

@@ -13,7 +13,6 @@ import pytest
 
 from hybridflow import backends
 from hybridflow.enginepool import EnginePool
-from hybridflow.spec import pipeline_model
 from hybridflow.stopping import SignalState, Terminated
 
 NAME = "heldstart"
@@ -52,7 +51,6 @@ def held_engine():
     yield HeldStart
     HeldStart.release.set()
     backends.engines().pop(NAME, None)
-    pipeline_model.cache_clear()
 
 
 def pool(tmp_path, signals: SignalState) -> EnginePool:

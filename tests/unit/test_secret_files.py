@@ -239,7 +239,7 @@ def test_a_cache_written_with_plain_paths_is_replaced(tmp_path):
 
 
 def test_a_watch_session_records_its_runs_arguments_without_the_secret(project, secret_env):
-    """A watch session's runs are made as any run is (api.new_runner): a --param holding a secret is
+    """A watch session's runs are made as any run is (runner.new_runner): a --param holding a secret is
     recorded as the ${env:...} that holds it, never in clear."""
     import hybridflow
 

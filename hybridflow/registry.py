@@ -1,0 +1,196 @@
+"""The engine registry (hybridflow.backends re-exports it: plugins import it from there). An engine
+is one module that declares an `ENGINE` (an Engine: its name, its
+`backends.<name>` settings model, the frames its stages return, what it needs installed, its GPU
+support) and a Backend class that starts it and moves data (see base.Backend). hybridflow's own four
+live here; another package adds one through the `hybridflow.backends` entry point group, naming its
+module:
+
+    [project.entry-points."hybridflow.backends"]
+    duckdb = "hybridflow_duckdb.engine"
+
+Everything outside this package asks the registry; nothing else names an engine. Backend modules
+import their engine's library only when a stage needs it, so loading the registry stays cheap.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from .errors import UnavailableError
+
+ENTRY_POINTS = "hybridflow.backends"
+BACKENDS = "hybridflow.backends"  # the package of the built-in engines' modules
+BUILT_IN = ("python", "spark", "dask", "ray", "duckdb", "polars")
+DEFAULT = "python"  # the engine of a stage that names none
+
+
+@dataclass(frozen=True)
+class ClusterLaunch:
+    """How the engine's own cluster processes are started on hosts (a cluster brought up over SSH, see
+    hybridflow.provisioning): the address the driver attaches to, the head's command, and each worker's.
+    Every process is started with its output to a log and its environment tagged with the cluster."""
+
+    address: str  # what backends.<engine>.address (or master) is set to
+    port: int  # where the head answers once it is up
+    head: list[str]
+    worker: Callable[[str], list[str]]  # a worker host -> its command
+    grace: float = 10.0  # seconds its processes are given to end on SIGTERM before SIGKILL
+
+
+@dataclass(frozen=True)
+class GpuPlugin:
+    """A file an engine's GPU stages load into it (Spark: the RAPIDS Accelerator jar), found on this
+    machine without starting the engine."""
+
+    label: str  # its row in `hybridflow doctor`: "Spark RAPIDS jar"
+    name: str  # what it is, in words: "the RAPIDS Accelerator jar for Spark"
+    # (the engine's settings or None, the pipeline's root or None) -> (its path or None, where it looked)
+    find: Callable[[Any, Any], tuple[Any, str]]
+    hint: str  # how to get it
+
+
+@dataclass(frozen=True)
+class Engine:
+    """What hybridflow knows of an engine before it starts one, and without importing it."""
+
+    name: str
+    module: str  # the backend module: its create(settings, log_dir) makes a Backend
+    frame_types: str  # what its stages return, in words, for messages
+    settings: type | None = None  # the model of backends.<name>; None: a free mapping
+    description: str = ""
+    requires: tuple[str, ...] = ()  # modules that must be importable (found, never imported, to check)
+    extra: str | None = None  # the pip extra that installs them: hybridflow[<extra>]
+    package: str | None = None  # or the distribution that does (a third-party engine's own)
+    starts: bool = True  # False: stages run in hybridflow's own process (python); nothing starts
+    # what `hybridflow doctor` checks on this machine beyond the engine's package: (environment, how bad a
+    # problem is: "error" or "warning") -> (check, status, detail, fix) rows; without importing the engine
+    doctor: Callable[[Any, str], Iterable[tuple[str, str, str, str]]] | None = None
+    environment: tuple[str, ...] = ()  # variables the engine reads that an unattended (cron) run must carry
+    # GPU: what an embedded engine's GPU stages need importable, and what an attached cluster's client
+    # needs; a GPU mode on an engine without GPU support is a config error
+    gpu: bool = False
+    gpu_packages: tuple[str, ...] = ()
+    attached_gpu_packages: tuple[str, ...] = ()
+    gpu_plugin: GpuPlugin | None = None  # a file its GPU stages load into it (Spark's RAPIDS jar)
+    # the SQL dialect (as sqlglot names it) of the queries it runs for SQL stages (Backend.run_sql);
+    # None: it runs no SQL stage
+    sql_dialect: str | None = None
+    # whether settings name a cluster to attach to (not an engine started here)
+    attached: Callable[[Any], bool] = lambda settings: False
+    # engine settings that change what a stage computes (Spark's conf): part of every fingerprint
+    result_settings: Callable[[Any], dict[str, Any]] = lambda settings: {}
+    # what of an Arrow schema the engine cannot hold, a phrase per problem (validate warns)
+    unrepresentable: Callable[[Any], list[str]] | None = None
+    # the stage `hybridflow init` writes for it: (module code, where {input} is the dataset it reads;
+    # the function, which also names the dataset it writes); None: init does not offer the engine
+    example: tuple[str, str] | None = None
+    # what the engine needs to read s3:// paths beyond hybridflow's own extras, checked without
+    # starting it (doctor): returns where it found it, raises UnavailableError saying how to get it
+    object_storage_check: Callable[[], str] | None = None
+    # the engine's own cluster processes on hosts, for `cluster: {provider: ssh}`: (python, head, port or
+    # None for the engine's own, the cluster's name, its idle timeout in seconds) -> ClusterLaunch; None:
+    # the engine has no cluster of its own to start
+    cluster_launch: Callable[[str, str, int | None, str, float], ClusterLaunch] | None = None
+
+    @property
+    def install(self) -> str:
+        """The command that installs what the engine needs."""
+        if self.extra:
+            return f"pip install 'hybridflow[{self.extra}]'"
+        if self.package:
+            return f"pip install {self.package}"
+        return f"install the package that provides {self.requires[0]}"
+
+    def create(self, settings, log_dir):
+        return importlib.import_module(self.module).create(settings, log_dir)
+
+
+@functools.cache
+def engines() -> dict[str, Engine]:
+    """Every registered engine by name: the built-in ones, then those of installed packages."""
+    found: dict[str, Engine] = {}
+    for name in BUILT_IN:
+        found[name] = importlib.import_module(f"{BACKENDS}.{name}").ENGINE
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group=ENTRY_POINTS):
+        try:
+            engine = _engine_of(point.load())
+        except Exception as exc:  # a broken plugin must not break every pipeline
+            import logging
+
+            logging.getLogger("hybridflow").warning("engine plugin %s (%s) cannot load: %s",
+                                                    point.name, point.value, exc)
+            continue
+        found.setdefault(engine.name, engine)  # a plugin never replaces a built-in engine
+    return found
+
+
+def _engine_of(loaded) -> Engine:
+    engine = loaded if isinstance(loaded, Engine) else getattr(loaded, "ENGINE", None)
+    if not isinstance(engine, Engine):
+        raise TypeError("an engine module must define ENGINE = hybridflow.backends.Engine(...)")
+    return engine
+
+
+def register(engine: Engine) -> None:
+    """Add an engine at run time (a notebook, a test); the entry point group does this for packages."""
+    engines()[engine.name] = engine  # the pipeline file's model follows the registry (spec.pipeline_model)
+
+
+def engine(name: str) -> Engine:
+    try:
+        return engines()[name]
+    except KeyError:
+        raise UnavailableError(f"no backend named '{name}' is registered",
+                               hint=f"backends: {', '.join(sorted(engines()))}") from None
+
+
+def missing(names: Iterable[str]) -> dict[str, tuple[str, str]]:
+    """The engines among `names` whose packages are not installed: name -> (pip extra, module)."""
+    found: dict[str, tuple[str, str]] = {}
+    for name in dict.fromkeys(names):  # each once, in the order given
+        info = engines().get(name)
+        for module in info.requires if info else ():
+            if importlib.util.find_spec(module) is None:  # finds, never imports
+                found[name] = (info.extra, module)
+                break
+    return found
+
+
+def require_all(names: Iterable[str]) -> None:
+    """Fail before any stage starts if any of `names` cannot run here: one error naming every missing
+    engine and the one pip command that installs them all."""
+    absent = missing(names)
+    if not absent:
+        return
+    needs = [f"backend '{name}' needs {module}" for name, (_, module) in absent.items()]
+    listed = needs[0] if len(needs) == 1 else f"{', '.join(needs[:-1])} and {needs[-1]}"
+    extras = ",".join(extra for extra, _ in absent.values() if extra)
+    hints = ([f"pip install 'hybridflow[{extras}]'"] if extras else []) + \
+        [engines()[name].install for name, (extra, _) in absent.items() if not extra]
+    raise UnavailableError(f"{listed}, which {'is' if len(needs) == 1 else 'are'} not installed",
+                           hint="; ".join(hints))
+
+
+def require(name: str) -> None:
+    """Fail before any stage starts if `name` cannot run here, saying how to fix it."""
+    require_all([name])
+
+
+def create(name: str, settings, log_dir, gpu=None, secrets=(), store=None):
+    """A new, not yet started, backend instance; `gpu` (a gpu.EngineGpu) starts it with GPU resources;
+    `secrets`: the pipeline's ${env:...} values, for engines that must be told to redact them; `store`
+    (a storage.StoreSettings): the object store the pipeline reads or writes, for engines that must
+    be set up for it when they start."""
+    require(name)
+    backend = engine(name).create(settings, log_dir)
+    backend.gpu = gpu
+    backend.secrets = tuple(secrets)
+    backend.store = store
+    backend.target_file_size = getattr(settings, "target_file_size", None)
+    return backend
