@@ -16,7 +16,9 @@ dask, ray, cudf) only by the backend module that runs a stage on them.
 
 __version__ = "0.1.0"
 
-_API = ("load", "run", "watch", "plan", "read", "runs", "report", "collect_garbage", "Plan")
+_API = ("load", "run", "watch", "plan", "read", "runs", "report", "collect_garbage", "Plan", "validate", "graph",
+        "schema", "run_record", "stage_logs", "diagnose", "init", "install_schedule", "schedules", "remove_schedule",
+        "is_due", "clusters", "reap_clusters")
 _RESULTS = ("RunResult", "StageResult", "Listener")  # from hybridflow.results
 _ERRORS = ("HybridflowError", "ConfigError", "DataError", "StageError", "StageTimeout", "StorageError",
            "UnavailableError", "LockedError", "UsageError", "InterruptedRun", "ExitCode")

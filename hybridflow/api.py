@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from . import planning
+from .config import WORKDIR_VARIABLE  # noqa: F401 - the variable --workdir sets for every load in a command
 from .errors import ConfigError, HybridflowError, LockedError, UsageError
 from .pipeline import Pipeline
 from .planning import Plan
@@ -301,12 +302,15 @@ def read(pipeline: PipelineLike, dataset: str, engine: str = "pandas", *, versio
 
 
 def runs(pipeline: PipelineLike | None = None, *, workdir: str | os.PathLike = ".hybridflow",
-         limit: int = 20, stages: bool = False) -> list[dict[str, Any]]:
+         limit: int = 20, stages: bool = False, missing_ok: bool = True) -> list[dict[str, Any]]:
     """Run records, newest first: of one pipeline (a file or a loaded one), else of every pipeline in
     `workdir`. Each is a dict (run_id, pipeline, status, trigger, started_at, ended_at, error,
-    run_dir, ...); with stages=True each also has "stages": its stage records in run order."""
+    run_dir, ...); with stages=True each also has "stages": its stage records in run order. Where no
+    run was ever recorded: [], or UsageError with missing_ok=False."""
     store, name = _records(pipeline, workdir)
     if store is None:
+        if not missing_ok:
+            raise _no_records(workdir)
         return []
     found = store.runs(name, limit)
     if stages:
@@ -323,13 +327,57 @@ def report(run_id: str = "last", pipeline: PipelineLike | None = None, *, workdi
     from . import htmlreport
 
     loaded = _pipeline(pipeline) if pipeline is not None else None
-    store, name = _records(loaded, workdir)
-    if store is None:
-        raise UsageError(f"no run records in {workdir}", hint="pass workdir=, or the pipeline")
-    run = store.last_run(name) if run_id == "last" else store.run(run_id)
-    if run is None:
-        raise UsageError(f"no run matches '{run_id}' in {store.path}", hint="hybridflow runs lists them")
+    store, run = _find_run(run_id, loaded, workdir)
     return htmlreport.write(store, run, Path(out) if out else None, pipeline=loaded)
+
+
+def run_record(run_id: str = "last", pipeline: PipelineLike | None = None, *,
+               workdir: str | os.PathLike = ".hybridflow") -> dict[str, Any]:
+    """One run's record (an id, a unique prefix of one, or "last", as for report()), with "stages":
+    its stage records in run order, and "spans": its timeline (engine starts, attempts, publishes)."""
+    store, run = _find_run(run_id, pipeline, workdir)
+    return {**run, "stages": store.stages(run["run_id"]), "spans": store.spans(run["run_id"])}
+
+
+def stage_logs(run_id: str = "last", pipeline: PipelineLike | None = None, *, stage: str | None = None,
+               workdir: str | os.PathLike = ".hybridflow") -> list[tuple[str, Path]]:
+    """(stage, log file) of each stage of a run that wrote a log, or of `stage` only; a run recorded
+    by another machine (its workdir in object storage) has its logs fetched first."""
+    from . import runsync
+    from .diagnostics import did_you_mean
+
+    store, run = _find_run(run_id, pipeline, workdir)
+    runsync.fetch_run_dir(store, run)  # a run made on another machine: its logs are in the workdir
+    logged = [(row["stage"], Path(row["log_path"])) for row in store.stages(run["run_id"]) if row["log_path"]]
+    if stage is None:
+        return logged
+    chosen = [item for item in logged if item[0] == stage]
+    if not chosen:
+        raise UsageError(f"run {run['run_id']} has no log for stage '{stage}'"
+                         f"{did_you_mean(stage, [name for name, _ in logged])}")
+    return chosen
+
+
+def _find_run(run_id: str, pipeline: PipelineLike | None, workdir: str | os.PathLike):
+    """(the run store, a run's record) by id or unique prefix; "last" is the newest run (of the
+    pipeline, or of the whole workdir)."""
+    store, name = _records(pipeline, workdir)
+    if store is None:
+        raise _no_records(workdir)
+    if run_id == "last":
+        run = store.last_run(name)
+        if run is None:
+            of = f"of {name} " if name else ""
+            raise UsageError(f"no run {of}is recorded in {store.path}", hint="hybridflow run PIPELINE.yaml starts one")
+        return store, run
+    run = store.run(run_id)
+    if run is None:
+        raise UsageError(f"no single run matches '{run_id}' in {store.path}", hint="hybridflow runs lists them")
+    return store, run
+
+
+def _no_records(workdir: str | os.PathLike) -> UsageError:
+    return UsageError(f"no run records in {workdir}", hint="pass --workdir, or --pipeline PIPELINE.yaml")
 
 
 def _records(pipeline: PipelineLike | None, workdir: str | os.PathLike):
@@ -414,3 +462,94 @@ def collect_garbage(pipeline: PipelineLike, keep: int | None = None, dry_run: bo
         return removed
     finally:
         lock.release()
+
+
+def validate(paths: Iterable[str | os.PathLike], params: Params = None) -> tuple[list[Path], list[Any]]:
+    """Check pipeline files (directories: every *.yaml and *.yml below them) without stopping at the
+    first problem: (the files checked, every problem found, each a diagnostics.Problem with its
+    file:line:col and severity). Raises ConfigError when no file is found."""
+    from .config import check_file
+
+    given = [Path(path) for path in paths]
+    files: list[Path] = []
+    for path in given:
+        if path.is_dir():
+            files += sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+        else:
+            files.append(path)
+    if not files:
+        raise ConfigError(f"no *.yaml or *.yml files under {', '.join(map(str, given))}")
+    problems: list[Any] = []
+    for file in files:
+        problems += check_file(file, _param_strings(params))[1]
+    return files, problems
+
+
+def graph(pipeline: PipelineLike, format: str = "mermaid", out: str | os.PathLike | None = None) -> str | Path:
+    """The pipeline's graph: Mermaid or Graphviz DOT text, or an SVG or PNG picture drawn by Graphviz
+    into `out` (its path returned)."""
+    from . import diagram
+
+    if format in diagram.PICTURES:
+        if out is None:
+            raise ConfigError(f"--format {format} draws a picture: say where with --out FILE")
+        return diagram.picture(_pipeline(pipeline), format, Path(out))
+    render = {"mermaid": diagram.mermaid, "dot": diagram.dot}.get(format)
+    if render is None:
+        raise ConfigError(f"--format must be mermaid, dot, svg or png, not '{format}'")
+    return render(_pipeline(pipeline))
+
+
+def schema() -> dict[str, Any]:
+    """The JSON Schema of pipeline files, every registered engine's settings included."""
+    from .spec import json_schema
+
+    return json_schema()
+
+
+def init(directory: str | os.PathLike, engines: Iterable[str] = ()) -> list[Path]:
+    """A new project in `directory` (new or empty) that validates and runs at once: pipeline.yaml, a
+    stage module per engine (default: python), a sample dataset, a test, a README. Returns the files."""
+    from .registry import DEFAULT
+    from .scaffold import create
+
+    return create(Path(directory), list(engines) or [DEFAULT])
+
+
+def diagnose(pipeline: PipelineLike | None = None, environ: Mapping[str, str] | None = None) -> list[Any]:
+    """Can this machine run the pipeline (every engine, without one), unattended too? Each check's
+    findings (doctor.Finding: check, status ok/warning/error, detail, fix), in `environ` (default:
+    this process's; cron gives a run almost nothing)."""
+    from .doctor import run_checks
+
+    return run_checks(_pipeline(pipeline) if pipeline is not None else None, environ)
+
+
+def install_schedule(pipeline: PipelineLike):
+    """Write the pipeline's schedule: into the user's crontab, replacing its previous line and no
+    other; returns the installed entry (schedule.Entry: pipeline, file, cron, timezone, log)."""
+    from . import schedule as schedules
+
+    return schedules.install(_pipeline(pipeline))
+
+
+def is_due(pipeline: PipelineLike) -> bool:
+    """Whether the pipeline's schedule: falls on this minute in its time zone (what a cron line asks
+    before it runs: cron may call it on minutes the schedule does not fall on)."""
+    from .schedule import is_due_now
+
+    return is_due_now(_pipeline(pipeline))
+
+
+def schedules() -> list[tuple[Any, list[datetime]]]:
+    """Each hybridflow schedule in the user's crontab, with its next two runs."""
+    from . import schedule as schedules
+
+    return [(entry, schedules.next_runs(entry)) for entry in schedules.installed()]
+
+
+def remove_schedule(target: str | os.PathLike):
+    """Remove a pipeline's line (by its file or its name) from the user's crontab; returns its entry."""
+    from . import schedule as schedules
+
+    return schedules.remove(os.fspath(target))

@@ -112,16 +112,6 @@ def _guarded(command):
     return wrapper
 
 
-def _yaml_files(paths: list[Path]) -> list[Path]:
-    files: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            files += sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
-        else:
-            files.append(path)
-    return files
-
-
 @app.command()
 @_guarded
 def validate(
@@ -131,17 +121,12 @@ def validate(
     verbose: bool = VerboseOption,
 ) -> None:
     """Check pipeline files and report every problem as file:line:col."""
-    from .config import check_file
+    from . import api
     from .diagnostics import errors_in
 
     if format not in ("text", "json"):
         raise ConfigError(f"--format must be text or json, not '{format}'")
-    files = _yaml_files(paths)
-    if not files:
-        raise ConfigError(f"no *.yaml or *.yml files under {', '.join(map(str, paths))}")
-    problems = []
-    for file in files:
-        problems += check_file(file, params or [])[1]
+    files, problems = api.validate(paths, params)
     errors = errors_in(problems)
     if format == "json":
         out.print_json(json.dumps({"valid": not errors, "files": [str(f) for f in files],
@@ -174,9 +159,9 @@ def _use_workdir(workdir: str | None) -> None:
     """--workdir (or HYBRIDFLOW_WORKDIR) for every load of the pipeline in this command, its run's
     process included: the pipeline loader reads it from the environment."""
     if workdir is not None:
-        from .config import WORKDIR_VARIABLE
+        from . import api
 
-        os.environ[WORKDIR_VARIABLE] = workdir
+        os.environ[api.WORKDIR_VARIABLE] = workdir
 
 
 KeepGoingOption = typer.Option(False, "--keep-going", "-k", help="After a failure, still run stages that do not "
@@ -243,13 +228,10 @@ def run(
         return
 
     if if_due:
-        from .config import load_pipeline
-        from .schedule import is_due_now
-
-        pipeline = load_pipeline(pipeline_file, params or [])
+        pipeline = api.load(pipeline_file, params)
         if trigger not in ("manual", "cron"):
             raise ConfigError(f"--trigger must be manual or cron, not '{trigger}'")
-        if not is_due_now(pipeline):
+        if not api.is_due(pipeline):
             return  # quietly: cron calls this on every minute the schedule might fall on
 
     def run_it() -> None:
@@ -440,10 +422,9 @@ def init(
 ) -> None:
     """Create a project that validates and runs at once: pipeline.yaml, a stage module per engine,
     a sample dataset, a test that runs the pipeline, and a README."""
-    from .registry import DEFAULT
-    from .scaffold import create
+    from . import api
 
-    written = create(directory, [e.strip() for e in engines.split(",") if e.strip()] or [DEFAULT])
+    written = api.init(directory, [e.strip() for e in engines.split(",") if e.strip()])
     for path in written:
         out.print(f"created {path}", markup=False, soft_wrap=True)
     out.print(f"next: cd {directory} && hybridflow run pipeline.yaml", markup=False, soft_wrap=True)
@@ -483,70 +464,27 @@ def graph(
     verbose: bool = VerboseOption,
 ) -> None:
     """Print the pipeline's graph as Mermaid (default) or Graphviz DOT, or draw it as SVG or PNG."""
-    from . import diagram
-    from .config import load_pipeline
+    from . import api
 
-    if format in diagram.PICTURES:
-        if out_file is None:
-            raise ConfigError(f"--format {format} draws a picture: say where with --out FILE")
-        drawn = diagram.picture(load_pipeline(pipeline_file), format, out_file)
+    drawn = api.graph(pipeline_file, format, out_file)
+    if isinstance(drawn, Path):  # a picture, drawn into --out
         out.print(str(drawn), markup=False, soft_wrap=True)
-        return
-    render = {"mermaid": diagram.mermaid, "dot": diagram.dot}.get(format)
-    if render is None:
-        raise ConfigError(f"--format must be mermaid, dot, svg or png, not '{format}'")
-    sys.stdout.write(render(load_pipeline(pipeline_file)))
+    else:
+        sys.stdout.write(drawn)
 
 
 @app.command()
 @_guarded
 def schema(verbose: bool = VerboseOption) -> None:
     """Print the JSON Schema of pipeline files (for editor completion and checks)."""
-    from .spec import json_schema
+    from . import api
 
-    sys.stdout.write(json.dumps(json_schema(), indent=2) + "\n")
+    sys.stdout.write(json.dumps(api.schema(), indent=2) + "\n")
 
 
 WorkdirOption = typer.Option(".hybridflow", "--workdir", "-w", envvar="HYBRIDFLOW_WORKDIR", show_envvar=True,
                              help="The workdir holding runs.db (ignored when a pipeline file is given).")
 PipelineOption = typer.Option(None, "--pipeline", "-f", help="Find the run records through this pipeline file.")
-
-
-def _store(pipeline_file: Path | None, given: str):
-    """The run store, and the name of the pipeline whose runs are meant (None: every run in the workdir)."""
-    from . import runsync
-    from .state import RunStore
-    from .storage import is_object_uri
-
-    name = None
-    if pipeline_file is not None:
-        from .config import load_pipeline
-
-        pipeline = load_pipeline(pipeline_file)
-        if pipeline.remote is not None:
-            return runsync.open_store(pipeline), pipeline.name
-        workdir, name = pipeline.workdir, pipeline.name
-    elif is_object_uri(given):
-        return runsync.open_remote_workdir(given), None
-    else:
-        workdir = Path(given)
-    if not (workdir / "runs.db").exists():
-        raise UsageError(f"no run records in {workdir}", hint="pass --workdir, or --pipeline PIPELINE.yaml")
-    return RunStore(workdir / "runs.db"), name
-
-
-def _find_run(store, run_id: str, pipeline: str | None) -> dict:
-    """A run by id or unique prefix; 'last' is the newest run (of `pipeline`, or of the whole workdir)."""
-    if run_id == LAST_RUN:
-        run = store.last_run(pipeline)
-        if run is None:
-            of = f"of {pipeline} " if pipeline else ""
-            raise UsageError(f"no run {of}is recorded in {store.path}", hint="hybridflow run PIPELINE.yaml starts one")
-        return run
-    run = store.run(run_id)
-    if run is None:
-        raise UsageError(f"no single run matches '{run_id}' in {store.path}", hint="hybridflow runs lists them")
-    return run
 
 
 RunArgument = typer.Argument(..., metavar="RUN", autocompletion=run_ids,
@@ -563,10 +501,10 @@ def runs(
     verbose: bool = VerboseOption,
 ) -> None:
     """List recent runs (of one pipeline, or of every pipeline in the workdir)."""
+    from . import api
     from .progress import runs_table
 
-    store, name = _store(pipeline_file, workdir)
-    out.print(runs_table(store.runs(name, limit)))
+    out.print(runs_table(api.runs(pipeline_file, workdir=workdir, limit=limit, missing_ok=False)))
 
 
 @app.command()
@@ -578,11 +516,11 @@ def show(
     verbose: bool = VerboseOption,
 ) -> None:
     """One run: its stages, their figures, and the lineage of what they published."""
+    from . import api
     from .progress import run_details
 
-    store, name = _store(pipeline_file, workdir)
-    run = _find_run(store, run_id, name)
-    for renderable in run_details(run, store.stages(run["run_id"]), store.spans(run["run_id"])):
+    run = api.run_record(run_id, pipeline_file, workdir=workdir)
+    for renderable in run_details(run, run.pop("stages"), run.pop("spans")):
         out.print(renderable)
 
 
@@ -602,9 +540,7 @@ def report(
     """Write a run as one self-contained HTML file (timeline, stages, errors) and print its path."""
     from . import api
 
-    store, name = _store(pipeline_file, workdir)
-    run = _find_run(store, run_id, name)
-    path = api.report(run["run_id"], workdir=store.path.parent, out=out_file)
+    path = api.report(run_id, pipeline_file, workdir=workdir, out=out_file)
     out.print(str(path), markup=False, soft_wrap=True)
     if open_it:
         import webbrowser
@@ -622,23 +558,12 @@ def logs(
     verbose: bool = VerboseOption,
 ) -> None:
     """Print a run's stage logs (all of them, or one stage's)."""
-    from . import runsync
-    from .diagnostics import did_you_mean
+    from . import api
 
-    store, name = _store(pipeline_file, workdir)
-    run = _find_run(store, run_id, name)
-    runsync.fetch_run_dir(store, run)  # a run made on another machine: its logs are in the workdir
-    stages = [s for s in store.stages(run["run_id"]) if s["log_path"]]
-    if stage is not None:
-        chosen = [s for s in stages if s["stage"] == stage]
-        if not chosen:
-            raise UsageError(f"run {run['run_id']} has no log for stage '{stage}'"
-                             f"{did_you_mean(stage, [s['stage'] for s in stages])}")
-        stages = chosen
-    for row in stages:
-        path = Path(row["log_path"])
-        if len(stages) > 1:
-            out.print(f"==> {row['stage']} ({path}) <==", markup=False)
+    logged = api.stage_logs(run_id, pipeline_file, stage=stage, workdir=workdir)
+    for name, path in logged:
+        if len(logged) > 1:
+            out.print(f"==> {name} ({path}) <==", markup=False)
         sys.stdout.write(path.read_text(encoding="utf-8", errors="replace") if path.exists() else "(log missing)\n")
         sys.stdout.flush()
 
@@ -715,10 +640,9 @@ def schedule_install(
     verbose: bool = VerboseOption,
 ) -> None:
     """Write the pipeline's schedule into your crontab (replacing its previous line; no other line changes)."""
-    from . import schedule
-    from .config import load_pipeline
+    from . import api
 
-    entry = schedule.install(load_pipeline(pipeline_file))
+    entry = api.install_schedule(pipeline_file)
     out.print(f"installed {entry.pipeline}: '{entry.cron}' ({entry.timezone}); output goes to {entry.log}",
               soft_wrap=True, markup=False)
     out.print(f"check what cron will see with: env -i {sys.executable} -m hybridflow.cli doctor {entry.file}",
@@ -731,15 +655,15 @@ def schedule_list(verbose: bool = VerboseOption) -> None:
     """The hybridflow schedules in your crontab, with their next runs."""
     from rich.table import Table
 
-    from . import schedule
+    from . import api
 
-    entries = schedule.installed()
+    entries = api.schedules()
     if not entries:
         out.print("no hybridflow schedule is installed (hybridflow schedule install PIPELINE.yaml adds one)")
         return
     table = Table("pipeline", "file", "cron", "timezone", "next runs")
-    for entry in entries:
-        runs = ", ".join(t.strftime("%Y-%m-%d %H:%M %Z") for t in schedule.next_runs(entry))
+    for entry, upcoming in entries:
+        runs = ", ".join(t.strftime("%Y-%m-%d %H:%M %Z") for t in upcoming)
         table.add_row(*map(escape, (entry.pipeline, entry.file, entry.cron, entry.timezone, runs)))
     out.print(table)
 
@@ -751,9 +675,9 @@ def schedule_remove(
     verbose: bool = VerboseOption,
 ) -> None:
     """Remove a pipeline's line from your crontab."""
-    from . import schedule
+    from . import api
 
-    entry = schedule.remove(target)
+    entry = api.remove_schedule(target)
     out.print(f"removed the schedule of {entry.pipeline} ({entry.file})", soft_wrap=True, markup=False)
 
 
@@ -768,14 +692,9 @@ def doctor(
     Run it as `env -i /abs/python -m hybridflow.cli doctor PIPELINE.yaml` to see what cron sees."""
     from rich.table import Table
 
-    from .doctor import run_checks
+    from . import api
 
-    pipeline = None
-    if pipeline_file is not None:
-        from .config import load_pipeline
-
-        pipeline = load_pipeline(pipeline_file)
-    findings = run_checks(pipeline)
+    findings = api.diagnose(pipeline_file)
     styles = {"ok": "green", "warning": "yellow", "error": "red"}
     table = Table("", "check", "detail", "fix")
     for f in findings:

@@ -142,3 +142,44 @@ def test_a_loaded_pipelines_params_are_recorded_as_the_cli_records_them(project)
     assert json.loads(run["arguments"])["params"] == ["n=6"]  # what --resume repeats
     with pytest.raises(hybridflow.UsageError):
         hybridflow.collect_garbage(path, keep=0)
+
+
+def test_every_command_of_the_cli_is_a_function_of_the_api(project, tmp_path, fake_crontab):
+    """validate, graph, schema, show, logs, doctor, init and schedule: what each CLI command prints
+    comes from one API call, so a notebook or another scheduler gets the same answers."""
+    from tests.support.crontabs import TINY_STAGES, tiny_pipeline
+
+    project.stages(STAGES)
+    path = project.pipeline(PIPELINE)
+    broken = project.pipeline(PIPELINE.replace("inputs: [made]", "inputs: [nowhere]"), "broken.yaml")
+    files, problems = hybridflow.validate([project.root])
+    assert set(files) == {path, broken}
+    assert {Path(p.file).name for p in problems if p.severity == "error"} == {"broken.yaml"}
+    assert "make" in hybridflow.graph(path) and "double" in hybridflow.graph(path)
+    assert hybridflow.graph(path, "dot").startswith("digraph")
+    assert "backends" in hybridflow.schema()["properties"]
+
+    result = hybridflow.run(path)
+    record = hybridflow.run_record("last", path)
+    assert record["run_id"] == result.run_id and [s["stage"] for s in record["stages"]] == ["make", "double"]
+    assert any(span["kind"] for span in record["spans"])
+    [(stage, log)] = hybridflow.stage_logs(record["run_id"][:12], path, stage="double")
+    assert stage == "double" and "doubling" in log.read_text()
+    with pytest.raises(hybridflow.UsageError, match=r"has no log for stage 'dubble' \(did you mean 'double'\?\)"):
+        hybridflow.stage_logs("last", path, stage="dubble")
+    with pytest.raises(hybridflow.UsageError, match="no run records in"):
+        hybridflow.runs(workdir=tmp_path / "nowhere", missing_ok=False)
+
+    checks = {f.check: f.status for f in hybridflow.diagnose(path)}
+    assert checks["workdir"] == "ok" and "java" not in checks  # a python-only pipeline needs no Java
+    written = hybridflow.init(tmp_path / "fresh")
+    assert tmp_path / "fresh" / "pipeline.yaml" in written
+
+    project.stages(TINY_STAGES)
+    scheduled = project.pipeline(tiny_pipeline("0 3 * * 1", "UTC"), "tiny.yaml")
+    entry = hybridflow.install_schedule(scheduled)
+    [(listed, upcoming)] = hybridflow.schedules()
+    assert (listed.pipeline, listed.cron, len(upcoming)) == ("tiny", "0 3 * * 1", 2)
+    assert all(t.weekday() == 0 and t.hour == 3 for t in upcoming)
+    assert hybridflow.remove_schedule("tiny").file == entry.file and hybridflow.schedules() == []
+    assert hybridflow.is_due(scheduled) in (True, False)
