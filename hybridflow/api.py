@@ -88,7 +88,7 @@ def plan(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | No
     return planning.plan(loaded, Selection(_names(only), _names(from_), _names(to)), forced(loaded, force))
 
 
-def run(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | None = None, to: Names | None = None,
+def run(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | None = None, to: Names | None = None,  # noqa: PLR0913 - the public run's options, one per CLI flag
         force: bool | Names | None = False, params: Params = None, resume: bool = False, keep_going: bool = False,
         dry_run: bool = False, wait: bool = False, trigger: str = "manual", listener: Listener | None = None,
         notify: bool = True, exit_when_stuck: bool = False) -> RunResult | Plan | None:
@@ -148,7 +148,7 @@ def record_crash(pipeline: PipelineLike, run_id: str, death: str) -> HybridflowE
     return StageError(message, hint=f"{logs}resume with: hybridflow run {loaded.shown_file} --resume")
 
 
-def watch(pipeline: str | os.PathLike, *, only: Names | None = None, from_: Names | None = None,
+def watch(pipeline: str | os.PathLike, *, only: Names | None = None, from_: Names | None = None,  # noqa: PLR0913 - the public watch's options, one per CLI flag
           to: Names | None = None, force: bool | Names | None = False, params: Params = None,
           keep_going: bool = False, report=None, runs: int | None = None,
           exit_when_stuck: bool = False) -> RunResult | None:

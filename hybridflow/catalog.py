@@ -128,7 +128,7 @@ class Catalog:
         self.commit(version)
         return version
 
-    def prepare(self, name: str, staging: Path, *, kind: str, stage: str, run_id: str,
+    def prepare(self, name: str, staging: Path, *, kind: str, stage: str, run_id: str,  # noqa: PLR0913 - keyword-only: the facts a version's manifest records
                 inputs: dict[str, str], declared: dict[str, pa.DataType] | None = None,
                 partition_by: tuple[str, ...] = (), written: pa.Schema | None = None,
                 fingerprint: dict[str, Any] | None = None) -> Version:
@@ -324,7 +324,7 @@ def data_digest(entry: dict[str, Any]) -> str:
     return entry.get("data", entry["sha256"])
 
 
-def describe_version(name: str, root: PurePath, files: list[dict[str, Any]],
+def describe_version(name: str, root: PurePath, files: list[dict[str, Any]],  # noqa: PLR0913 - keyword-only: the facts a version's manifest records
                      footers: list[tuple[PurePath, int, pa.Schema]], *, kind: str, stage: str, run_id: str,
                      inputs: dict[str, str], declared: dict[str, pa.DataType] | None = None,
                      partition_by: tuple[str, ...] = (), written: pa.Schema | None = None,

@@ -145,29 +145,41 @@ def _check_datasets(p: Pipeline) -> list[Problem]:
         if ds.kind == "files" and ds.schema_:
             problems.append(p.source.problem(at + ("schema",), f"dataset '{name}' is kind: files and cannot "
                                              "have a schema (schemas describe tables)", at_key=True))
-        problems += _partition_problems(p, name, ds)
-        for column, type_text in (ds.schema_ or {}).items():
-            try:
-                parse_arrow_type(type_text)
-            except ArrowTypeError as exc:
-                problems.append(p.source.problem(at + ("schema", column), f"dataset '{name}', column "
-                                                 f"'{column}': {exc}"))
+        problems += _partition_problems(p, name, ds) + _schema_problems(p, name, ds)
         if is_object_uri(ds.path):
             try:
                 object_path(ds.path)
             except ValueError as exc:
                 problems.append(p.source.problem(at + ("path",), f"dataset '{name}': {exc}"))
                 continue
-        # an s3:// input is looked at when a run starts: validate works offline
-        if ds.path and not producer and name in consumed and _local(p, name) and not p.external_path(name).exists():
-            problems.append(p.source.problem(at + ("path",), f"external dataset '{name}' does not exist yet at "
-                                             f"{p.external_path(name)} (it must exist when a run starts)",
-                                             severity="warning"))
+        if ds.path and not producer and name in consumed:
+            problems += _missing_input(p, name)
         if not producer and name not in consumed:
             problems.append(p.source.problem(at, f"dataset '{name}' is declared but no stage reads or writes it",
                                              severity="warning", at_key=True))
         problems += _footer_problems(p, name, ds)
     return problems
+
+
+def _schema_problems(p: Pipeline, name: str, ds) -> list[Problem]:
+    """Each declared column type that is not one of the contract's."""
+    problems = []
+    for column, type_text in (ds.schema_ or {}).items():
+        try:
+            parse_arrow_type(type_text)
+        except ArrowTypeError as exc:
+            problems.append(p.source.problem(("datasets", name, "schema", column), f"dataset '{name}', column "
+                                             f"'{column}': {exc}"))
+    return problems
+
+
+def _missing_input(p: Pipeline, name: str) -> list[Problem]:
+    """An external input not there yet: a warning (it must exist when a run starts). An s3:// input is
+    looked at when a run starts: validate works offline."""
+    if not _local(p, name) or p.external_path(name).exists():
+        return []
+    return [p.source.problem(("datasets", name, "path"), f"external dataset '{name}' does not exist yet at "
+                             f"{p.external_path(name)} (it must exist when a run starts)", severity="warning")]
 
 
 def _local(p: Pipeline, name: str) -> bool:

@@ -96,20 +96,23 @@ def _guarded(command):
             err.print("[bold red]interrupted[/]")
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
         except Exception as exc:  # a bug in hybridflow: say so plainly
-            # a full, read-only or not writable disk is not a bug: where, and how to fix it
-            storage = storage_error(exc, getattr(exc, "filename", None) or Path.cwd())
-            if storage is not None:
-                if verbose:
-                    err.print_exception()
-                err.print(f"[bold red]error:[/] {escape(storage.one_line())}", soft_wrap=True)
-                raise typer.Exit(int(storage.exit_code)) from None
-            if verbose:
-                err.print_exception()
-            err.print(f"[bold red]internal error:[/] {type(exc).__name__}: {escape(str(exc))} "
-                      "(rerun with --verbose for the traceback, and please report it)", soft_wrap=True)
-            raise typer.Exit(int(ExitCode.INTERNAL)) from None
+            raise typer.Exit(_unexpected(exc, verbose)) from None
 
     return wrapper
+
+
+def _unexpected(exc: Exception, verbose: bool) -> int:
+    """An error no hybridflow code raised: a full, read-only or not writable disk is not a bug (where,
+    and how to fix it); anything else is one. Printed as one line; the exit code returned."""
+    if verbose:
+        err.print_exception()
+    storage = storage_error(exc, getattr(exc, "filename", None) or Path.cwd())
+    if storage is not None:
+        err.print(f"[bold red]error:[/] {escape(storage.one_line())}", soft_wrap=True)
+        return int(storage.exit_code)
+    err.print(f"[bold red]internal error:[/] {type(exc).__name__}: {escape(str(exc))} "
+              "(rerun with --verbose for the traceback, and please report it)", soft_wrap=True)
+    return int(ExitCode.INTERNAL)
 
 
 @app.command()
@@ -190,7 +193,7 @@ def plan(
 
 @app.command()
 @_guarded
-def run(
+def run(  # noqa: PLR0913 - a typer command takes one parameter per option
     pipeline_file: Path = typer.Argument(..., metavar="PIPELINE.yaml"),
     only: Optional[List[str]] = OnlyOption,
     start: Optional[List[str]] = FromOption,
@@ -251,7 +254,7 @@ def run(
 
 @app.command()
 @_guarded
-def dev(
+def dev(  # noqa: PLR0913 - a typer command takes one parameter per option
     pipeline_file: Path = typer.Argument(..., metavar="PIPELINE.yaml"),
     only: Optional[List[str]] = OnlyOption,
     start: Optional[List[str]] = FromOption,

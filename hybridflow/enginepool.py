@@ -50,7 +50,7 @@ class EarlyStart:
 
 
 class EnginePool:
-    def __init__(self, pipeline: Pipeline, stages: list[str], log_dir: Path, *, signals: SignalState,
+    def __init__(self, pipeline: Pipeline, stages: list[str], log_dir: Path, *, signals: SignalState,  # noqa: PLR0913 - a run's engine settings and the run's hooks, keyword-only
                  given: dict[str, Any] | None = None, gpu: Callable[[str], Any] = lambda name: None,
                  on_started: Callable[[str, float], None] = lambda name, seconds: None,
                  timeline: Timeline | None = None, clusters=None) -> None:

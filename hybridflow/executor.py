@@ -43,7 +43,7 @@ MAX_RETRY_DELAY = 600.0
 
 
 class StageExecutor:
-    def __init__(self, pipeline: Pipeline, catalog: Catalog, planner: Planner, engines: EnginePool,
+    def __init__(self, pipeline: Pipeline, catalog: Catalog, planner: Planner, engines: EnginePool,  # noqa: PLR0913 - the run's collaborators; a run session object would carry them
                  inputs: StageInputs, publisher: Publisher, errors: StageErrors, signals: SignalState, *,
                  gpu: Callable[[], Any], changed: Callable[[StageResult], None],
                  end_run: Callable[[HybridflowError], None], timeline: Timeline | None = None) -> None:

@@ -160,13 +160,20 @@ def _changed_code(old: dict[str, str], new: dict[str, str]) -> list[str]:
             if before != after:
                 reasons.append(f"{path} changed")
         else:
-            for label in sorted(set(before) | set(after)):
-                if label not in before:
-                    reasons.append(f"{label} in {path} is now used")
-                elif label not in after:
-                    reasons.append(f"{label} in {path} is no longer used")
-                elif before[label] != after[label]:
-                    reasons.append(f"{label} in {path} changed")
+            reasons += _changed_units(path, before, after)
+    return reasons
+
+
+def _changed_units(path: str, before: dict[str, str], after: dict[str, str]) -> list[str]:
+    """What changed among the code units (functions, classes, the module's top level) of one file."""
+    reasons = []
+    for label in sorted(set(before) | set(after)):
+        if label not in before:
+            reasons.append(f"{label} in {path} is now used")
+        elif label not in after:
+            reasons.append(f"{label} in {path} is no longer used")
+        elif before[label] != after[label]:
+            reasons.append(f"{label} in {path} changed")
     return reasons
 
 

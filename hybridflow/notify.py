@@ -72,7 +72,7 @@ def failed_start_summary(pipeline: Pipeline, error: HybridflowError, *, run_id: 
                     stages=listed, resume_command=None, report=None)
 
 
-def _summary(pipeline: Pipeline, *, run_id, status, trigger, started_at, duration, error, stages,
+def _summary(pipeline: Pipeline, *, run_id, status, trigger, started_at, duration, error, stages,  # noqa: PLR0913 - keyword-only: the summary's fields
              resume_command, report) -> dict[str, Any]:
     summary = {
         "pipeline": pipeline.name, "pipeline_file": str(pipeline.file), "run_id": run_id, "status": status,

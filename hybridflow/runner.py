@@ -49,7 +49,7 @@ __all__ = ["Runner", "Selection", "StageResult", "RunResult", "Listener", "Plann
 class Runner:
     """One run of a pipeline's selected stages (see run()); plan() and decisions() say what it would do."""
 
-    def __init__(self, pipeline: Pipeline, selection: Selection | None = None, *, keep_going: bool = False,
+    def __init__(self, pipeline: Pipeline, selection: Selection | None = None, *, keep_going: bool = False,  # noqa: PLR0913 - a run's options, keyword-only, as api.run passes them
                  listener: Listener | None = None, wait_for_lock: bool = False, trigger: str = "manual",
                  engines: dict[str, Any] | None = None, force: bool | set[str] = False,
                  arguments: dict[str, Any] | None = None, pool: Callable[..., EnginePool] = EnginePool,
@@ -154,39 +154,18 @@ class Runner:
         return [f"took down the {r['engine']} cluster that run {r['run_id']} left up" for r in reaped] + problems
 
     def _run_locked(self, run_id: str, run_dir: Path, results: dict[str, StageResult]) -> RunResult:
-        started, clock = datetime.now(timezone.utc), time.monotonic()  # a waiting run starts when it gets the lock
-        status, error, unrecorded = "failed", None, None
-        # we hold the lock: any "running" run is dead (in a workdir in object storage, its record says so there too)
-        for abandoned in self.store.mark_abandoned(self.pipeline.name, now()):
-            self._push_records(abandoned)
-        record = {"run_id": run_id, "pipeline": self.pipeline.name, "pipeline_file": str(self.pipeline.file),
-                  "trigger": self.trigger, "started_at": started.isoformat(timespec="milliseconds"),
-                  "run_dir": str(run_dir), "arguments": json.dumps(self.arguments)}
-        self.store.save_run(**record, status="running")
-        self._push_records(run_id)  # seen from other machines as running, and marked killed if it dies
+        live = self._open_record(run_id, run_dir, results)
+        status, error, unrecorded, warnings = "failed", None, None, []
         clusters = RunClusters(self.pipeline, run_id, run_dir / "logs", open_records(self.pipeline))
         self._engines = self._pool(self.pipeline, self.stages, run_dir / "logs", signals=self._signals,
                                    given=self._given, gpu=lambda name: self._gpu.engine(name) if self._gpu else None,
                                    on_started=self.listener.engine_started, timeline=Timeline(self.store, run_id),
                                    clusters=clusters)
-        warnings: list[str] = []
         self._executor = self._stage_executor()
         try:
-            # Under the lock no other run is writing: whatever is in staging is a dead run's leftovers,
-            # and a stage commit a crash interrupted is finished before anything reads the outputs.
-            self.catalog.discard_staging()
-            self.catalog.recover()
-            try:
-                self._preflight()
-            except HybridflowError as exc:  # paths and addresses may hold a value from ${env:...}
-                exc.message, exc.hint = self.pipeline.redact(exc.message), exc.hint and self.pipeline.redact(exc.hint)
-                self.store.save_run(**record, status="failed", error=exc.one_line(), ended_at=now())
-                raise
-            private_dir(run_dir / "logs")  # 0700: logs may quote data
-            warnings += self._reap_clusters(clusters, run_dir / "logs" / "cluster-reap.log")
-            self._engines.start_early(self._engines_ahead())  # before the display takes the terminal
-            self.listener.run_started(run_id, list(results.values()))
-            self._live = _LiveRun(run_dir, results, record, started, clock)
+            warnings = self._prepare(live, clusters)
+            live.streams = (sys.stdout, sys.stderr)  # as the stages begin: what a forced end gives back
+            self._live = live
             with signals_as_exceptions(self._signals):
                 try:
                     status, error = self._run_stages(run_id, run_dir, results)
@@ -199,40 +178,81 @@ class Runner:
             self.ended_around_stuck_stage = True
             raise
         except (KeyboardInterrupt, Terminated) as exc:
-            if self._signals.ended is not None:  # the stage's native call returned after the run was ended
-                self.ended_around_stuck_stage = True
-                raise RunEnded(self._signals.ended) from None
-            status = "interrupted"
-            error = InterruptedRun(getattr(exc, "signum", signal.SIGINT))
-            for result in results.values():
-                if result.status == "running":
-                    self._finish(result, "failed", error="interrupted")
-                elif result.status == "waiting":
-                    self._finish(result, "not run", reason="run interrupted")
+            self._raise_if_ended()
+            status, error = "interrupted", self._interrupted(exc, results)
         except BaseException as exc:  # a bug, or an engine's own exit: the record must not stay "running"
-            if self._signals.ended is not None:
-                self.ended_around_stuck_stage = True
-                raise RunEnded(self._signals.ended) from None
+            self._raise_if_ended()
             unrecorded = exc
             raise
         finally:
             self._engines.stop_all()
             self.catalog.discard_staging(run_id)
             if unrecorded is not None:  # recorded once the engines and staging gave back their disk space
-                self._record_failure(unrecorded, record, results)
+                self._record_failure(unrecorded, live.record, results)
             self._live = None
             if self._ending.locked():
                 self._ending.release()
-        result = RunResult(run_id, self.pipeline.name, status, results, dict(self._engines.seconds),
-                           started.isoformat(timespec="seconds"), time.monotonic() - clock, run_dir,
-                           error=error, warnings=warnings + clusters.problems)
+        return self._close(live, status, error, warnings + clusters.problems)
+
+    def _open_record(self, run_id: str, run_dir: Path, results: dict[str, StageResult]) -> _LiveRun:
+        """The run recorded as running (a waiting run starts when it gets the lock). We hold the lock: any
+        other "running" run is dead (in a workdir in object storage, its record says so there too)."""
+        started, clock = datetime.now(timezone.utc), time.monotonic()
+        for abandoned in self.store.mark_abandoned(self.pipeline.name, now()):
+            self._push_records(abandoned)
+        record = {"run_id": run_id, "pipeline": self.pipeline.name, "pipeline_file": str(self.pipeline.file),
+                  "trigger": self.trigger, "started_at": started.isoformat(timespec="milliseconds"),
+                  "run_dir": str(run_dir), "arguments": json.dumps(self.arguments)}
+        self.store.save_run(**record, status="running")
+        self._push_records(run_id)  # seen from other machines as running, and marked killed if it dies
+        return _LiveRun(run_dir, results, record, started, clock)
+
+    def _prepare(self, live: _LiveRun, clusters: RunClusters) -> list[str]:
+        """Everything before the first stage; returns the warnings the run ends with."""
+        # Under the lock no other run is writing: whatever is in staging is a dead run's leftovers,
+        # and a stage commit a crash interrupted is finished before anything reads the outputs.
+        self.catalog.discard_staging()
+        self.catalog.recover()
+        try:
+            self._preflight()
+        except HybridflowError as exc:  # paths and addresses may hold a value from ${env:...}
+            exc.message, exc.hint = self.pipeline.redact(exc.message), exc.hint and self.pipeline.redact(exc.hint)
+            self.store.save_run(**live.record, status="failed", error=exc.one_line(), ended_at=now())
+            raise
+        logs = live.run_dir / "logs"
+        private_dir(logs)  # 0700: logs may quote data
+        warnings = self._reap_clusters(clusters, logs / "cluster-reap.log")
+        self._engines.start_early(self._engines_ahead())  # before the display takes the terminal
+        self.listener.run_started(live.record["run_id"], list(live.results.values()))
+        return warnings
+
+    def _raise_if_ended(self) -> None:
+        """The stage's native call returned after the run was ended around it: nothing more happens."""
+        if self._signals.ended is not None:
+            self.ended_around_stuck_stage = True
+            raise RunEnded(self._signals.ended) from None
+
+    def _interrupted(self, exc: BaseException, results: dict[str, StageResult]) -> InterruptedRun:
+        for result in results.values():
+            if result.status == "running":
+                self._finish(result, "failed", error="interrupted")
+            elif result.status == "waiting":
+                self._finish(result, "not run", reason="run interrupted")
+        return InterruptedRun(getattr(exc, "signum", signal.SIGINT))
+
+    def _close(self, live: _LiveRun, status: str, error: HybridflowError | None, warnings: list[str]) -> RunResult:
+        """The run's result, its final record, its report, and the listener told."""
+        run_id = live.record["run_id"]
+        result = RunResult(run_id, self.pipeline.name, status, live.results, dict(self._engines.seconds),
+                           live.started.isoformat(timespec="seconds"), time.monotonic() - live.clock, live.run_dir,
+                           error=error, warnings=warnings)
         if status != "success" and result.failed or status == "interrupted":
             result.resume_command = f"hybridflow run {self.pipeline.shown_file} --resume"
-        self.store.save_run(**record, status=status, ended_at=now(),
+        self.store.save_run(**live.record, status=status, ended_at=now(),
                             error=self.pipeline.redact(error.one_line()) if error else None)
         if self.pipeline.spec.report:
             self._write_report(run_id)
-        self._push_records(run_id, run_dir)
+        self._push_records(run_id, live.run_dir)
         self.listener.run_finished(result)
         return result
 
@@ -404,14 +424,15 @@ class Runner:
 
 @dataclass
 class _LiveRun:
-    """What a forced end needs of the run in progress."""
+    """The run in progress: its directory, stage results, record and clock; _live (what a forced end
+    needs) once its stages run."""
 
     run_dir: Path
     results: dict[str, StageResult]
     record: dict[str, Any]
     started: datetime
     clock: float
-    streams: tuple = field(default_factory=lambda: (sys.stdout, sys.stderr))  # as the run began
+    streams: tuple = field(default_factory=lambda: (sys.stdout, sys.stderr))
 
 
 def new_runner(pipeline: Pipeline, arguments: dict[str, Any], **options) -> Runner:

@@ -31,7 +31,7 @@ class WarmPool(EnginePool):
         self._started_with: dict[str, Any] = {}  # engine -> its backends.<name> settings when it started
         self._launchers: list[threading.Thread] = []  # earlier runs' background-start threads
 
-    def for_run(self, pipeline: Pipeline, stages: list[str], log_dir: Path, *, signals: SignalState,
+    def for_run(self, pipeline: Pipeline, stages: list[str], log_dir: Path, *, signals: SignalState,  # noqa: PLR0913 - EnginePool's own arguments: it is called as EnginePool is
                 given: dict[str, Any] | None = None, gpu: Callable[[str], Any] = lambda name: None,
                 on_started: Callable[[str, float], None] = lambda name, seconds: None, timeline=None,
                 clusters=None) -> WarmPool:

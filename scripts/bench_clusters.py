@@ -95,7 +95,7 @@ def print_timeline(name: str, spans: list[dict]) -> None:
         print(f"    {span['started_at'] - zero:6.1f} {end}  {what}")
 
 
-def main() -> None:
+def main() -> None:  # noqa: C901 - a benchmark's script, read top to bottom
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--timeline", action="store_true", help="print each run's timeline (seconds from its start)")

@@ -142,14 +142,8 @@ class RayBackend(Backend):
         # ends this whole process when its worker is used after ray.shutdown()
         self._calls = threading.Lock()
 
-    def start(self, code: Sequence[Path] = ()) -> None:
-        if not self.settings.address and SINGLE_NODE not in os.environ:
-            # Without this Ray swaps 127.0.0.1 for the machine's "reachable" address. Taken back at
-            # stop: the processes this one launches later (a `ray start` of a cluster) must not inherit it.
-            os.environ[SINGLE_NODE] = "0"
-            self._set_single_node = True
-        import ray
-
+    def _init_options(self, code: Sequence[Path]) -> dict[str, Any]:
+        """ray.init's arguments: a cluster's address, or a fresh local instance of our own."""
         options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
                                    "configure_logging": True, "logging_level": "error"}
         if self.settings.address:
@@ -177,6 +171,17 @@ class RayBackend(Backend):
         if code:  # workers import the stage modules to run functions defined there
             options["runtime_env"] = {"py_modules": [str(_as_module_dir(p, self.log_dir)) for p in code]}
         options.update(self.settings.init)
+        return options
+
+    def start(self, code: Sequence[Path] = ()) -> None:
+        if not self.settings.address and SINGLE_NODE not in os.environ:
+            # Without this Ray swaps 127.0.0.1 for the machine's "reachable" address. Taken back at
+            # stop: the processes this one launches later (a `ray start` of a cluster) must not inherit it.
+            os.environ[SINGLE_NODE] = "0"
+            self._set_single_node = True
+        import ray
+
+        options = self._init_options(code)
         try:
             ray.init(**options)
         except Exception as exc:

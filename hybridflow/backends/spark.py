@@ -347,17 +347,8 @@ class SparkBackend(Backend):
         self._driver: str | None = None  # attached to a master on another host: the driver's address
         self._unroute = None  # puts back what _route_query_context_logs changed
 
-    def start(self, code: Sequence[Path] = ()) -> None:
-        if self.master.startswith("spark://"):
-            host, port = split_host_port(self.master, 7077)
-            self._driver = driver_address(host, port, self.settings.advertise_address)
-            check_reachable("spark", self.master, host, port, source=self._driver)
-        from pyspark.sql import SparkSession
-
-        if SparkSession.getActiveSession() is not None:
-            # getOrCreate would silently hand back that session, whatever master we ask for
-            raise UnavailableError("a SparkSession is already running in this process",
-                                   hint="stop it before running a pipeline with backend: spark")
+    def _session_conf(self) -> dict[str, str]:
+        """The session's conf: ours, the GPU plug-in's, object storage's, then the pipeline's own."""
         gpu_conf = spark_gpu_conf(self.settings, self.gpu.plugin) if self.gpu is not None else {}
         own = {k: str(v) for k, v in self.settings.conf.items()}
         s3 = spark_s3_conf(self.store, own, gpu_conf) if self.store is not None else {}
@@ -370,6 +361,20 @@ class SparkBackend(Backend):
                               ("executor", "-XX:-OmitStackTraceInFastThrow")):
             key = f"spark.{role}.extraJavaOptions"
             conf[key] = f"{conf.get(key, '')} {options}".strip()
+        return conf
+
+    def start(self, code: Sequence[Path] = ()) -> None:
+        if self.master.startswith("spark://"):
+            host, port = split_host_port(self.master, 7077)
+            self._driver = driver_address(host, port, self.settings.advertise_address)
+            check_reachable("spark", self.master, host, port, source=self._driver)
+        from pyspark.sql import SparkSession
+
+        if SparkSession.getActiveSession() is not None:
+            # getOrCreate would silently hand back that session, whatever master we ask for
+            raise UnavailableError("a SparkSession is already running in this process",
+                                   hint="stop it before running a pipeline with backend: spark")
+        conf = self._session_conf()
         secret = {k: v for k, v in conf.items() if any(value in v for value in self.secrets)}
         builder = SparkSession.builder.master(self.master)
         for key, value in conf.items():
