@@ -17,12 +17,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from . import planning
-from .config import WORKDIR_VARIABLE  # noqa: F401 - the variable --workdir sets for every load in a command
 from .errors import ConfigError, HybridflowError, LockedError, UsageError
-from .pipeline import Pipeline
-from .planning import Plan
-from .runner import Listener, Runner, RunResult, Selection, new_run_id, new_runner, selection_of
+from .execution import planning
+from .execution.planning import Plan
+from .execution.runner import Listener, Runner, RunResult, Selection, new_run_id, new_runner, selection_of
+from .spec.config import WORKDIR_VARIABLE  # noqa: F401 - the variable --workdir sets for every load in a command
+from .spec.pipeline import Pipeline
 
 PipelineLike = str | os.PathLike | Pipeline
 Params = Mapping[str, Any] | Sequence[str] | None
@@ -32,7 +32,7 @@ Names = str | Iterable[str]
 def load(path: str | os.PathLike, params: Params = None) -> Pipeline:
     """Load and check a pipeline file. `params` override its params: a mapping ({"lr": 0.1,
     "train.depth": 6}) or the CLI's "key=value" strings. Raises ConfigError naming file:line."""
-    from .config import load_pipeline
+    from .spec.config import load_pipeline
 
     return load_pipeline(Path(path), _param_strings(params))
 
@@ -135,7 +135,7 @@ def record_crash(pipeline: PipelineLike, run_id: str, death: str) -> HybridflowE
     killed, unless the run's end was recorded after all."""
     from .errors import StageError
     from .results import now
-    from .state import RunStore
+    from .store.state import RunStore
 
     loaded = _pipeline(pipeline)
     records = loaded.workdir / "runs.db"
@@ -159,7 +159,7 @@ def watch(pipeline: str | os.PathLike, *, only: Names | None = None, from_: Name
     watching.WatchReport, told each run and each wait. force: for the first run only. Returns the
     last run's result. A run ended around a stuck stage (see run(); exit_when_stuck as there) ends
     the session, raising its error."""
-    from .watching import WatchReport, WatchSession
+    from .execution.watching import WatchReport, WatchSession
 
     loaded = load(pipeline, params)  # a file that does not load at the start is an error, as for run
     session = WatchSession(loaded.file, _param_strings(params),
@@ -182,8 +182,8 @@ def _resumed(pipeline: Pipeline, force, listener: Listener, arguments: dict):
     """(pipeline, arguments, forced stages) repeating the last run, or None (listener told why)."""
     import json
 
-    from . import runsync
-    from .state import resumed_arguments
+    from .store import runsync
+    from .store.state import resumed_arguments
 
     remote = pipeline.remote is not None
     store = (runsync.open_store(pipeline) if remote or (pipeline.workdir / "runs.db").exists() else None)
@@ -205,7 +205,7 @@ def _resumed(pipeline: Pipeline, force, listener: Listener, arguments: dict):
 def _run_notifying_failed_start(runner: Runner, notify: bool) -> RunResult:
     """runner.run(), except that a run failing before its stages start (a missing input, an engine not
     installed) still sends its failure notification: under cron nobody reads the error line."""
-    from .notify import failed_start_summary
+    from .ops.notify import failed_start_summary
 
     started, clock = datetime.now(timezone.utc), time.monotonic()
     try:
@@ -250,7 +250,7 @@ class _Notifying(Listener):
         self.inner.notified(delivery)
 
     def run_finished(self, result: RunResult) -> None:
-        from .notify import run_summary
+        from .ops.notify import run_summary
 
         self.inner.run_finished(result)
         _deliver(self.pipeline, run_summary(self.pipeline, result, self.trigger), self.inner)
@@ -259,7 +259,7 @@ class _Notifying(Listener):
 def _deliver(pipeline: Pipeline, summary: dict, listener: Listener) -> None:
     """Send the notifications `notify:` asks for; each delivery is reported to the listener. A failed
     delivery never fails the run."""
-    from .notify import deliver
+    from .ops.notify import deliver
 
     for delivery in deliver(pipeline, summary):
         listener.notified(delivery)
@@ -269,9 +269,9 @@ def read(pipeline: PipelineLike, dataset: str, engine: str = "pandas", *, versio
     """The current published version of a dataset (or `version`, an id from `hybridflow show`):
     engine "pandas" (a DataFrame with the dtypes a python stage gets), "arrow" (a pyarrow Table), or
     "path" (its version directory; what a `kind: files` dataset always gives)."""
+    from .data.storage import uri_of
     from .diagnostics import did_you_mean
-    from .objectcatalog import open_catalog
-    from .storage import uri_of
+    from .store.objectcatalog import open_catalog
 
     loaded = _pipeline(pipeline)
     known = set(loaded.spec.datasets) | {ds for s in loaded.stages.values() for ds in s.outputs}
@@ -291,12 +291,12 @@ def read(pipeline: PipelineLike, dataset: str, engine: str = "pandas", *, versio
         return catalog.local_copy(found)
     if engine == "path":  # in object storage: its s3:// URI
         return found.directory if loaded.remote is None else uri_of(found.directory)
-    from .tables import read_arrow
+    from .data.tables import read_arrow
 
     table = read_arrow(found.source())
     if engine == "arrow":
         return table
-    from .pandas_frames import to_pandas
+    from .backends.pandas_frames import to_pandas
 
     return to_pandas(table)
 
@@ -324,7 +324,7 @@ def report(run_id: str = "last", pipeline: PipelineLike | None = None, *, workdi
     """Write one run (an id, a unique prefix of one, or "last": the newest run of `pipeline`, else of
     `workdir`) as a self-contained HTML report with its timeline; returns the file's path (default:
     report.html in the run's directory)."""
-    from . import htmlreport
+    from .reporting import htmlreport
 
     loaded = _pipeline(pipeline) if pipeline is not None else None
     store, run = _find_run(run_id, loaded, workdir)
@@ -343,8 +343,8 @@ def stage_logs(run_id: str = "last", pipeline: PipelineLike | None = None, *, st
                workdir: str | os.PathLike = ".hybridflow") -> list[tuple[str, Path]]:
     """(stage, log file) of each stage of a run that wrote a log, or of `stage` only; a run recorded
     by another machine (its workdir in object storage) has its logs fetched first."""
-    from . import runsync
     from .diagnostics import did_you_mean
+    from .store import runsync
 
     store, run = _find_run(run_id, pipeline, workdir)
     runsync.fetch_run_dir(store, run)  # a run made on another machine: its logs are in the workdir
@@ -383,9 +383,9 @@ def _no_records(workdir: str | os.PathLike) -> UsageError:
 def _records(pipeline: PipelineLike | None, workdir: str | os.PathLike):
     """(the run store, the pipeline's name) for a pipeline, else (the workdir's store, None); the
     store is None where no run was ever recorded."""
-    from . import runsync
-    from .state import RunStore
-    from .storage import is_object_uri
+    from .data.storage import is_object_uri
+    from .store import runsync
+    from .store.state import RunStore
 
     name = None
     if pipeline is not None:
@@ -403,8 +403,8 @@ def clusters(pipeline: PipelineLike) -> list[dict[str, Any]]:
     """The clusters the pipeline's runs brought up (backends.<engine>.cluster) that are not down yet,
     as recorded in its workdir, oldest first: each a dict of engine, run_id, state ("starting", "up",
     "down failed"), cluster (what `up` printed), created_at and age (seconds)."""
-    from .clusterrecords import open_records
-    from .provisioning import age
+    from .execution.provisioning import age
+    from .store.clusterrecords import open_records
 
     loaded = _pipeline(pipeline)
     found = sorted(open_records(loaded).all().values(), key=lambda record: record.get("created_at", ""))
@@ -415,9 +415,9 @@ def reap_clusters(pipeline: PipelineLike) -> tuple[list[dict[str, Any]], list[st
     """Take down the clusters left up by runs that died (a kill -9, an OOM kill): under the run lock,
     so never while a run of the pipeline lives (LockedError then). Returns the records of the clusters
     taken down, and what could not be taken down (their records stay). Every run does this first."""
-    from .clusterrecords import open_records
-    from .lock import pipeline_lock
-    from .provisioning import reap
+    from .execution.provisioning import reap
+    from .store.clusterrecords import open_records
+    from .store.lock import pipeline_lock
 
     loaded = _pipeline(pipeline)
     records = open_records(loaded)
@@ -438,9 +438,9 @@ def collect_garbage(pipeline: PipelineLike, keep: int | None = None, dry_run: bo
     never a current one or one the current versions were made from, and the temporary files of
     writers that died; under the run lock, so never while the pipeline runs. Returns the (dataset,
     version) pairs removed (or that would be)."""
-    from .lock import pipeline_lock
-    from .objectcatalog import open_catalog
-    from .workdir import claim, remove_leftovers
+    from .store.lock import pipeline_lock
+    from .store.objectcatalog import open_catalog
+    from .store.workdir import claim, remove_leftovers
 
     if keep is not None and keep < 1:
         raise UsageError(f"keep must be 1 or more, not {keep}", hint="the current version is always kept")
@@ -468,7 +468,7 @@ def validate(paths: Iterable[str | os.PathLike], params: Params = None) -> tuple
     """Check pipeline files (directories: every *.yaml and *.yml below them) without stopping at the
     first problem: (the files checked, every problem found, each a diagnostics.Problem with its
     file:line:col and severity). Raises ConfigError when no file is found."""
-    from .config import check_file
+    from .spec.config import check_file
 
     given = [Path(path) for path in paths]
     files: list[Path] = []
@@ -488,7 +488,7 @@ def validate(paths: Iterable[str | os.PathLike], params: Params = None) -> tuple
 def graph(pipeline: PipelineLike, format: str = "mermaid", out: str | os.PathLike | None = None) -> str | Path:
     """The pipeline's graph: Mermaid or Graphviz DOT text, or an SVG or PNG picture drawn by Graphviz
     into `out` (its path returned)."""
-    from . import diagram
+    from .reporting import diagram
 
     if format in diagram.PICTURES:
         if out is None:
@@ -502,7 +502,7 @@ def graph(pipeline: PipelineLike, format: str = "mermaid", out: str | os.PathLik
 
 def schema() -> dict[str, Any]:
     """The JSON Schema of pipeline files, every registered engine's settings included."""
-    from .spec import json_schema
+    from .spec.model import json_schema
 
     return json_schema()
 
@@ -510,8 +510,8 @@ def schema() -> dict[str, Any]:
 def init(directory: str | os.PathLike, engines: Iterable[str] = ()) -> list[Path]:
     """A new project in `directory` (new or empty) that validates and runs at once: pipeline.yaml, a
     stage module per engine (default: python), a sample dataset, a test, a README. Returns the files."""
+    from .ops.scaffold import create
     from .registry import DEFAULT
-    from .scaffold import create
 
     return create(Path(directory), list(engines) or [DEFAULT])
 
@@ -520,7 +520,7 @@ def diagnose(pipeline: PipelineLike | None = None, environ: Mapping[str, str] | 
     """Can this machine run the pipeline (every engine, without one), unattended too? Each check's
     findings (doctor.Finding: check, status ok/warning/error, detail, fix), in `environ` (default:
     this process's; cron gives a run almost nothing)."""
-    from .doctor import run_checks
+    from .ops.doctor import run_checks
 
     return run_checks(_pipeline(pipeline) if pipeline is not None else None, environ)
 
@@ -528,7 +528,7 @@ def diagnose(pipeline: PipelineLike | None = None, environ: Mapping[str, str] | 
 def install_schedule(pipeline: PipelineLike):
     """Write the pipeline's schedule: into the user's crontab, replacing its previous line and no
     other; returns the installed entry (schedule.Entry: pipeline, file, cron, timezone, log)."""
-    from . import schedule as schedules
+    from .ops import schedule as schedules
 
     return schedules.install(_pipeline(pipeline))
 
@@ -536,20 +536,20 @@ def install_schedule(pipeline: PipelineLike):
 def is_due(pipeline: PipelineLike) -> bool:
     """Whether the pipeline's schedule: falls on this minute in its time zone (what a cron line asks
     before it runs: cron may call it on minutes the schedule does not fall on)."""
-    from .schedule import is_due_now
+    from .ops.schedule import is_due_now
 
     return is_due_now(_pipeline(pipeline))
 
 
 def schedules() -> list[tuple[Any, list[datetime]]]:
     """Each hybridflow schedule in the user's crontab, with its next two runs."""
-    from . import schedule as schedules
+    from .ops import schedule as schedules
 
     return [(entry, schedules.next_runs(entry)) for entry in schedules.installed()]
 
 
 def remove_schedule(target: str | os.PathLike):
     """Remove a pipeline's line (by its file or its name) from the user's crontab; returns its entry."""
-    from . import schedule as schedules
+    from .ops import schedule as schedules
 
     return schedules.remove(os.fspath(target))

@@ -22,8 +22,8 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperGroup
 
-from .completion import LAST_RUN, run_ids, stage_lists, stage_names
 from .errors import ConfigError, ExitCode, HybridflowError, UnavailableError, UsageError, counted, storage_error
+from .ops.completion import LAST_RUN, run_ids, stage_lists, stage_names
 from .registry import BUILT_IN
 
 # what a --force value looks like: stage names (identifiers), comma-separated
@@ -216,7 +216,7 @@ def run(  # noqa: PLR0913 - a typer command takes one parameter per option
 ) -> None:
     """Validate a pipeline, then run its stages in dependency order."""
     from . import api
-    from .progress import listener_for
+    from .reporting.progress import listener_for
 
     _use_workdir(workdir)
 
@@ -286,7 +286,7 @@ _supervising = False  # set by main(): the command's own process (tests calling 
 def _supervised(work, pipeline_file: Path, verbose: bool) -> None:
     """`work()` (runs of `pipeline_file`) in a child process that this one supervises (supervisor.py):
     a run whose process ends without recording its end is recorded here, and named in one line."""
-    from . import supervisor
+    from .execution import supervisor
 
     if not (_supervising and supervisor.available()):
         work()
@@ -337,14 +337,14 @@ class _RunReport:
                       soft_wrap=True)
 
     def run_started(self, run_id, stages) -> None:
-        from . import supervisor
+        from .execution import supervisor
 
         supervisor.run_began(run_id)
         self.progress.run_started(run_id, stages)
 
     def run_finished(self, result) -> None:
-        from . import supervisor
-        from .progress import summary_line, summary_table
+        from .execution import supervisor
+        from .reporting.progress import summary_line, summary_table
 
         supervisor.run_ended(result.run_id)
         self.progress.close()
@@ -367,7 +367,7 @@ def _report_line(result) -> str | None:
     (report: false, or writing it failed)."""
     import shlex
 
-    from .htmlreport import REPORT_FILE
+    from .reporting.htmlreport import REPORT_FILE
 
     path = Path(result.run_dir) / REPORT_FILE
     if not path.is_file():
@@ -382,7 +382,7 @@ class _WatchReport:
     what the session waits for between runs."""
 
     def listener(self):
-        from .progress import listener_for
+        from .reporting.progress import listener_for
 
         return _RunReport(listener_for(err))
 
@@ -404,7 +404,7 @@ class _WatchReport:
 
 
 def _print_plan(plan) -> None:
-    from .progress import plan_table
+    from .reporting.progress import plan_table
 
     out.print(plan_table(plan.pipeline, plan.decisions))
     for stage, item in plan.missing:
@@ -505,7 +505,7 @@ def runs(
 ) -> None:
     """List recent runs (of one pipeline, or of every pipeline in the workdir)."""
     from . import api
-    from .progress import runs_table
+    from .reporting.progress import runs_table
 
     out.print(runs_table(api.runs(pipeline_file, workdir=workdir, limit=limit, missing_ok=False)))
 
@@ -520,7 +520,7 @@ def show(
 ) -> None:
     """One run: its stages, their figures, and the lineage of what they published."""
     from . import api
-    from .progress import run_details
+    from .reporting.progress import run_details
 
     run = api.run_record(run_id, pipeline_file, workdir=workdir)
     for renderable in run_details(run, run.pop("stages"), run.pop("spans")):

@@ -31,7 +31,7 @@ DEFAULT = "python"  # the engine of a stage that names none
 @dataclass(frozen=True)
 class ClusterLaunch:
     """How the engine's own cluster processes are started on hosts (a cluster brought up over SSH, see
-    hybridflow.provisioning): the address the driver attaches to, the head's command, and each worker's.
+    hybridflow.execution.provisioning): the address the driver attaches to, the head's command, and each worker's.
     Every process is started with its output to a log and its environment tagged with the cluster."""
 
     address: str  # what backends.<engine>.address (or master) is set to

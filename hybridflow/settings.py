@@ -57,7 +57,7 @@ class ClusterHost(Section):
 
 
 class ClusterSection(Section):
-    """backends.<engine>.cluster: how a cluster is brought up for each run (see hybridflow.provisioning)."""
+    """backends.<engine>.cluster: how a cluster is brought up for each run (see hybridflow.execution.provisioning)."""
 
     provider: Literal["command", "ssh"] = Field(
         description="command: the team's own up and down commands; ssh: the engine's own cluster processes "

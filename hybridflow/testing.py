@@ -1,7 +1,7 @@
 """The backend contract as a pytest base class, for hybridflow's own engines and for a third-party one.
 
 Every engine hands its outputs to the next stage, on any engine, as Parquet in one on-disk contract
-(see hybridflow.tables). An engine's test module holds the engine to it by subclassing BackendContract:
+(see hybridflow.data.tables). An engine's test module holds the engine to it by subclassing BackendContract:
 
     from hybridflow.testing import BackendContract
 
@@ -52,10 +52,10 @@ import pytest
 
 from hybridflow import backends
 from hybridflow.backends.base import process_output_to
-from hybridflow.catalog import Catalog, Version
-from hybridflow.contract import schema_differences
+from hybridflow.data.contract import schema_differences
+from hybridflow.data.tables import HIVE_NULL, TableSource, read_arrow, write_arrow
 from hybridflow.errors import DataError
-from hybridflow.tables import HIVE_NULL, TableSource, read_arrow, write_arrow
+from hybridflow.store.catalog import Catalog, Version
 
 UTC = dt.timezone.utc
 

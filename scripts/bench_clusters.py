@@ -35,11 +35,11 @@ sys.path.insert(0, str(REPO))
 
 from hybridflow import backends  # noqa: E402
 from hybridflow.api import load  # noqa: E402
-from hybridflow.clusterusage import cluster_usage  # noqa: E402
-from hybridflow.runsync import open_store  # noqa: E402
+from hybridflow.execution.sshclusters import ssh_down, ssh_up  # noqa: E402
+from hybridflow.reporting.clusterusage import cluster_usage  # noqa: E402
+from hybridflow.reporting.timeline import ENGINE_START  # noqa: E402
 from hybridflow.settings import ClusterSection  # noqa: E402
-from hybridflow.sshclusters import ssh_down, ssh_up  # noqa: E402
-from hybridflow.timeline import ENGINE_START  # noqa: E402
+from hybridflow.store.runsync import open_store  # noqa: E402
 from tests.clusters.test_multihost import EMBEDDED, RAY_ENV, STAGES  # noqa: E402
 from tests.support.netns import DRIVER_ADDRESS, Topology, netns_unavailable  # noqa: E402
 from tests.support.projects import Project  # noqa: E402

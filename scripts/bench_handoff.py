@@ -45,8 +45,8 @@ from hybridflow.backends.duckdb import DuckDBSettings
 from hybridflow.backends.polars import PolarsSettings
 from hybridflow.backends.ray import RaySettings
 from hybridflow.backends.spark import SparkSettings
-from hybridflow.storage import StoreSettings, object_path
-from hybridflow.tables import TableSource, write_arrow
+from hybridflow.data.storage import StoreSettings, object_path
+from hybridflow.data.tables import TableSource, write_arrow
 
 SETTINGS = {
     "python": None,
@@ -121,7 +121,7 @@ def rounds(count: int, scratch: Path, label: str, write, read) -> list[tuple[flo
 
 def rounds_through_store(count: int, scratch: Path, label: str, remote, write, read) -> list[tuple[float, float]]:
     """As rounds(), through object storage: write(catalog) returns what read(it) reads back."""
-    from hybridflow.objectcatalog import ObjectCatalog
+    from hybridflow.store.objectcatalog import ObjectCatalog
     figures = []
     for round_ in range(count):
         catalog = ObjectCatalog(scratch / f"{label}-{round_}", remote / f"{label}-{round_}", StoreSettings.of())
@@ -161,7 +161,7 @@ def bench(name: str, engine, source: TableSource, scratch: Path, remote,
 def spark_own(engine, held, scratch: Path, remote):
     """Spark's own `df.write.parquet` (its default committer; s3a:// with a remote) and
     `spark.read.parquet` of the same frame: the floor under Spark's hand-off."""
-    from hybridflow.objectstore import ObjectStore
+    from hybridflow.data.objectstore import ObjectStore
 
     def round_trip(round_: int) -> tuple[float, float]:
         uri = f"s3a://{remote}/spark-own-{round_}" if remote is not None else str(scratch / f"spark-own-{round_}")
@@ -234,8 +234,8 @@ def published(engine, frame, catalog):
 
 def pyarrow_to_store(table: pa.Table, catalog):
     """pyarrow's own write of `table` to the store: files of the size write_arrow makes."""
+    from hybridflow.data.tables import rows_per_file
     from hybridflow.settings import TARGET_FILE_SIZE
-    from hybridflow.tables import rows_per_file
 
     fs = catalog.settings.arrow_filesystem()
     rows = rows_per_file(table, TARGET_FILE_SIZE)

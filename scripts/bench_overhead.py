@@ -58,7 +58,7 @@ def main() -> None:
         (project / "pipeline.yaml").write_text(pipeline(args.stages))
         full = timed_run(project)
         skipped = timed_run(project)
-        from hybridflow.state import RunStore
+        from hybridflow.store.state import RunStore
 
         store = RunStore(project / ".hybridflow" / "runs.db")
         first_run = store.runs(limit=2)[-1]

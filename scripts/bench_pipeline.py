@@ -165,7 +165,7 @@ def timed(command: list[str], cwd: Path, env: dict) -> float:
 
 def last_run(scratch: Path) -> tuple[dict, list[dict]]:
     sys.path.insert(0, str(REPO))
-    from hybridflow.state import RunStore
+    from hybridflow.store.state import RunStore
 
     store = RunStore(scratch / ".hybridflow" / "runs.db")
     run = store.last_run("weekly-retrain")
@@ -174,7 +174,7 @@ def last_run(scratch: Path) -> tuple[dict, list[dict]]:
 
 def etl_seconds(scratch: Path) -> float:
     """The last hybridflow run's etl stage: its read, call and publish (not its wait for Spark)."""
-    from hybridflow.progress import step_seconds
+    from hybridflow.reporting.progress import step_seconds
 
     went = step_seconds(last_run(scratch)[1])["etl"]
     return went["read"] + went["call"] + went["publish"]
@@ -183,8 +183,8 @@ def etl_seconds(scratch: Path) -> float:
 def print_stages(scratch: Path) -> None:
     """The last hybridflow run's stages: where each one's time went, and the engine work (Spark jobs,
     Dask task graphs, Ray Data executions) each phase ran."""
-    from hybridflow.progress import engine_work_text, step_seconds
-    from hybridflow.state import RunStore
+    from hybridflow.reporting.progress import engine_work_text, step_seconds
+    from hybridflow.store.state import RunStore
 
     run, spans = last_run(scratch)
     steps = step_seconds(spans)
@@ -200,7 +200,7 @@ def print_work_against_glue(scratch: Path) -> None:
     """Spark jobs and Dask task graphs per stage: the last hybridflow run's (read, call and publish
     together) beside the glue script's, which runs only what each stage's own result and its write
     with the engine's own writer need (Ray's executions are not counted there)."""
-    from hybridflow.state import RunStore
+    from hybridflow.store.state import RunStore
 
     run, _ = last_run(scratch)
     glue_work = json.loads((scratch / "glue" / GLUE_WORK).read_text())
@@ -212,7 +212,7 @@ def print_work_against_glue(scratch: Path) -> None:
 
 
 def engine_starts(scratch: Path) -> list[str]:
-    from hybridflow.timeline import ENGINE_START
+    from hybridflow.reporting.timeline import ENGINE_START
 
     return [span["detail"] for span in last_run(scratch)[1] if span["kind"] == ENGINE_START]
 
@@ -220,7 +220,7 @@ def engine_starts(scratch: Path) -> list[str]:
 def watched_edit(scratch: Path, env: dict) -> tuple[float, list[str], list[str]]:
     """Seconds from a save of the features function to the end of the run it causes, on a watch
     session whose engines a first save already started; that run's engine starts and stages run."""
-    from hybridflow.state import RunStore
+    from hybridflow.store.state import RunStore
 
     output = scratch / "watch.out"
     with output.open("w") as sink:

@@ -163,7 +163,7 @@ def dataset_files(project: Path, stages: list[str]) -> dict[str, dict]:
     """Per table dataset the stages published: files, partitions, bytes, median file size and the most
     files allowed (from the published versions' manifests)."""
     import hybridflow
-    from hybridflow.catalog import Catalog
+    from hybridflow.store.catalog import Catalog
 
     pipeline = hybridflow.load(project / BENCH_PIPELINE)
     catalog = Catalog(pipeline.workdir / pipeline.name)

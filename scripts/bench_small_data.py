@@ -63,7 +63,7 @@ def pipeline(data: Path, backend: str) -> str:
 DUCKDB_ALONE = '''
 import sys, duckdb, pandas as pd
 sys.path.insert(0, {repo!r})
-from hybridflow.sqlstage import parse
+from hybridflow.spec.sqlstage import parse
 from stages.orders_report.summary import top_nations
 out, data = {out!r}, {data!r}
 con = duckdb.connect()

@@ -28,10 +28,10 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from hybridflow import gpu  # noqa: E402
-from hybridflow.config import load_pipeline  # noqa: E402
+from hybridflow.backends import gpu  # noqa: E402
 from hybridflow.errors import ExitCode  # noqa: E402
-from hybridflow.runner import Runner, Selection  # noqa: E402
+from hybridflow.execution.runner import Runner, Selection  # noqa: E402
+from hybridflow.spec.config import load_pipeline  # noqa: E402
 
 CONFIG = REPO / "configs" / "weekly_retrain.yaml"
 DATA = "data/retrain"  # where the example pipeline's datasets live, relative to its root

@@ -15,11 +15,11 @@ from typing import Any, Iterable, Sequence
 
 import pyarrow as pa
 
-from ..pipeline import REDACTED
+from ..data.storage import ObjectPath
+from ..data.tables import TableSource, ensure_schema_file
 from ..settings import TARGET_FILE_SIZE
-from ..stagelog import private_dir
-from ..storage import ObjectPath
-from ..tables import TableSource, ensure_schema_file
+from ..spec.pipeline import REDACTED
+from .stagelog import private_dir
 
 
 class Backend(ABC):

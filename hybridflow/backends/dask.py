@@ -23,12 +23,10 @@ from typing import Any, ClassVar, Sequence
 import pyarrow as pa
 from pydantic import Field
 
-from ..contract import standard_schema
-from ..errors import DataError, UnavailableError
-from ..footers import Piece, read_footers
-from ..settings import EngineSection, GpuMode
-from ..storage import ObjectPath
-from ..tables import (
+from ..data.contract import standard_schema
+from ..data.footers import Piece, read_footers
+from ..data.storage import ObjectPath
+from ..data.tables import (
     SAMPLE_ROWS,
     TableSource,
     hive_escape,
@@ -37,6 +35,8 @@ from ..tables import (
     read_piece,
     rows_per_file,
 )
+from ..errors import DataError, UnavailableError
+from ..settings import EngineSection, GpuMode
 from . import ClusterLaunch, Engine
 from .base import (
     Backend,
@@ -139,7 +139,7 @@ class DaskBackend(Backend):
         import dask.dataframe  # noqa: F401
         from distributed import Client, LocalCluster
 
-        from .. import pandas_frames  # noqa: F401
+        from . import pandas_frames  # noqa: F401
 
         self._frame_backend = dask.config.get("dataframe.backend", "pandas")
         self._unroute = _route_logging(dask.config.get("distributed.admin.log-format"))
@@ -277,7 +277,7 @@ class DaskBackend(Backend):
     def _read_cpu(self, source: TableSource):
         import dask.dataframe as dd
 
-        from .. import pandas_frames  # pandas: imported when a stage reads, not when the registry loads
+        from . import pandas_frames  # pandas: imported when a stage reads, not when the registry loads
 
         if source.format != "parquet":  # external text: each worker parses whole files with pyarrow
             kinds = pandas_frames.schema_kinds(source.schema, source.schema.names)  # nulls unknown: nullable
@@ -322,7 +322,7 @@ class DaskBackend(Backend):
         partition."""
         import dask
 
-        from .. import pandas_frames
+        from . import pandas_frames
 
         frame = frame.persist()
         rows, sample = dask.compute(frame.map_partitions(len).sum(),
@@ -449,7 +449,7 @@ def _import_readers() -> None:
     import dask.dataframe  # noqa: F401
     import pyarrow.parquet  # noqa: F401
 
-    from .. import pandas_frames  # noqa: F401
+    from . import pandas_frames  # noqa: F401
 
 
 def _hive_escaped(frame, schema: pa.Schema, partition_by: tuple[str, ...]):
@@ -493,7 +493,7 @@ def _require_gpu_workers(client, address: str) -> None:
 def _read_piece(piece: Piece, source: TableSource, schema: pa.Schema, kinds: list[str], columns=None):
     """Some row groups of one file as a pandas frame of the dtypes every partition shares. Dask
     passes `columns` when the stage uses only some (column projection)."""
-    from .. import pandas_frames
+    from . import pandas_frames
 
     if columns is not None:
         kinds = [kinds[schema.get_field_index(c)] for c in columns]
@@ -501,8 +501,8 @@ def _read_piece(piece: Piece, source: TableSource, schema: pa.Schema, kinds: lis
 
 
 def _read_text_pandas(file: PurePath, fmt: str, schema: pa.Schema, kinds: list[str], store=None, columns=None):
-    from .. import pandas_frames
-    from ..textfiles import read_text_file
+    from ..data.textfiles import read_text_file
+    from . import pandas_frames
 
     table = read_text_file(file, fmt, schema, filesystem=store.arrow_filesystem() if store else None)
     if columns is not None:

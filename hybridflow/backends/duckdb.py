@@ -28,13 +28,10 @@ from urllib.parse import unquote
 import pyarrow as pa
 from pydantic import Field
 
-from ..contract import standard_schema
-from ..errors import DataError, HybridflowError, StageError, UnavailableError, first_line
-from ..footers import read_footers
-from ..settings import ByteSize, EngineSection
-from ..stagelog import private_dir
-from ..storage import uri_of
-from ..tables import (
+from ..data.contract import standard_schema
+from ..data.footers import read_footers
+from ..data.storage import uri_of
+from ..data.tables import (
     FILE_COLUMN,
     TableSource,
     hive_escape,
@@ -44,8 +41,11 @@ from ..tables import (
     with_string_partitions,
     write_arrow,
 )
+from ..errors import DataError, HybridflowError, StageError, UnavailableError, first_line
+from ..settings import ByteSize, EngineSection
 from . import Engine
 from .base import Backend, case_collisions
+from .stagelog import private_dir
 
 
 class DuckDBSettings(EngineSection):
@@ -383,7 +383,7 @@ def _as_arrow(frame) -> pa.Table:
         return frame
     if isinstance(frame, pa.RecordBatchReader):  # what a DuckDB relation's .arrow() returns since 2.0
         return frame.read_all()
-    from .. import pandas_frames  # pandas: imported when a stage returns a frame
+    from . import pandas_frames  # pandas: imported when a stage returns a frame
 
     return pandas_frames.to_arrow(frame)
 

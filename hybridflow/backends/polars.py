@@ -45,14 +45,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import Field
 
-from .. import gpu
-from ..contract import standard_schema
-from ..errors import DataError, HybridflowError, StageError, first_line
-from ..footers import read_footers
-from ..settings import ByteSize, EngineSection, GpuMode
-from ..stagelog import private_dir
-from ..storage import uri_of
-from ..tables import (
+from ..data.contract import standard_schema
+from ..data.footers import read_footers
+from ..data.storage import uri_of
+from ..data.tables import (
     FILE_COLUMN,
     SAMPLE_ROWS,
     TableSource,
@@ -63,8 +59,11 @@ from ..tables import (
     text_dataset,
     with_string_partitions,
 )
-from . import Engine
+from ..errors import DataError, HybridflowError, StageError, first_line
+from ..settings import ByteSize, EngineSection, GpuMode
+from . import Engine, gpu
 from .base import Backend
+from .stagelog import private_dir
 
 
 class PolarsSettings(EngineSection):

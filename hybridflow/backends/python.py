@@ -15,11 +15,10 @@ from typing import Any
 import pyarrow as pa
 from pydantic import Field
 
-from .. import gpu
+from ..data.tables import TableSource, read_arrow, write_arrow
 from ..errors import DataError
 from ..settings import EngineSection, GpuMode
-from ..tables import TableSource, read_arrow, write_arrow
-from . import Engine
+from . import Engine, gpu
 from .base import Backend, index_as_columns
 
 
@@ -79,7 +78,7 @@ class PythonBackend(Backend):
     def read(self, source: TableSource):
         if self.stage_on_gpu:
             return read_cudf(source)
-        from .. import pandas_frames  # pandas: imported when a stage reads, not when the registry loads
+        from . import pandas_frames  # pandas: imported when a stage reads, not when the registry loads
 
         return pandas_frames.to_pandas(read_arrow(source))
 
@@ -92,7 +91,7 @@ class PythonBackend(Backend):
                     target_file_size: int) -> pa.Schema:
         if is_cudf_frame(frame):
             return write_cudf(frame, directory, partition_by)
-        from .. import pandas_frames
+        from . import pandas_frames
 
         table = frame if isinstance(frame, pa.Table) else pandas_frames.to_arrow(frame)
         return write_arrow(table, directory, partition_by, target_file_size)

@@ -29,11 +29,11 @@ from typing import Any, ClassVar, Sequence
 import pyarrow as pa
 from pydantic import Field
 
+from ..data.footers import read_footers
+from ..data.storage import ObjectPath
+from ..data.tables import SAMPLE_ROWS, TableSource, parquet_files, respell_partition_directories, rows_per_file
 from ..errors import ConfigError, DataError, HybridflowError, UnavailableError, first_line
-from ..footers import read_footers
 from ..settings import TARGET_FILE_SIZE, EngineSection, GpuMode, Params
-from ..storage import ObjectPath
-from ..tables import SAMPLE_ROWS, TableSource, parquet_files, respell_partition_directories, rows_per_file
 from . import ClusterLaunch, Engine
 from .base import (
     Backend,

@@ -19,8 +19,8 @@ import pyarrow as pa
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
-from ..footers import Footers, Piece
-from ..tables import TableSource, read_piece
+from ..data.footers import Footers, Piece
+from ..data.tables import TableSource, read_piece
 
 
 class ParquetPieces(Datasource):

@@ -33,12 +33,12 @@ import pyarrow as pa
 from pydantic import Field, model_validator
 
 from .. import processes
+from ..data.footers import read_footers
+from ..data.storage import ObjectPath
+from ..data.tables import TableSource, parquet_files
+from ..data.textfiles import csv_header
 from ..errors import DataError, UnavailableError, first_line
-from ..footers import read_footers
 from ..settings import EngineSection, GpuMode, Params
-from ..storage import ObjectPath
-from ..tables import TableSource, parquet_files
-from ..textfiles import csv_header
 from . import ClusterLaunch, Engine, GpuPlugin, spark_host
 from .base import (
     Backend,
@@ -223,7 +223,7 @@ def redact_event_logs(directory: Path, app_id: str, secrets) -> None:
     """Spark redacts conf values (see redaction_conf) but not what a failed task's error or a query
     plan quotes; an uncompressed event log of this application is rewritten with the secrets
     replaced, atomically. A compressed one is left as it is (the README says so)."""
-    from ..pipeline import REDACTED
+    from ..spec.pipeline import REDACTED
 
     needles = sorted({v for value in secrets for v in (value, json.dumps(value)[1:-1])}, key=len, reverse=True)
     for path in sorted(directory.glob(f"*{app_id}*")):

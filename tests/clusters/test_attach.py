@@ -17,8 +17,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from hybridflow.catalog import Catalog
-from hybridflow.tables import read_arrow
+from hybridflow.data.tables import read_arrow
+from hybridflow.store.catalog import Catalog
 
 BIN = Path(sys.executable).parent
 # Cluster ports stay outside Ray's worker port range (10002-19999).

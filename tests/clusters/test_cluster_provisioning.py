@@ -20,8 +20,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from hybridflow.catalog import Catalog
 from hybridflow.errors import ExitCode
+from hybridflow.store.catalog import Catalog
 from tests.support.projects import Project
 
 pytestmark = pytest.mark.timeout(300)
@@ -331,10 +331,10 @@ def test_a_watch_session_takes_the_old_cluster_down_when_it_restarts_its_engine(
     """A watch session keeps its engines (and their clusters) between runs; one whose settings changed
     restarts with a fresh cluster, and the old one goes down then, not at the session's end."""
     from hybridflow.api import load
-    from hybridflow.clusterrecords import open_records
-    from hybridflow.provisioning import RunClusters
-    from hybridflow.stopping import SignalState
-    from hybridflow.warmpool import WarmPool
+    from hybridflow.execution.provisioning import RunClusters
+    from hybridflow.execution.stopping import SignalState
+    from hybridflow.execution.warmpool import WarmPool
+    from hybridflow.store.clusterrecords import open_records
 
     project, state, _ = provisioned
     monkeypatch.setenv("STATE", str(state))

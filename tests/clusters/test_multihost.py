@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow.catalog import Catalog
+from hybridflow.data.tables import read_arrow
 from hybridflow.errors import ExitCode
-from hybridflow.tables import read_arrow
+from hybridflow.store.catalog import Catalog
 from tests.clusters.test_attach import BIN, wait_for
 from tests.support.netns import DRIVER_ADDRESS, Listener, Topology, address_allowed, netns_unavailable, process_tree
 from tests.support.projects import Project

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow.catalog import Catalog
+from hybridflow.data.tables import read_arrow
 from hybridflow.errors import ExitCode
-from hybridflow.tables import read_arrow
+from hybridflow.store.catalog import Catalog
 from tests.support.netns import Topology, address_allowed, netns_unavailable, process_tree
 from tests.support.projects import Project
 

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow.objectcatalog import ObjectCatalog
-from hybridflow.storage import ObjectPath, StoreSettings
+from hybridflow.data.storage import ObjectPath, StoreSettings
+from hybridflow.store.objectcatalog import ObjectCatalog
 from tests.clusters import test_multihost as multihost
 from tests.clusters.test_multihost import DRIVER_ADDRESS, RAY_ENV, outputs, run_cli, wrong_listeners
 from tests.objectstore.test_s3_workdir import statuses
@@ -195,7 +195,7 @@ def test_three_clusters_brought_up_over_ssh_give_the_embedded_answer_and_leave_n
     catalog = ObjectCatalog(private / "cache" / "sshflow", ObjectPath(f"{bucket}/wd/sshflow"), StoreSettings.of())
     scaled = catalog.current("scaled")
     assert outputs(scaled) == embedded_answer
-    from hybridflow.tables import read_arrow
+    from hybridflow.data.tables import read_arrow
 
     assert set(read_arrow(scaled.source()).column("spark_left").to_pylist()) == {0}  # Spark's cluster was gone
     assert tagged("hf-sshflow-") == []  # every cluster process, on every host, ended with the run
@@ -256,8 +256,8 @@ def test_after_a_kill_9_the_tethers_end_every_cluster_and_the_reaper_its_records
 def test_a_dask_cluster_nobody_uses_ends_itself_at_its_idle_timeout(hosts, sshd, tmp_path):
     """No runner, no tether, no reaper: the scheduler's own timer ends it. (Brought up as behind a
     running stage: its processes run at the lower CPU priority asked for.)"""
+    from hybridflow.execution.sshclusters import ssh_down, ssh_up
     from hybridflow.settings import ClusterSection
-    from hybridflow.sshclusters import ssh_down, ssh_up
 
     spec = ClusterSection(provider="ssh", hosts=[{"host": hosts.hosts["a"], "head": True}, {"host": hosts.hosts["b"]}],
                           user="root", key_file=str(sshd), python=sys.executable, ssh_options=CLIENT_OPTIONS,

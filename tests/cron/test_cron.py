@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from hybridflow import schedule
-from hybridflow.config import load_pipeline
-from hybridflow.doctor import cron_daemon
-from hybridflow.state import RunStore
+from hybridflow.ops import schedule
+from hybridflow.ops.doctor import cron_daemon
+from hybridflow.spec.config import load_pipeline
+from hybridflow.store.state import RunStore
 from tests.support.crontabs import TINY_STAGES, crontab_bytes, tiny_pipeline
 
 # cron reads a changed crontab at its next minute and runs the job then (at most ~2 minutes), and the

@@ -22,13 +22,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from hybridflow.catalog import Catalog
-from hybridflow.config import load_pipeline
-from hybridflow.contract import schema_differences
+from hybridflow.data.contract import schema_differences
+from hybridflow.data.storage import ObjectPath
+from hybridflow.data.tables import TableSource, read_arrow
 from hybridflow.errors import DataError, ExitCode
-from hybridflow.runner import Runner
-from hybridflow.storage import ObjectPath
-from hybridflow.tables import TableSource, read_arrow
+from hybridflow.execution.runner import Runner
+from hybridflow.spec.config import load_pipeline
+from hybridflow.store.catalog import Catalog
 from hybridflow.testing import (
     ODD_PARTITION,
     ODD_PARTITION_DIRECTORIES,
@@ -82,7 +82,7 @@ def s3(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory, shared_project, s3):
-    from hybridflow.storage import StoreSettings
+    from hybridflow.data.storage import StoreSettings
 
     yield from engines_for_module(tmp_path_factory, shared_project, store=StoreSettings.of())
 
@@ -116,8 +116,8 @@ def test_every_type_survives_every_writer_reader_pair(engines, written_by, tmp_p
 @pytest.fixture(scope="module")
 def s3_layout(s3):
     """A catalog factory for a workdir in object storage on the module's S3 server."""
-    from hybridflow.objectcatalog import ObjectCatalog
-    from hybridflow.storage import ObjectPath, StoreSettings
+    from hybridflow.data.storage import ObjectPath, StoreSettings
+    from hybridflow.store.objectcatalog import ObjectCatalog
 
     settings = StoreSettings.of()
     return lambda base: ObjectCatalog(base / "home", ObjectPath(f"contract/{base.name}"), settings)

@@ -9,13 +9,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from hybridflow import planning
-from hybridflow.catalog import Catalog
-from hybridflow.config import load_pipeline
+from hybridflow.data.tables import read_arrow
 from hybridflow.errors import DataError, ExitCode
-from hybridflow.planner import SKIP
-from hybridflow.runner import Runner
-from hybridflow.tables import read_arrow
+from hybridflow.execution import planning
+from hybridflow.execution.planner import SKIP
+from hybridflow.execution.runner import Runner
+from hybridflow.spec.config import load_pipeline
+from hybridflow.store.catalog import Catalog
 from tests.support.engines import ENGINES, engines_for_module
 from tests.support.projects import Project
 

@@ -13,8 +13,8 @@ from hybridflow import backends
 from hybridflow.backends.dask import DaskSettings
 from hybridflow.backends.ray import RaySettings
 from hybridflow.backends.spark import SparkSettings
-from hybridflow.config import check_file
 from hybridflow.errors import UnavailableError
+from hybridflow.spec.config import check_file
 from tests.support.engines import TEST_SETTINGS, child_pids
 
 

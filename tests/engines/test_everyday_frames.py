@@ -12,7 +12,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from hybridflow.tables import TableSource, write_arrow
+from hybridflow.data.tables import TableSource, write_arrow
 from tests.support import everyday
 from tests.support.engines import start_engines
 from tests.support.everyday import OPERATIONS, everyday_table

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow.catalog import Catalog
-from hybridflow.state import RunStore
+from hybridflow.store.catalog import Catalog
+from hybridflow.store.state import RunStore
 from tests.runs.test_kill import assert_complete
 from tests.support.engines import assert_nothing_left, child_pids
 from tests.support.projects import last_run_record

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow.catalog import Catalog
+from hybridflow.store.catalog import Catalog
 from tests.support.projects import Project, last_run_record
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None,

@@ -11,8 +11,8 @@ import uuid
 
 import pytest
 
-from hybridflow.catalog import Catalog
-from hybridflow.tables import read_arrow
+from hybridflow.data.tables import read_arrow
+from hybridflow.store.catalog import Catalog
 from tests.support.engines import assert_nothing_left
 
 pytestmark = pytest.mark.timeout(600)

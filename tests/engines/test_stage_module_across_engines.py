@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from hybridflow.catalog import Catalog
-from hybridflow.tables import read_arrow
+from hybridflow.data.tables import read_arrow
+from hybridflow.store.catalog import Catalog
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 
 import hybridflow
-from hybridflow.progress import PlainListener, ProgressTicker, _stage_line
+from hybridflow.reporting.progress import PlainListener, ProgressTicker, _stage_line
 from hybridflow.results import StageResult
 
 TASKS = 8  # each sleeps NAP seconds; two at a time (local[2], one Dask worker with 2 threads)

@@ -18,8 +18,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hybridflow.catalog import Catalog
-from hybridflow.tables import read_arrow
+from hybridflow.data.tables import read_arrow
+from hybridflow.store.catalog import Catalog
 from tests.support.engines import assert_nothing_left
 from tests.support.listeners import ListenerSampler
 from tests.support.projects import last_run_record

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow.state import RunStore
-from hybridflow.timeline import ENGINE_START
+from hybridflow.reporting.timeline import ENGINE_START
+from hybridflow.store.state import RunStore
 from tests.support.engines import assert_nothing_left
 
 pytestmark = pytest.mark.timeout(600)
@@ -211,7 +211,7 @@ def test_the_library_entry_point_stays_callable_after_its_module_is_imported(pro
     """hybridflow.watch is the function, whatever was imported before (a submodule of that name
     would replace the package's attribute on import: a second call in a notebook failed)."""
     import hybridflow
-    import hybridflow.watching  # noqa: F401 - what the first call imports
+    import hybridflow.execution.watching  # noqa: F401 - what the first call imports
 
     project.stages(STEPS)
     project.pipeline(PIPELINE.format(backend="python"))

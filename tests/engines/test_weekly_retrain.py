@@ -15,8 +15,8 @@ import pandas as pd
 import pyarrow.dataset as pads
 import pytest
 
-from hybridflow.catalog import Catalog
-from hybridflow.tables import read_arrow
+from hybridflow.data.tables import read_arrow
+from hybridflow.store.catalog import Catalog
 from tests.support.listeners import run_sampled
 from tests.support.projects import last_run_record
 

@@ -12,8 +12,8 @@ from pydantic import Field
 
 from hybridflow.backends import Engine
 from hybridflow.backends.base import Backend
+from hybridflow.data.tables import TableSource, read_arrow, write_arrow
 from hybridflow.settings import Section
-from hybridflow.tables import TableSource, read_arrow, write_arrow
 
 
 class ArrowSettings(Section):

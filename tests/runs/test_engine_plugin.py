@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from hybridflow import backends
-from hybridflow.catalog import Catalog
-from hybridflow.spec import pipeline_model
-from hybridflow.tables import read_arrow
+from hybridflow.data.tables import read_arrow
+from hybridflow.spec.model import pipeline_model
+from hybridflow.store.catalog import Catalog
 from hybridflow.testing import BackendContract
 
 ROOT = Path(__file__).resolve().parents[2]

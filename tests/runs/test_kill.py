@@ -12,7 +12,7 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-from hybridflow.catalog import Catalog
+from hybridflow.store.catalog import Catalog
 from tests.support.projects import last_run_record
 
 STAGE = '''

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from hybridflow.errors import ExitCode
-from hybridflow.lock import RunLock
+from hybridflow.store.lock import RunLock
 from tests.unit.test_runner import STAGES
 
 TOKEN = "tok-7f3a9c1e5b"  # what ${env:HOOK_TOKEN} expands to: must never be shown or stored

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow.state import RunStore
+from hybridflow.store.state import RunStore
 
 STAGES = '''
 from pathlib import Path
@@ -260,7 +260,7 @@ def test_an_engine_no_later_stage_needs_is_stopped_before_the_next_stage(project
     assert cli(project, "run", "pipeline.yaml").returncode == 0
     import pyarrow.parquet as pq
 
-    from hybridflow.catalog import Catalog
+    from hybridflow.store.catalog import Catalog
 
     checked = Catalog(project.home("early")).current("checked")
     assert pq.read_table([str(f) for f in checked.files])["workers_alive"].to_pylist() == [0, 0]
@@ -322,7 +322,7 @@ def test_the_report_draws_its_timeline_and_graph_in_a_real_browser_offline(mixed
 
 
 def test_the_graph_layout_bends_long_arrows_around_boxes_and_turns_when_deep():
-    from hybridflow.reportcharts import _layered, pipeline_graph
+    from hybridflow.reporting.reportcharts import _layered, pipeline_graph
 
     a, b, c = ("stage", "a"), ("stage", "b"), ("stage", "c")
     position, routes = _layered([a, b, c], [(a, b), (b, c), (a, c)])

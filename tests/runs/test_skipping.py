@@ -13,9 +13,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from hybridflow.catalog import Catalog
-from hybridflow.state import RunStore
-from hybridflow.tables import read_arrow
+from hybridflow.data.tables import read_arrow
+from hybridflow.store.catalog import Catalog
+from hybridflow.store.state import RunStore
 from tests.support.projects import last_run_record
 
 STAGES = '''
@@ -155,8 +155,8 @@ def test_the_engine_wide_gpu_default_is_part_of_the_fingerprint(project):
 
 
 def test_the_requested_gpu_mode_comes_from_the_stage_else_its_engine(project):
-    from hybridflow.config import load_pipeline
-    from hybridflow.planner import Planner
+    from hybridflow.execution.planner import Planner
+    from hybridflow.spec.config import load_pipeline
 
     project.stages(STAGES)
     path = project.pipeline('''

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from hybridflow.catalog import Catalog
 from hybridflow.cli import app
-from hybridflow.state import RunStore
-from hybridflow.workdir import MARKER
+from hybridflow.store.catalog import Catalog
+from hybridflow.store.state import RunStore
+from hybridflow.store.workdir import MARKER
 from tests.support.projects import Project
 
 AS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="mounting and changing user need root (CI runs as root)")
@@ -251,7 +251,9 @@ def disk_is_full(*args, **kwargs):
 def test_a_write_that_fails_leaves_no_temporary_file(project, monkeypatch):
     """A full disk while the report, a pointer or the hash cache is written: the temporary file goes
     at once, so that the disk does not stay full of it."""
-    from hybridflow import api, catalog, hashing
+    from hybridflow import api
+    from hybridflow.data import hashing
+    from hybridflow.store import catalog
 
     path = demo(project)
     result = api.run(path)

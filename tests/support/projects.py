@@ -30,7 +30,7 @@ class Project:
 
 def last_run_record(workdir: Path) -> tuple[dict, dict[str, dict]]:
     """The newest run in <workdir>/runs.db and its stages by name."""
-    from hybridflow.state import RunStore
+    from hybridflow.store.state import RunStore
 
     store = RunStore(workdir / "runs.db")
     [run] = store.runs(limit=1)

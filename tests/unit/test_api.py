@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 import hybridflow
-from hybridflow.catalog import Catalog
+from hybridflow.store.catalog import Catalog
 
 ROOT = Path(__file__).resolve().parents[2]
 

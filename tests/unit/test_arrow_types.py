@@ -1,7 +1,7 @@
 import pyarrow as pa
 import pytest
 
-from hybridflow.arrow_types import ArrowTypeError, parse_arrow_type, type_name
+from hybridflow.data.arrow_types import ArrowTypeError, parse_arrow_type, type_name
 
 ROUND_TRIP = [
     pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.float32(), pa.float64(), pa.bool_(),

@@ -2,9 +2,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from hybridflow.catalog import MANIFEST, Catalog
+from hybridflow.data.tables import read_arrow, write_arrow
 from hybridflow.errors import DataError
-from hybridflow.tables import read_arrow, write_arrow
+from hybridflow.store.catalog import MANIFEST, Catalog
 
 TABLE = pa.table({"id": pa.array([1, None, 3], pa.int64()), "name": ["a", "b", None]})
 

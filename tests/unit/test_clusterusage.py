@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from hybridflow.clusterusage import cluster_usage
-from hybridflow.timeline import ATTEMPT, CLUSTER_DOWN, CLUSTER_UP, ENGINE_START
+from hybridflow.reporting.clusterusage import cluster_usage
+from hybridflow.reporting.timeline import ATTEMPT, CLUSTER_DOWN, CLUSTER_UP, ENGINE_START
 
 STAGES = [{"stage": "etl", "backend": "spark"}, {"stage": "a", "backend": "dask"},
           {"stage": "b", "backend": "dask"}, {"stage": "tune", "backend": "ray"}]

@@ -1,5 +1,5 @@
 """The code part of a stage's fingerprint: what the stage function reaches, by its parsed code
-(hybridflow.codereach), and how fingerprint.explain words a change in it."""
+(hybridflow.spec.codereach), and how fingerprint.explain words a change in it."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow import fingerprint as fp
-from hybridflow.codereach import CodeIndex
+from hybridflow.spec import fingerprint as fp
+from hybridflow.spec.codereach import CodeIndex
 
 STEPS = '''
 """Stage functions."""

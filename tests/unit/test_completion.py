@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hybridflow.state import RunStore
+from hybridflow.store.state import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow import doctor
 from hybridflow.backends import spark_host
-from hybridflow.config import load_pipeline
-from hybridflow.doctor import Target
 from hybridflow.errors import ExitCode
+from hybridflow.ops import doctor
+from hybridflow.ops.doctor import Target
+from hybridflow.spec.config import load_pipeline
 from tests.support.crontabs import TINY_STAGES, tiny_pipeline
 
 ENGINES_PIPELINE = '''
@@ -72,7 +72,7 @@ def test_installed_engines_are_found_without_being_imported(engines):
         installed = importlib.util.find_spec(module) is not None
         assert (found[f"{backend} engine"].status == "ok") == installed
     # in a fresh interpreter (this one may have imported engines for other tests)
-    probe = ("import sys; from hybridflow import doctor; list(doctor.check_packages(doctor.Target(None, {}))); "
+    probe = ("import sys; from hybridflow.ops import doctor; list(doctor.check_packages(doctor.Target(None, {}))); "
              "print(sorted(m for m in ('pyspark', 'ray', 'dask', 'distributed') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
@@ -147,7 +147,7 @@ def test_cron_daemon_is_found_in_proc_and_a_zombie_is_not(tmp_path):
 
 
 def test_schedule_check_says_whether_the_line_is_installed(project, saved_crontab):
-    from hybridflow import schedule
+    from hybridflow.ops import schedule
 
     project.stages(TINY_STAGES)
     path = project.pipeline(tiny_pipeline("0 3 * * 1", "UTC"))
@@ -199,7 +199,7 @@ SECRETS = {"HF_DOCTOR_TOKEN": "tok-0123456789", "HF_DOCTOR_HOST": "db.internal.e
 
 
 def test_doctor_names_the_env_variables_cron_will_not_give_a_scheduled_run(project, fake_crontab, monkeypatch):
-    from hybridflow import schedule
+    from hybridflow.ops import schedule
 
     monkeypatch.setattr(schedule, "SYSTEM_ENVIRONMENT", project.root / "no-etc-environment", raising=False)
     project.stages(TINY_STAGES)
@@ -235,7 +235,7 @@ def test_doctor_names_the_env_variables_cron_will_not_give_a_scheduled_run(proje
 
 
 def test_etc_environment_counts_and_unscheduled_pipelines_are_not_checked(project, fake_crontab, monkeypatch):
-    from hybridflow import schedule
+    from hybridflow.ops import schedule
 
     system = project.write("etc-environment", 'LANG="C.UTF-8"\nexport HF_DOCTOR_TOKEN=a\nHF_DOCTOR_HOST=b\n')
     monkeypatch.setattr(schedule, "SYSTEM_ENVIRONMENT", system)
@@ -256,7 +256,7 @@ def test_etc_environment_counts_and_unscheduled_pipelines_are_not_checked(projec
 
 
 def test_the_installed_lines_variables_are_read_by_name():
-    from hybridflow import schedule
+    from hybridflow.ops import schedule
 
     line = ("0 3 * * 1 cd '/p 50\\% x' && mkdir -p /p/w && /usr/bin/env 'JAVA_HOME=/opt/my jdk' PATH=/v/bin:/bin "
             "LANG=C.UTF-8 /v/bin/python -m hybridflow.cli run --trigger cron X=1 /p/x.yaml >> /p/w/cron.log 2>&1")

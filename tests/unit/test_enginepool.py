@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from hybridflow import backends
-from hybridflow.enginepool import EnginePool
-from hybridflow.stopping import SignalState, Terminated
+from hybridflow.execution.enginepool import EnginePool
+from hybridflow.execution.stopping import SignalState, Terminated
 
 NAME = "heldstart"
 

@@ -13,15 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow import gpu
-from hybridflow.backends import spark_host
+from hybridflow.backends import gpu, spark_host
 from hybridflow.backends.dask import DaskSettings, gpu_cluster_options
 from hybridflow.backends.ray import RayBackend, RaySettings, gpu_init_options, gpus_per_trial
 from hybridflow.backends.spark import SparkSettings, gpu_operators, spark_gpu_conf
-from hybridflow.config import load_pipeline
 from hybridflow.errors import ConfigError, ExitCode, UnavailableError
-from hybridflow.runner import Runner
-from hybridflow.state import RunStore
+from hybridflow.execution.runner import Runner
+from hybridflow.spec.config import load_pipeline
+from hybridflow.store.state import RunStore
 
 H100 = "0, GPU-0a1b2c3d-1111-2222-3333-444455556666, NVIDIA H100 80GB HBM3, 81559, 550.54.15"
 A10 = "1, GPU-9f8e7d6c-aaaa-bbbb-cccc-ddddeeeeffff, NVIDIA A10, 23028, 550.54.15"
@@ -193,8 +192,8 @@ def test_stage_value_wins_over_the_engine_default(project):
 
 
 def test_the_python_engine_default_is_a_python_stage_mode_everywhere(project, no_driver):
-    from hybridflow.catalog import Catalog
-    from hybridflow.planner import Planner
+    from hybridflow.execution.planner import Planner
+    from hybridflow.store.catalog import Catalog
 
     text = PIPELINE.replace("    gpu: MAKE_MODE\n", "").replace("backends:\n", "backends:\n  python: {gpu: AUTO}\n")
     loaded = pipeline(project, text=text)
@@ -307,7 +306,7 @@ def test_gpu_true_exits_69_before_any_stage_starts(project, no_driver):
 def test_summary_table_says_where_a_gpu_stage_ran(project, no_driver):
     from rich.console import Console
 
-    from hybridflow.progress import summary_table
+    from hybridflow.reporting.progress import summary_table
 
     result = Runner(pipeline(project, "auto"), _selection(["make"])).run()
     console = Console(width=200, record=True)
@@ -329,7 +328,7 @@ def test_runs_db_from_before_gpu_columns_gets_them(tmp_path):
 
 
 def _selection(only):
-    from hybridflow.runner import Selection
+    from hybridflow.execution.runner import Selection
 
     return Selection(only=only)
 
@@ -431,8 +430,8 @@ def test_python_and_dask_stages_run_on_cudf(project):
     result = Runner(load_pipeline(project.pipeline(CUDF_PIPELINE))).run()
     assert result.status == "success", [s.error for s in result.stages.values()]
     assert all(stage.gpu for stage in result.stages.values())
-    from hybridflow.catalog import Catalog
-    from hybridflow.tables import read_arrow
+    from hybridflow.data.tables import read_arrow
+    from hybridflow.store.catalog import Catalog
 
     catalog = Catalog(project.home("ongpu"))
     assert read_arrow(catalog.current("doubled").source()).column("v").to_pylist() == [1.0, 3.0, 5.0]

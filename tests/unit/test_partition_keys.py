@@ -8,7 +8,7 @@ from pathlib import PurePosixPath
 import pyarrow as pa
 import pytest
 
-from hybridflow.incremental import partition_key
+from hybridflow.store.incremental import partition_key
 
 
 @pytest.mark.parametrize("raw, kind", [

@@ -3,12 +3,12 @@
 
 import pytest
 
-from hybridflow.catalog import Catalog
-from hybridflow.config import check_file, load_pipeline
+from hybridflow.data.tables import read_arrow
 from hybridflow.errors import DataError, ExitCode, LockedError
-from hybridflow.lock import RunLock
-from hybridflow.runner import Runner, Selection
-from hybridflow.tables import read_arrow
+from hybridflow.execution.runner import Runner, Selection
+from hybridflow.spec.config import check_file, load_pipeline
+from hybridflow.store.catalog import Catalog
+from hybridflow.store.lock import RunLock
 from tests.support.projects import last_run_record
 
 STAGES = '''

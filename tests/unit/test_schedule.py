@@ -13,11 +13,11 @@ import pytest
 from croniter import croniter
 from typer.testing import CliRunner
 
-from hybridflow import schedule
 from hybridflow.cli import app
-from hybridflow.config import load_pipeline
 from hybridflow.errors import ExitCode
-from hybridflow.state import RunStore
+from hybridflow.ops import schedule
+from hybridflow.spec.config import load_pipeline
+from hybridflow.store.state import RunStore
 from tests.support.crontabs import TINY_STAGES, crontab_bytes, set_crontab, tiny_pipeline
 from tests.support.projects import Project
 

@@ -20,10 +20,10 @@ from typer.testing import CliRunner
 
 from hybridflow.backends.base import EngineOutput, StreamRedactor
 from hybridflow.backends.python import PythonBackend
-from hybridflow.catalog import Catalog
-from hybridflow.hashing import HashCache
-from hybridflow.state import RunStore, recorded_arguments, resumed_arguments
-from hybridflow.tables import read_arrow
+from hybridflow.data.hashing import HashCache
+from hybridflow.data.tables import read_arrow
+from hybridflow.store.catalog import Catalog
+from hybridflow.store.state import RunStore, recorded_arguments, resumed_arguments
 
 SECRET = "s3cr3t-planted-7d1f"
 cli = CliRunner()
@@ -216,7 +216,7 @@ def test_hash_cache_keeps_no_path_and_still_hits(tmp_path, monkeypatch):
     data = tmp_path / SECRET / "events.csv"
     data.parent.mkdir()
     data.write_text("a,b\n1,2\n")
-    monkeypatch.setattr("hybridflow.hashing.RECENT_NS", 0)  # the file was just written: trust it anyway
+    monkeypatch.setattr("hybridflow.data.hashing.RECENT_NS", 0)  # the file was just written: trust it anyway
     cache_file = tmp_path / "cache" / "hashes.json"
     first = HashCache(cache_file)
     digest = first.sha256(data)
@@ -224,7 +224,7 @@ def test_hash_cache_keeps_no_path_and_still_hits(tmp_path, monkeypatch):
     assert SECRET not in cache_file.read_text() and "events.csv" not in cache_file.read_text()
     assert stat.S_IMODE(cache_file.stat().st_mode) == 0o600
     again = HashCache(cache_file)
-    monkeypatch.setattr("hybridflow.hashing.file_sha256", lambda path: pytest.fail("hashed again"))
+    monkeypatch.setattr("hybridflow.data.hashing.file_sha256", lambda path: pytest.fail("hashed again"))
     assert again.sha256(data) == digest
 
 

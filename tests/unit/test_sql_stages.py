@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow import sqlstage
-from hybridflow.codereach import CodeIndex
-from hybridflow.config import load_pipeline
 from hybridflow.errors import ConfigError
+from hybridflow.spec import sqlstage
+from hybridflow.spec.codereach import CodeIndex
+from hybridflow.spec.config import load_pipeline
 
 QUERY = """-- revenue per customer
 WITH big AS (SELECT * FROM orders WHERE amount >= :min_amount)

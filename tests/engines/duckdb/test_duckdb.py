@@ -22,11 +22,11 @@ import pytest
 
 from hybridflow import backends
 from hybridflow.backends.duckdb import DuckDBSettings, default_memory_limit
-from hybridflow.catalog import Catalog
-from hybridflow.config import load_pipeline
+from hybridflow.data.tables import TableSource, read_arrow, write_arrow
 from hybridflow.errors import DataError, ExitCode
-from hybridflow.runner import Runner
-from hybridflow.tables import TableSource, read_arrow, write_arrow
+from hybridflow.execution.runner import Runner
+from hybridflow.spec.config import load_pipeline
+from hybridflow.store.catalog import Catalog
 from tests.support.projects import last_run_record
 
 pytest.importorskip("duckdb")
@@ -272,7 +272,7 @@ def test_duckdb_types_without_a_parquet_twin_are_written_as_its_arrow_export_giv
 
 
 def standard(schema: pa.Schema) -> pa.Schema:
-    from hybridflow.contract import standard_schema
+    from hybridflow.data.contract import standard_schema
 
     return standard_schema(schema)
 

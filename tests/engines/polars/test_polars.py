@@ -22,12 +22,12 @@ import pytest
 
 from hybridflow import backends
 from hybridflow.backends.polars import BUDGET, SPILL, PolarsSettings, default_memory_limit
-from hybridflow.catalog import Catalog
-from hybridflow.config import load_pipeline
-from hybridflow.contract import schema_differences
+from hybridflow.data.contract import schema_differences
+from hybridflow.data.tables import TableSource, read_arrow, write_arrow
 from hybridflow.errors import DataError, StageError
-from hybridflow.runner import Runner
-from hybridflow.tables import TableSource, read_arrow, write_arrow
+from hybridflow.execution.runner import Runner
+from hybridflow.spec.config import load_pipeline
+from hybridflow.store.catalog import Catalog
 from tests.engines.test_faults import start, wait_for
 from tests.engines.test_three_engines import finish
 from tests.support.engines import assert_nothing_left

@@ -1,0 +1,198 @@
+"""The few object-store operations a workdir in object storage is built from: small JSON objects
+written create-only (If-None-Match: *) or compare-and-swap (If-Match: ETag), trees of files uploaded
+and downloaded, prefixes listed and deleted.
+
+Conditional writes are what make publishing atomic without a rename (S3 has none): a loser of a race
+gets HTTP 412 and is told so (Conflict), never a silent overwrite. Data moves through pyarrow's S3
+filesystem (multipart, parallel); the conditional writes, which pyarrow cannot make, through boto3.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+from ..errors import HybridflowError, UnavailableError, store_error
+from .storage import ObjectPath, StoreSettings
+
+
+class Conflict(Exception):
+    """A conditional write lost: the object exists (create-only) or changed (compare-and-swap)."""
+
+
+class ObjectStore:
+    def __init__(self, settings: StoreSettings) -> None:
+        self.settings = settings
+        self.filesystem = settings.arrow_filesystem()
+
+    @functools.cached_property
+    def _client(self):
+        try:
+            import boto3
+            from botocore.config import Config
+        except ImportError:
+            raise UnavailableError("a workdir in object storage needs boto3, which is not installed",
+                                   hint="pip install 'hybridflow[s3]'") from None
+        config = Config(s3={"addressing_style": "path"} if self.settings.path_style else {},
+                        retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=10, read_timeout=60)
+        # a session of its own: boto3's default one keeps the credentials it found first for the whole
+        # process, even after the environment names others (a notebook that switches accounts)
+        return boto3.session.Session().client("s3", endpoint_url=self.settings.endpoint,
+                                              region_name=self.settings.region, config=config)
+
+    # small JSON objects, written conditionally
+
+    def read_json(self, path: ObjectPath) -> tuple[Any, str | None]:
+        """(the object's JSON, its ETag), or (None, None) when there is no such object."""
+        try:
+            answer = self._client.get_object(Bucket=path.bucket, Key=_key(path))
+        except Exception as exc:  # botocore's errors, all of them, are mapped below
+            if _code(exc) in ("NoSuchKey", "404"):
+                return None, None
+            raise self._error(exc, path) from exc
+        body = answer["Body"].read()
+        try:
+            return json.loads(body), answer["ETag"]
+        except ValueError as exc:
+            raise HybridflowError(f"{path.uri} is not JSON: {exc}") from exc
+
+    def write_json(self, path: ObjectPath, value: Any, *, create_only: bool = False,
+                   if_match: str | None = None) -> str:
+        """Write the object; returns its new ETag. `create_only`: only if it does not exist;
+        `if_match`: only if its ETag is still this one. Raises Conflict when the condition fails."""
+        condition = {"IfNoneMatch": "*"} if create_only else {"IfMatch": if_match} if if_match else {}
+        try:
+            answer = self._client.put_object(Bucket=path.bucket, Key=_key(path), ContentType="application/json",
+                                             Body=json.dumps(value, indent=1, sort_keys=True).encode(), **condition)
+        except Exception as exc:
+            if _code(exc) in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
+                raise Conflict(path.uri) from exc
+            raise self._error(exc, path) from exc
+        return answer["ETag"]
+
+    def exists(self, path: ObjectPath) -> bool:
+        try:
+            self._client.head_object(Bucket=path.bucket, Key=_key(path))
+        except Exception as exc:
+            if _code(exc) in ("NoSuchKey", "404", "NotFound"):
+                return False
+            raise self._error(exc, path) from exc
+        return True
+
+    def delete(self, path: ObjectPath, if_match: str | None = None) -> None:
+        try:
+            condition = {"IfMatch": if_match} if if_match else {}
+            self._client.delete_object(Bucket=path.bucket, Key=_key(path), **condition)
+        except Exception as exc:
+            if _code(exc) in ("PreconditionFailed", "412"):
+                raise Conflict(path.uri) from exc
+            if _code(exc) not in ("NoSuchKey", "404"):
+                raise self._error(exc, path) from exc
+
+    # trees of files
+
+    def upload(self, local: Path, remote: ObjectPath) -> None:
+        """Every file under `local` to the same relative place under `remote`: in parallel, large files
+        in parts, and no "directory" objects (pyarrow's copy would make one per folder)."""
+        files = sorted(p for p in local.rglob("*") if p.is_file())
+        self._each(files, lambda file: self._client.upload_file(
+            str(file), remote.bucket, _key(remote / file.relative_to(local).as_posix())), remote)
+
+    def download(self, remote_files: list[ObjectPath], remote: ObjectPath, local: Path) -> None:
+        """Each of `remote_files` (under `remote`) to the same relative place under `local`."""
+        def fetch(file: ObjectPath) -> None:
+            target = local / file.relative_to(remote).as_posix()
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self._client.download_file(file.bucket, _key(file), str(target))
+
+        self._each(remote_files, fetch, remote)
+
+    def _each(self, items: list, action, where: ObjectPath) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            for future in [pool.submit(action, item) for item in items]:
+                try:
+                    future.result()
+                except Exception as exc:  # botocore's and boto3's own errors
+                    raise self._error(exc, where) from exc
+
+    def text(self, path: ObjectPath) -> str | None:
+        try:
+            with self.filesystem.open_input_stream(str(path)) as stream:
+                return stream.read().decode("utf-8")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise store_error(exc, path.uri) from exc
+
+    def children(self, prefix: ObjectPath) -> list[str]:
+        """The names one level below `prefix` (its "folders" and objects)."""
+        names: set[str] = set()
+        for page in self._pages(prefix, Delimiter="/"):
+            names |= {p["Prefix"].rstrip("/").rsplit("/", 1)[-1] for p in page.get("CommonPrefixes", [])}
+            names |= {o["Key"].rsplit("/", 1)[-1] for o in page.get("Contents", [])}
+        return sorted(name for name in names if name)
+
+    def files(self, prefix: ObjectPath) -> list[ObjectPath]:
+        """Every object under `prefix`, at any depth."""
+        return [path for path, _, _ in self.listing(prefix)]
+
+    def listing(self, prefix: ObjectPath) -> list[tuple[ObjectPath, int, str]]:
+        """(object, size, ETag) of every object under `prefix`, at any depth, sorted: what a listing
+        says of each object, so that describing what an engine wrote costs no request per file."""
+        return sorted((ObjectPath(f"{prefix.bucket}/{o['Key']}"), o["Size"], o["ETag"].strip('"'))
+                      for page in self._pages(prefix) for o in page.get("Contents", [])
+                      if not o["Key"].endswith("/"))
+
+    def copy(self, pairs: list[tuple[ObjectPath, ObjectPath]], where: ObjectPath) -> None:
+        """Copy objects inside the store (source, target), in parallel: the data never leaves it
+        (large objects in parts)."""
+        self._each(pairs, lambda pair: self._client.copy(
+            {"Bucket": pair[0].bucket, "Key": _key(pair[0])}, pair[1].bucket, _key(pair[1])), where)
+
+    def delete_all(self, paths: list[ObjectPath], where: ObjectPath) -> None:
+        for start in range(0, len(paths), 1000):  # a DeleteObjects request takes at most 1000 keys
+            batch = paths[start:start + 1000]
+            try:
+                self._client.delete_objects(Bucket=where.bucket, Delete={
+                    "Objects": [{"Key": _key(p)} for p in batch], "Quiet": True})
+            except Exception as exc:
+                raise self._error(exc, where) from exc
+
+    def delete_tree(self, prefix: ObjectPath) -> None:
+        """Every object under `prefix` (pyarrow's delete would leave a "directory" object behind)."""
+        for page in self._pages(prefix):
+            self.delete_all([ObjectPath(f"{prefix.bucket}/{o['Key']}") for o in page.get("Contents", [])], prefix)
+
+    def _pages(self, prefix: ObjectPath, **options):
+        try:
+            pages = self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=prefix.bucket, Prefix=_key(prefix) + "/", **options)
+            yield from pages
+        except Exception as exc:
+            raise self._error(exc, prefix) from exc
+
+    def _error(self, exc: BaseException, path: ObjectPath) -> HybridflowError:
+        return store_error(exc, path.uri)
+
+
+def _key(path: ObjectPath) -> str:
+    return "/".join(path.parts[1:])
+
+
+def _code(exc: BaseException) -> str | None:
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return None
+    code = response.get("Error", {}).get("Code")
+    return str(code) if code is not None else str(response.get("ResponseMetadata", {}).get("HTTPStatusCode"))
+
+
+def _call(path: ObjectPath, action):
+    try:
+        return action()
+    except OSError as exc:
+        raise store_error(exc, path.uri) from exc

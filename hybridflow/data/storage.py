@@ -1,0 +1,239 @@
+"""Where data lives when it is not on this machine's disk: object storage (S3 and S3-compatible
+stores), named by s3:// URIs, and the one set of settings every engine is given to reach it.
+
+A file in object storage is an ObjectPath ("bucket/key", pyarrow's spelling); a local file stays a
+pathlib.Path. The helpers here take either, with the filesystem to reach an ObjectPath, so that the
+code above them has one path for both: list a dataset's files, tell a file from a prefix, open a
+file, and name a file's content (size and ETag: a remote file is never read to fingerprint it).
+
+Endpoint, region and credentials come from the standard AWS variables and profile; the pipeline
+file's `storage:` section overrides endpoint, region and addressing. pyarrow does not read
+AWS_ENDPOINT_URL by itself, and Spark reads none of them, so each engine is handed the same values
+from StoreSettings. Credentials are never copied into engine settings that engines record (Spark's
+configuration): engines read them from the environment, as the AWS SDKs do.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path, PurePath, PurePosixPath
+from typing import Any, Mapping
+
+SCHEMES = ("s3://", "s3a://")
+
+
+class ObjectPath(PurePosixPath):
+    """A file or prefix in object storage, as "bucket/key/..."; paths derived from it (/, parent)
+    are ObjectPaths too."""
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{self}"
+
+    @property
+    def bucket(self) -> str:
+        return self.parts[0]
+
+
+def is_object_uri(text: str | os.PathLike | None) -> bool:
+    return isinstance(text, str) and text.startswith(SCHEMES)
+
+
+def object_path(uri: str) -> ObjectPath:
+    """s3://bucket/key (or s3a://) as an ObjectPath."""
+    rest = uri.split("://", 1)[1]
+    if not rest.strip("/") or rest.startswith("/"):
+        raise ValueError(f"'{uri}' names no bucket (write s3://BUCKET/PREFIX)")
+    return ObjectPath(rest.strip("/"))
+
+
+def uri_of(path: PurePath) -> str:
+    """How engines that take URIs (Polars, DuckDB) name a file: s3://bucket/key, or the local path."""
+    return path.uri if isinstance(path, ObjectPath) else str(path)
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    """How to reach the object store: the pipeline's storage: section over the AWS variables."""
+
+    endpoint: str | None = None  # http(s)://host:port of an S3-compatible store; None: AWS itself
+    region: str | None = None
+    path_style: bool | None = None  # bucket in the path, not the host name (most self-hosted stores)
+
+    @classmethod
+    def of(cls, section: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> StoreSettings:
+        environ = os.environ if environ is None else environ
+        section = section or {}
+        endpoint = section.get("endpoint") or environ.get("AWS_ENDPOINT_URL_S3") or environ.get("AWS_ENDPOINT_URL")
+        region = section.get("region") or environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
+        path_style = section.get("path_style")
+        if path_style is None and endpoint:  # a store other than AWS: path-style is what they all serve
+            path_style = True
+        return cls(endpoint.rstrip("/") if endpoint else None, region, path_style)
+
+    @property
+    def plain_http(self) -> bool:
+        return bool(self.endpoint) and self.endpoint.startswith("http://")
+
+    def arrow_filesystem(self):
+        """pyarrow's S3FileSystem for these settings (credentials from the environment or profile),
+        made once per set of credentials: pyarrow reads them when the filesystem is made."""
+        return _arrow_filesystem(self, _credentials_key())
+
+    def fsspec_filesystem(self):
+        """The same filesystem through fsspec's interface, for engines that take an fsspec filesystem
+        (DuckDB, whose own S3 reader is an extension it would download)."""
+        from fsspec.implementations.arrow import ArrowFSWrapper
+
+        return ArrowFSWrapper(self.arrow_filesystem())
+
+    def polars_options(self) -> dict[str, str]:
+        """Polars' storage_options: credentials it reads from the environment itself."""
+        options = {}
+        if self.endpoint:
+            options["aws_endpoint_url"] = self.endpoint
+            options["aws_allow_http"] = str(self.plain_http).lower()
+        if self.region:
+            options["aws_region"] = self.region
+        if self.path_style is not None:
+            options["aws_virtual_hosted_style_request"] = str(not self.path_style).lower()
+        return options
+
+    def spark_conf(self) -> dict[str, str]:
+        """Spark's s3a settings (s3:// is mapped to s3a too). Credentials come from s3a's default
+        chain (the AWS variables, the profile, instance roles): never written into Spark's
+        configuration, which its event log and UI show."""
+        conf = {"spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+                # hybridflow lists nothing through Spark and commits versions itself: no bucket probe
+                "spark.hadoop.fs.s3a.bucket.probe": "0"}
+        if self.endpoint:
+            conf["spark.hadoop.fs.s3a.endpoint"] = self.endpoint
+            conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(not self.plain_http).lower()
+        if self.region:
+            conf["spark.hadoop.fs.s3a.endpoint.region"] = self.region
+        if self.path_style is not None:
+            conf["spark.hadoop.fs.s3a.path.style.access"] = str(self.path_style).lower()
+        return conf
+
+
+def _credentials_key() -> str:
+    """What tells one set of credentials in the environment from another (a digest: never kept)."""
+    import hashlib
+
+    names = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE")
+    return hashlib.sha256("\0".join(os.environ.get(name, "") for name in names).encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=4)
+def _arrow_filesystem(settings: StoreSettings, credentials: str):
+    import pyarrow.fs as pafs
+
+    options: dict[str, Any] = {}
+    if settings.endpoint:
+        options["endpoint_override"] = settings.endpoint
+    if settings.region:
+        options["region"] = settings.region
+    if settings.path_style is False:
+        options["force_virtual_addressing"] = True
+    # no retries on a store that stopped answering for minutes: a run fails in seconds, with its cause
+    options["retry_strategy"] = pafs.AwsStandardS3RetryStrategy(max_attempts=3)
+    return pafs.S3FileSystem(**options, allow_bucket_creation=False, allow_bucket_deletion=False)
+
+
+# -- files, local or in object storage; `filesystem` is None for local paths
+
+def is_dir(path: PurePath, filesystem=None) -> bool:
+    if not isinstance(path, ObjectPath):
+        return Path(path).is_dir()
+    import pyarrow.fs as pafs
+
+    return _info(path, filesystem).type == pafs.FileType.Directory
+
+
+def exists(path: PurePath, filesystem=None) -> bool:
+    if not isinstance(path, ObjectPath):
+        return Path(path).exists()
+    import pyarrow.fs as pafs
+
+    return _info(path, filesystem).type != pafs.FileType.NotFound
+
+
+def files_under(path: PurePath, filesystem=None) -> list[PurePath]:
+    """Every file under `path` (itself, when it is a file), sorted."""
+    if not isinstance(path, ObjectPath):
+        path = Path(path)
+        return [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    import pyarrow.fs as pafs
+
+    info = _info(path, filesystem)
+    if info.type == pafs.FileType.File:
+        return [path]
+    if info.type == pafs.FileType.NotFound:
+        return []
+    found = _call(path, lambda: filesystem.get_file_info(pafs.FileSelector(str(path), recursive=True)))
+    return sorted(ObjectPath(i.path) for i in found if i.type == pafs.FileType.File)
+
+
+def size_of(path: PurePath, filesystem=None) -> int:
+    if not isinstance(path, ObjectPath):
+        return Path(path).stat().st_size
+    return _info(path, filesystem).size
+
+
+def open_input(path: PurePath, filesystem=None):
+    """A file opened for reading (seekable): a local file object, or pyarrow's for an object."""
+    if not isinstance(path, ObjectPath):
+        return open(path, "rb")
+    return _call(path, lambda: filesystem.open_input_file(str(path)))
+
+
+def remove_file(path: PurePath, filesystem=None) -> None:
+    if not isinstance(path, ObjectPath):
+        Path(path).unlink()
+        return
+    _call(path, lambda: filesystem.delete_file(str(path)))
+
+
+def move_file(source: PurePath, target: PurePath, filesystem=None) -> None:
+    """A rename; in object storage, which has none, a copy inside the store and a delete."""
+    if not isinstance(source, ObjectPath):
+        os.replace(source, target)
+        return
+    _call(source, lambda: filesystem.move(str(source), str(target)))
+
+
+def write_parquet(table, path: PurePath, filesystem=None) -> None:
+    import pyarrow.parquet as pq
+
+    if not isinstance(path, ObjectPath):
+        pq.write_table(table, path)
+        return
+    _call(path, lambda: pq.write_table(table, str(path), filesystem=filesystem))
+
+
+def content_tag(path: ObjectPath, filesystem) -> str:
+    """What names an object's content without reading it: its ETag (an MD5 of a single-part upload,
+    of the parts' MD5s otherwise), which changes whenever the object is written again."""
+    with open_input(path, filesystem) as handle:
+        metadata = handle.metadata()
+    tag = metadata.get("ETag") or metadata.get(b"ETag")
+    if tag is None:  # a store that sends none: the size and time of the last write stand in
+        return f"{metadata.get(b'Content-Length')}@{metadata.get(b'Last-Modified')}"
+    return (tag.decode() if isinstance(tag, bytes) else tag).strip('"')
+
+
+def _info(path: ObjectPath, filesystem):
+    return _call(path, lambda: filesystem.get_file_info(str(path)))
+
+
+def _call(path: ObjectPath, action):
+    """An object-store call whose failure is the user's to fix (no such bucket, no permission, an
+    endpoint that does not answer) raised as one line that names the URI."""
+    try:
+        return action()
+    except OSError as exc:
+        from ..errors import store_error
+
+        raise store_error(exc, path.uri) from exc

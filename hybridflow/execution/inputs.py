@@ -1,0 +1,131 @@
+"""A stage's inputs: where each comes from (an external path or a published version), read as the
+engine's frame, counted (rows and bytes, from manifests and footers, never the data), and named by
+the version the stage used (what its outputs' manifests record)."""
+
+from __future__ import annotations
+
+from pathlib import Path, PurePath
+from typing import Any
+
+import pyarrow as pa
+
+from ..data import storage
+from ..data.contract import check_schema, declared_schema
+from ..data.footers import Footers, read_footers
+from ..data.tables import TableSource, parquet_files
+from ..data.textfiles import input_schema, text_files
+from ..errors import DataError, HybridflowError, first_line
+from ..spec.pipeline import Pipeline
+from ..store.catalog import Catalog, Version
+from ..store.incremental import partition_key, schema_types
+from .stopping import Terminated
+
+
+class StageInputs:
+    """The inputs of a run's stages. External Parquet footers are read once per run: a stage counts
+    its rows from them before it reads the input, and several stages may read one input."""
+
+    def __init__(self, pipeline: Pipeline, catalog: Catalog, planner) -> None:
+        self.pipeline = pipeline
+        self.catalog = catalog
+        self.planner = planner  # for the content digest of an external input
+        self._footers: dict[str, Footers] = {}
+
+    def forget(self) -> None:
+        """A new run: external inputs may have changed since the last one."""
+        self._footers.clear()
+
+    def read(self, dataset: str, backend, partitions: set[str] | None = None) -> Any:
+        """An input as the engine's frame; `partitions`: read only these (incremental stages). The
+        engine reads the files itself: only footers and first blocks are read here."""
+        ds = self.pipeline.dataset(dataset)
+        if self.pipeline.is_external(dataset):
+            path = self.pipeline.external_path(dataset)
+            if ds.kind == "files":  # an object-store prefix as its URI, for the stage's own client
+                return path if isinstance(path, Path) else storage.uri_of(path)
+            source = self.external_source(dataset, partitions)
+        else:
+            version = self.catalog.current(dataset)
+            if ds.kind == "files":  # a folder, also from object storage (downloaded once)
+                return self.catalog.local_copy(version)
+            source = version.source()
+            if partitions is not None:
+                source = only_partitions(source, partitions)
+        try:
+            return backend.read(source)
+        except (KeyboardInterrupt, Terminated, HybridflowError):
+            raise
+        except Exception as exc:
+            raise DataError(f"{backend.name} cannot read input '{dataset}': {first_line(exc)}") from exc
+
+    def external_source(self, dataset: str, partitions: set[str] | None = None) -> TableSource:
+        """An external table as engines read it, checked against its declared schema from what
+        costs no data: Parquet footers, the first block of each text file."""
+        ds = self.pipeline.dataset(dataset)
+        path = self.pipeline.external_path(dataset)
+        store, filesystem = self.pipeline.store_of(path), self.pipeline.filesystem_of(path)
+        declared = declared_schema(ds.schema_)
+        schema = pa.schema(list(declared.items())) if declared else None
+        if ds.format == "parquet":
+            footers = self.external_footers(dataset)  # one clear error for a bad file, whichever engine reads
+            if declared:
+                # partition columns live in the paths: the footers answer for the others
+                in_files = pa.schema([f for f in footers.schema if f.name not in ds.partition_by])
+                check_schema(dataset, {k: v for k, v in declared.items() if k not in ds.partition_by}, in_files)
+            source = TableSource(dataset, (path,), ds.format, schema, tuple(ds.partition_by), path, store)
+            if partitions is not None:
+                source = only_partitions(source, partitions, [f for f in storage.files_under(path, filesystem)
+                                                              if f.suffix == ".parquet"])
+            return source
+        files = text_files(path, ds.format, filesystem)
+        schema = input_schema(dataset, files, ds.format, schema, filesystem)
+        return TableSource(dataset, tuple(files), ds.format, schema, (), path, store)
+
+    def size(self, datasets: list[str]) -> tuple[int | None, int | None]:
+        """Rows and bytes a stage reads: from manifests; an external input counts its bytes only."""
+        rows, size = 0, 0
+        for dataset in datasets:
+            if self.pipeline.is_external(dataset):
+                path = self.pipeline.external_path(dataset)
+                filesystem = self.pipeline.filesystem_of(path)
+                size += sum(storage.size_of(f, filesystem) for f in storage.files_under(path, filesystem))
+                ds = self.pipeline.dataset(dataset)
+                countable = ds.kind == "table" and ds.format == "parquet"
+                rows = None if rows is None or not countable else rows + self.external_footers(dataset).rows
+            else:
+                version = self.catalog.current(dataset)
+                size += version.bytes
+                rows = None if rows is None or version.rows is None else rows + version.rows
+        return rows, size
+
+    def external_footers(self, dataset: str) -> Footers:
+        """An external Parquet input's footers, checked; read once per run (a stage counts its rows
+        from them before it reads the input, and several stages may read one input)."""
+        if dataset not in self._footers:
+            path = self.pipeline.external_path(dataset)
+            filesystem = self.pipeline.filesystem_of(path)
+            files = parquet_files(TableSource(dataset, (path,), store=self.pipeline.store_of(path)))
+            self._footers[dataset] = read_footers(dataset, files, filesystem)
+        return self._footers[dataset]
+
+    def version_of(self, dataset: str) -> str:
+        if self.pipeline.is_external(dataset):  # the content digest the stage's fingerprint used
+            return f"external:{self.planner.input_digest(dataset)[:16]}"
+        version: Version | None = self.catalog.current(dataset)
+        return version.id if version else "unknown"
+
+    def paths(self, dataset: str) -> list[PurePath]:
+        if self.pipeline.is_external(dataset):
+            return [self.pipeline.external_path(dataset)]
+        version = self.catalog.current(dataset)
+        return [version.directory] if version else []
+
+
+def only_partitions(source: TableSource, partitions: set[str], files: list[PurePath] | None = None) -> TableSource:
+    """The same dataset restricted to some of its partitions (by partition key, e.g. 'week=2026-11-16')."""
+    base = source.base or source.files[0]
+    types = schema_types(source.schema)
+    chosen = tuple(f for f in (files if files is not None else source.files)
+                   if partition_key(f.relative_to(base), source.partition_by, types) in partitions)
+    return TableSource(source.name, chosen, source.format, source.schema, source.partition_by, base,
+                       source.store)

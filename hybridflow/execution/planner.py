@@ -1,0 +1,198 @@
+"""Whether each stage must run, may be skipped, or needs only its new partitions, and why, in words.
+
+The runner asks just before each stage, when its inputs are final; `plan` asks for every stage up
+front and says "will be rebuilt" for inputs an earlier stage of the same run is going to replace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import PurePath, PurePosixPath
+
+from ..backends import gpu
+from ..data import storage
+from ..data.contract import declared_schema
+from ..data.hashing import HashCache, digest_of
+from ..registry import engine
+from ..spec import fingerprint as fp
+from ..spec.codereach import CodeIndex
+from ..spec.pipeline import Pipeline
+from ..store.catalog import Catalog, Version, data_digest
+from ..store.incremental import DatumChanges, compare, external_datums, schema_types, version_datums
+from ..store.state import RunStore
+
+RUN, SKIP, INCREMENTAL = "run", "skip", "incremental"
+
+
+@dataclass
+class Decision:
+    stage: str
+    action: str  # run | skip | incremental
+    reasons: list[str]
+    fingerprint: fp.Fingerprint | None = None  # None while an input is not available yet (plan only)
+    changes: DatumChanges | None = None  # incremental: which partitions to process
+    previous: dict[str, Version] = field(default_factory=dict)  # outputs' current versions
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(self.reasons)
+
+
+class Planner:
+    def __init__(self, pipeline: Pipeline, catalog: Catalog, force: bool | set[str] = False,
+                 runs: RunStore | None = None) -> None:
+        """runs: the workdir's run records (opened when first needed if not given)."""
+        self.pipeline = pipeline
+        self.catalog = catalog
+        self.force = force
+        self.hashes = HashCache(catalog.home / "hashes.json")
+        self.code = CodeIndex(pipeline.root)
+        self.secrets = fp.SecretHasher(pipeline.workdir / ".fingerprint-key", pipeline.secrets,
+                                       agree=_shared_key(pipeline) if pipeline.remote is not None else None)
+        self._runs = runs
+
+    def forced(self, stage: str) -> bool:
+        return self.force is True or (isinstance(self.force, set) and stage in self.force)
+
+    def partitioned_input(self, stage: str) -> str | None:
+        """The input an incremental stage processes partition by partition."""
+        spec = self.pipeline.stages[stage]
+        if not spec.incremental:
+            return None
+        return next((ds for ds in spec.inputs if self.pipeline.dataset(ds).partition_by), None)
+
+    def decide(self, stage: str, rebuilt: dict[str, str] | None = None) -> Decision:
+        """rebuilt: dataset -> the stage of this run that will replace it first (plan only)."""
+        spec = self.pipeline.stages[stage]
+        previous = {ds: v for ds in spec.outputs if (v := self.catalog.current(ds)) is not None}
+        if self.forced(stage):
+            return Decision(stage, RUN, ["forced"], self.fingerprint(stage), previous=previous)
+        if not spec.outputs:
+            return Decision(stage, RUN, ["has no outputs to compare, so it always runs"])
+        pending = [ds for ds in spec.inputs if rebuilt and ds in rebuilt]
+        if pending:
+            return Decision(stage, RUN, [f"input {ds} will be rebuilt by stage {rebuilt[ds]}" for ds in pending])
+        current = self.fingerprint(stage)
+        missing = [ds for ds in spec.outputs if ds not in previous]
+        if missing:
+            reason = self._unpublished(stage) if len(missing) == len(spec.outputs) \
+                else f"output {missing[0]} was never published"
+            return Decision(stage, RUN, [reason], current, previous=previous)
+        records = [v.manifest.get("fingerprint") or {} for v in previous.values()]
+        if all(r.get("digest") == current.digest for r in records):
+            runs = sorted({v.manifest.get("run_id", "?") for v in previous.values()})
+            return Decision(stage, SKIP, [f"unchanged since run {', '.join(runs)}"], current, previous=previous)
+        partitioned = self.partitioned_input(stage)
+        if partitioned and _same_base(records, current):
+            if not _aligned(previous.values(), records[0]["datums"]):
+                return Decision(stage, RUN, ["its output partitions do not match the input partitions of its last "
+                                             "run, so every partition is processed again"], current, previous=previous)
+            changes = compare(records[0]["datums"], current.datums or {})
+            return Decision(stage, INCREMENTAL, [changes.describe(partitioned)], current, changes, previous)
+        reasons = fp.explain(records[0], current)
+        if not reasons:  # every part matches one output: the others come from another run
+            reasons = ["its outputs were published by different runs"]
+        return Decision(stage, RUN, reasons, current, previous=previous)
+
+    def fingerprint(self, stage: str) -> fp.Fingerprint:
+        spec = self.pipeline.stages[stage]
+        partitioned = self.partitioned_input(stage)
+        code = self.code.reach(spec.run)
+        params = fp.visible_params(self.pipeline.root, spec.run, self.pipeline.params_for(stage), code.reads_params)
+        settings = {
+            "run": spec.run,
+            "backend": spec.backend,
+            "gpu": gpu.stage_mode(self.pipeline, stage),  # not what this machine allows: no flapping
+            "incremental": spec.incremental,
+            "datasets": {ds: self.pipeline.dataset(ds).model_dump(mode="json", by_alias=True, exclude={"description"})
+                         for ds in [*spec.inputs, *spec.outputs]},
+        }
+        # engine settings that change results (Spark's conf), as the engine itself declares them
+        settings.update(engine(spec.backend).result_settings(self.pipeline.engine_settings(spec.backend)))
+        inputs = {ds: self.input_digest(ds) for ds in spec.inputs if ds != partitioned}
+        datums = self.datums(partitioned) if partitioned else None
+        result = fp.Fingerprint(code.digests, self.secrets.value(params), self.secrets.value(settings),
+                                inputs, datums)
+        self.hashes.save()
+        return result
+
+    def _unpublished(self, stage: str) -> str:
+        """Why a stage has no output yet: its latest attempt failed (a run decides each stage before
+        its own attempt is recorded), or it never ran."""
+        if self._runs is None:
+            self._runs = RunStore(self.pipeline.workdir / "runs.db")
+        last = self._runs.last_attempt(self.pipeline.name, stage)
+        return f"{last['status']} in run {last['run_id']}" if last and last["status"] != "done" else "never run"
+
+    def input_digest(self, dataset: str) -> str:
+        """The content of an input as one digest: unchanged bytes give the same digest, whoever wrote them."""
+        if self.pipeline.is_external(dataset):
+            path = self.pipeline.external_path(dataset)
+            filesystem = self.pipeline.filesystem_of(path)
+            if not storage.exists(path, filesystem):
+                return "missing"
+            if not storage.is_dir(path, filesystem):
+                return self.hashes.content(path, filesystem)
+            return digest_of((f.relative_to(path).as_posix(), self.hashes.content(f, filesystem))
+                             for f in storage.files_under(path, filesystem) if not _hidden(f, path))
+        version = self.catalog.current(dataset)
+        if version is None:
+            return "missing"
+        # file names are left out: engines name their part files at random
+        return digest_of((PurePosixPath(f["path"]).parent.as_posix(), data_digest(f))
+                         for f in version.manifest["files"])
+
+    def datums(self, dataset: str) -> dict[str, str]:
+        spec = self.pipeline.dataset(dataset)
+        partition_by = tuple(spec.partition_by)
+        if self.pipeline.is_external(dataset):
+            path = self.pipeline.external_path(dataset)
+            types = declared_schema(spec.schema_) or {}
+            filesystem = self.pipeline.filesystem_of(path)
+            if not storage.is_dir(path, filesystem):
+                return {}
+            return external_datums(path, partition_by, self.hashes, types, filesystem)
+        version = self.catalog.current(dataset)
+        return version_datums(version.manifest, partition_by, schema_types(version.schema)) if version else {}
+
+
+def _shared_key(pipeline: Pipeline):
+    """The fingerprint key of a workdir in object storage, <workdir>/.fingerprint-key: made by the first
+    machine that needs one (create-only), so fingerprints of secret params agree on every machine."""
+    def agree(mine: str) -> str:
+        from ..data.objectstore import Conflict, ObjectStore
+
+        objects, path = ObjectStore(pipeline.store), pipeline.remote / ".fingerprint-key"
+        found, _ = objects.read_json(path)
+        if found is None:
+            try:
+                objects.write_json(path, {"key": mine}, create_only=True)
+                return mine
+            except Conflict:
+                found, _ = objects.read_json(path)
+        return found["key"]
+
+    return agree
+
+
+def _same_base(records: list[dict], current: fp.Fingerprint) -> bool:
+    """Every output was made from the same code, params, settings and other inputs, over the same
+    partitions: only then can the partitions that changed be processed alone."""
+    first = records[0]
+    return (first.get("datums") is not None and all(r.get("base") == current.base for r in records)
+            and all(r.get("datums") == first["datums"] for r in records))
+
+
+def _aligned(outputs, datums: dict[str, str]) -> bool:
+    """Every partition of the current outputs belongs to a datum of the last run; if not (the
+    outputs were changed by hand, or keys are spelt in a way we cannot match), only a full run is safe."""
+    for version in outputs:
+        keys = version_datums(version.manifest, tuple(version.manifest.get("partition_by", ())),
+                              schema_types(version.schema))
+        if not set(keys) <= set(datums):
+            return False
+    return True
+
+
+def _hidden(file: PurePath, root: PurePath) -> bool:
+    return any(part.startswith((".", "_")) for part in file.relative_to(root).parts)

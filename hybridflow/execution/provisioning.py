@@ -1,0 +1,262 @@
+"""Clusters brought up for one run and taken down after it: an engine whose `backends.<engine>.cluster`
+section says how is attached to the cluster brought up for it, and the cluster is taken down as soon
+as no remaining stage needs the engine, at the run's end, on failure, on a stop request and on a
+timeout (see enginepool).
+
+What in-process teardown cannot survive (a kill -9, an OOM kill) the workdir records: each cluster is
+recorded there before it is brought up and the record removed once it is down, and every run starts
+by taking down the clusters recorded by runs that are no longer alive (`hybridflow clusters reap`
+does the same on demand). Under the pipeline's lock no other run is alive, so every record found
+then belongs to a dead one.
+
+Two providers say how: `ssh` (sshclusters: the engine's own cluster processes on the team's hosts),
+and `command`: the team's own `up` and `down` commands, which is how Terraform, `kubectl apply`, `ray
+up` or a cloud CLI plug in.
+
+`command`'s commands run with bash in the pipeline's folder, in a session of their own, with these variables:
+    HYBRIDFLOW_CLUSTER_NAME  hf-<pipeline>-<run>-<engine>: a name to tag what they start with (every
+                             process started here inherits it, and hybridflow leaves those running)
+    HYBRIDFLOW_RUN_ID, HYBRIDFLOW_PIPELINE, HYBRIDFLOW_ENGINE
+    HYBRIDFLOW_CLUSTER       (down) the JSON object `up` printed
+`up` prints the cluster as a JSON object on its last line of output: {"address": "tcp://10.0.0.5:8786",
+...anything down needs}. Its output and the other commands' go to the run's cluster-<engine>.log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import UnavailableError, first_line
+from .clustercommands import TAG, Outcome, ended
+
+log = logging.getLogger("hybridflow")
+@dataclass
+class RunClusters:
+    """The clusters of one run, by engine."""
+
+    pipeline: Any  # a pipeline.Pipeline
+    run_id: str
+    log_dir: Path
+    records: Any  # clusterrecords.LocalRecords or ObjectRecords
+    up_clusters: dict[str, dict[str, Any]] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)  # teardowns that failed: said at the run's end
+    tethers: dict[str, list] = field(default_factory=dict)  # ssh provider: each engine's hosts' tethers
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def bring_up(self, engine: str, spec, niceness: int = 0) -> dict[str, Any]:
+        """Bring `engine`'s cluster up as `spec` (a settings.ClusterSection) says; what its `up` said
+        ({"address": ..., and "hosts" or "nodes" where known}). Recorded in the workdir first; a
+        failed `up` is followed by `down`, so nothing is left behind. `niceness`: of the processes the
+        ssh provider starts (a command provider's `up` is the team's own)."""
+        key = f"{self.run_id}-{engine}"
+        record = {"run_id": self.run_id, "pipeline": self.pipeline.name, "engine": engine, "provider": spec.provider,
+                  "name": cluster_name(self.pipeline.name, self.run_id, engine), "state": "starting",
+                  "runner": {"host": socket.gethostname(), "pid": os.getpid()}, "created_at": now_text()}
+        self.records.put(key, record)
+        with self._lock:
+            self.up_clusters[engine] = record
+        try:
+            if spec.provider == "ssh":
+                from .sshclusters import ssh_up
+
+                with self._lock:
+                    tethers = self.tethers.setdefault(engine, [])
+                cluster = ssh_up(engine, spec, record, self._log(engine), tethers, niceness)
+            else:
+                outcome = run_command(spec.up, cluster_env(record), spec.up_timeout, self._log(engine), "up",
+                                      self.pipeline.root)
+                cluster = parsed_cluster(engine, outcome, spec.up_timeout, self._log(engine))
+        except BaseException:  # a failed `up`, a timeout, a stop request: whatever it got as far as making
+            self.take_down(engine, spec)
+            raise
+        # this run's `down` gets what `up` printed; the stored record no ${env:...} value (clusterrecords)
+        record.update(state="up", cluster=cluster, up_at=now_text())
+        self.records.put(key, record)
+        return cluster
+
+    def take_down(self, engine: str, spec) -> None:
+        """Run `down` for the engine's cluster (bounded by its timeout). Done: the record goes. Failed or
+        hung: the record stays, for the next run or `hybridflow clusters reap`, and the run says so."""
+        self.detach(engine, spec)()
+
+    def detach(self, engine: str, spec) -> Callable[[], None]:
+        """The engine's cluster, no longer this run's from now (a fresh one may be brought up for the
+        engine at once): what takes it down, to be called now or in a thread of its own."""
+        with self._lock:
+            record = self.up_clusters.pop(engine, None)
+            tethers = self.tethers.pop(engine, [])
+
+        def down() -> None:
+            if record is None:
+                return
+            try:
+                problem = tear_down(record, spec, self._log(engine), self.pipeline.root, self.records)
+            finally:
+                if tethers:
+                    from .sshclusters import untether
+
+                    untether(tethers)
+            if problem:
+                self.problems.append(problem)
+        return down
+
+    def _log(self, engine: str) -> Path:
+        return self.log_dir / f"cluster-{engine}.log"
+
+
+def cluster_nodes(cluster: dict[str, Any]) -> int | None:
+    """How many hosts a cluster runs on (what its node-seconds count): the `nodes` its `up` printed,
+    or its list of hosts; None when neither says."""
+    nodes = cluster.get("nodes")
+    if isinstance(nodes, int) and not isinstance(nodes, bool) and nodes > 0:
+        return nodes
+    hosts = cluster.get("hosts")
+    return len(set(hosts)) if isinstance(hosts, list) and hosts else None
+
+
+def cluster_name(pipeline: str, run_id: str, engine: str) -> str:
+    return f"hf-{pipeline}-{run_id}-{engine}"
+
+
+def cluster_env(record: dict[str, Any]) -> dict[str, str]:
+    env = {TAG: record["name"], "HYBRIDFLOW_RUN_ID": record["run_id"], "HYBRIDFLOW_PIPELINE": record["pipeline"],
+           "HYBRIDFLOW_ENGINE": record["engine"]}
+    if "cluster" in record:
+        env["HYBRIDFLOW_CLUSTER"] = json.dumps(record["cluster"])
+    return env
+
+
+def tear_down(record: dict[str, Any], spec, log_file: Path, cwd: Path, records) -> str | None:
+    """`down` for a recorded cluster; None when it is down (and its record removed), else what went wrong."""
+    if spec.provider == "ssh":
+        from .sshclusters import ssh_down
+
+        problem = ssh_down(record, spec, log_file)
+    else:
+        problem = _command_down(record, spec, log_file, cwd)
+    key = f"{record['run_id']}-{record['engine']}"
+    if problem is None:
+        records.delete(key)
+    else:
+        record.update(state="down failed", down_failed_at=now_text())
+        records.put(key, record)
+    return problem
+
+
+def _command_down(record: dict[str, Any], spec, log_file: Path, cwd: Path) -> str | None:
+    outcome = run_command(spec.down, cluster_env(record), spec.down_timeout, log_file, "down", cwd)
+    if outcome.returncode == 0:
+        return None
+    if outcome.returncode is None:
+        return (f"the {record['engine']} cluster of run {record['run_id']}: `down` did not finish within "
+                f"{spec.down_timeout:g} s and was killed; the cluster may still be up (see {log_file}; "
+                f"hybridflow clusters reap tries again)")
+    return (f"the {record['engine']} cluster of run {record['run_id']}: `down` exited {outcome.returncode}: "
+            f"{first_line(outcome.output.strip().splitlines()[-1] if outcome.output.strip() else '')} (see {log_file}; "
+            f"hybridflow clusters reap tries again)")
+
+
+def parsed_cluster(engine: str, outcome: Outcome, timeout: float, log_file: Path) -> dict[str, Any]:
+    lines = [line for line in outcome.output.splitlines() if line.strip()]
+    if outcome.returncode is None:
+        raise UnavailableError(f"the {engine} cluster's `up` did not finish within {timeout:g} s",
+                               hint=f"see {log_file}; raise backends.{engine}.cluster.up_timeout if it needs longer")
+    if outcome.returncode != 0:
+        said = first_line(lines[-1]) if lines else "it printed nothing"
+        raise UnavailableError(f"the {engine} cluster's `up` exited {outcome.returncode}: {said}",
+                               hint=f"see {log_file}")
+    try:
+        cluster = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        cluster = None
+    if not isinstance(cluster, dict) or not isinstance(cluster.get("address"), str) or not cluster["address"]:
+        raise UnavailableError(f"the {engine} cluster's `up` printed no address",
+                               hint='its last line of output must be a JSON object like {"address": '
+                                    '"tcp://10.0.0.5:8786"}')
+    return cluster
+
+
+def run_command(command: str, env: dict[str, str], timeout: float, log_file: Path, what: str, cwd: Path) -> Outcome:
+    """`command` with bash, in a session of its own (a timeout kills all of it), its output appended to
+    `log_file` and returned."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "ab") as out:
+        out.write(f"--- {what} at {now_text()}: {command}\n".encode())
+    process = subprocess.Popen(["bash", "-c", command], cwd=cwd, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: process.stdout.read(65536), b"")),
+                              daemon=True)
+    reader.start()
+    try:
+        returncode: int | None = process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        returncode = None
+        _kill_session(process)
+    except BaseException:  # a stop request: what it started is not left half made and running
+        _kill_session(process)
+        raise
+    reader.join(1)  # a daemon it started may hold the pipe open: what it printed by its exit is read
+    outcome = Outcome(returncode, b"".join(chunks).decode(errors="replace"))
+    with open(log_file, "ab") as out:
+        out.write(f"{outcome.output}--- {what} {ended(outcome)}\n".encode())
+    return outcome
+
+
+def _kill_session(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    process.wait()
+
+
+def now_text() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def age(record: dict[str, Any]) -> float:
+    """Seconds since the cluster's record was made."""
+    try:
+        return time.time() - datetime.fromisoformat(record["created_at"]).timestamp()
+    except (KeyError, ValueError):
+        return 0.0
+
+
+def cluster_spec(pipeline, engine: str):
+    """How the pipeline brings `engine`'s cluster up and down now (a settings.ClusterSection), or None."""
+    settings = pipeline.engine_settings(engine)
+    return getattr(settings, "cluster", None)
+
+
+def reap(pipeline, records, log_file: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """Take down every cluster recorded in the workdir; only ever under the pipeline's lock, where no
+    run is alive, so each belongs to a run that died. Returns the records taken down, and what could
+    not be (their records stay, for the next try)."""
+    reaped, problems = [], []
+    for key, record in records.all().items():
+        if record.get("runner") == {"host": socket.gethostname(), "pid": os.getpid()}:
+            continue  # this process's own (a watch session keeps its clusters between runs)
+        spec = cluster_spec(pipeline, record.get("engine", ""))
+        if spec is None:
+            problems.append(f"the {record.get('engine')} cluster of run {record.get('run_id')}: the pipeline no "
+                            f"longer says how to take it down (backends.{record.get('engine')}.cluster); take it "
+                            f"down by hand, then delete its record {key}.json")
+            continue
+        problem = tear_down(record, spec, log_file, pipeline.root, records)
+        if problem:
+            problems.append(problem)
+        else:
+            reaped.append(record)
+    return reaped, problems

@@ -1,0 +1,148 @@
+"""A stage's outputs, from what its function returned to what readers see: the returned frames
+checked against the declared outputs, written to staging, checked against their contract, hashed,
+described by a manifest and moved into an immutable version (prepare), then made current all
+together (commit). Incremental outputs carry their unchanged partitions over from the last version."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import Any
+
+import pyarrow as pa
+
+from ..data.contract import declared_schema, schema_differences
+from ..data.tables import ensure_schema_file
+from ..errors import DataError, HybridflowError, StageError, counted
+from ..results import StageResult
+from ..settings import TARGET_FILE_SIZE
+from ..spec.pipeline import Pipeline
+from ..store.catalog import Catalog, Version
+from ..store.incremental import carry_over, schema_types
+from .inputs import StageInputs
+from .planner import INCREMENTAL, Decision
+from .stageerrors import StageErrors
+from .stopping import SignalState, Terminated
+
+
+@dataclass(frozen=True)
+class Written:
+    """A table output written to its staging directory, not yet checked or committed."""
+
+    directory: PurePath  # a local directory, or a prefix in object storage (storage.ObjectPath)
+    schema: pa.Schema
+
+
+
+class Publisher:
+    def __init__(self, pipeline: Pipeline, catalog: Catalog, inputs: StageInputs, errors: StageErrors,
+                 signals: SignalState) -> None:
+        self.pipeline, self.catalog, self.inputs, self.errors, self.signals = pipeline, catalog, inputs, errors, signals
+
+    def outputs_of(self, stage: str, returned: Any, backend) -> dict[str, Any]:
+        """The stage's table outputs by name, checked against what it declared."""
+        spec = self.pipeline.stages[stage]
+        tables = [ds for ds in spec.outputs if self.pipeline.dataset(ds).kind == "table"]
+        if isinstance(returned, dict):
+            unknown = [k for k in returned if k not in spec.outputs]
+            if unknown:
+                raise StageError(f"stage '{stage}' returned '{unknown[0]}', which is not one of its outputs "
+                                 f"({', '.join(spec.outputs) or 'none'})")
+            frames = {k: v for k, v in returned.items() if k in tables}
+        elif returned is None:
+            frames = {}
+        elif len(tables) == 1:
+            frames = {tables[0]: returned}
+        else:
+            raise StageError(f"stage '{stage}' returned a {type(returned).__name__}; with "
+                             f"{len(tables)} table outputs it must return a dict keyed by output name")
+        missing = [ds for ds in tables if ds not in frames]
+        if missing:
+            raise StageError(f"stage '{stage}' did not return its output '{missing[0]}'",
+                             hint="return the frame, or a dict keyed by output name")
+        for name, frame in frames.items():
+            if not backend.is_frame(frame):
+                raise StageError(f"stage '{stage}' returned a {_type_name(frame)} for output '{name}'; "
+                                 f"the {backend.name} backend writes {backend.frame_types}")
+        return frames
+
+    def prepare_all(self, run_id: str, result: StageResult, backend, frames: dict[str, Any],
+                         log: logging.Logger, decision: Decision) -> list[Version]:
+        """Write and check every output first (committing comes after): an output that breaks its
+        contract leaves every dataset of the stage as it was."""
+        spec = self.pipeline.stages[result.name]
+        inputs = {ds: self.inputs.version_of(ds) for ds in spec.inputs}
+        prepared: list[Version] = []
+        try:
+            for dataset in spec.outputs:
+                prepared.append(self._prepare(run_id, result.name, dataset, backend, frames, inputs, log, decision))
+        except BaseException:
+            for version in prepared:  # never to be committed: nothing of the try stays in versions/
+                self.catalog.discard(version)
+            raise
+        return prepared
+
+    def commit(self, result: StageResult, prepared: list[Version]) -> None:
+        """Point every output at its new version, all together. A stop request before this leaves
+        everything as it was; one that arrives during it waits until all the outputs are committed."""
+        self.signals.check()
+        with self.signals.deferred():
+            self.catalog.commit_together(prepared)
+        result.outputs.update({version.dataset: version.id for version in prepared})
+        tables = [v.rows for v in prepared if v.rows is not None]
+        result.rows_out = sum(tables) if tables else None
+        result.bytes_out = sum(v.bytes for v in prepared)
+
+    def _prepare(self, run_id: str, stage: str, dataset: str, backend, frames: dict[str, Any],
+                 inputs: dict[str, str], log: logging.Logger, decision: Decision) -> Version:
+        ds = self.pipeline.dataset(dataset)
+        partition_by = tuple(ds.partition_by)
+        written = None
+        if ds.kind == "files":
+            staging = self.catalog.staging_root() / run_id / dataset
+        elif dataset in frames:
+            output = frames[dataset]
+            if not isinstance(output, Written):
+                output = self.write(run_id, stage, dataset, backend, output, log)
+            staging, written = output.directory, output.schema
+        else:
+            staging = self.catalog.new_staging(run_id, dataset)
+        if decision.action == INCREMENTAL:
+            previous = decision.previous[dataset]
+            if written is not None and previous.schema is not None:
+                drift = schema_differences(dict(zip(previous.schema.names, previous.schema.types)), written)
+                if drift:  # new partitions cannot sit beside the kept ones
+                    raise DataError(f"incremental output '{dataset}' changed schema against its kept partitions: "
+                                    f"{'; '.join(drift)}", hint=f"reprocess every partition: hybridflow run "
+                                                                 f"{self.pipeline.shown_file} --force {stage}")
+            written = written or previous.schema
+            filesystem = self.pipeline.filesystem_of(staging)
+            carry_over(dataset, staging, previous.manifest, decision.changes, partition_by, schema_types(written),
+                       lambda files, into: self.catalog.bring(previous, files, into), filesystem)
+            # every partition removed: still a schema
+            ensure_schema_file(staging, written, partition_by, filesystem)
+            log.info("output %s: %s written, %d carried over, %d removed", dataset,
+                     counted(len(decision.changes.changed), "partition"), len(decision.changes.unchanged),
+                     len(decision.changes.removed))
+        return self.catalog.prepare(dataset, staging, kind=ds.kind, stage=stage, run_id=run_id, inputs=inputs,
+                                    declared=declared_schema(ds.schema_), partition_by=partition_by,
+                                    written=written,
+                                    fingerprint=decision.fingerprint.record() if decision.fingerprint else None)
+
+    def write(self, run_id: str, stage: str, dataset: str, backend, frame: Any, log: logging.Logger) -> Written:
+        staging = self.catalog.new_staging(run_id, dataset, remote=backend.writes_object_storage)
+        ds = self.pipeline.dataset(dataset)
+        target = ds.target_file_size or backend.target_file_size or TARGET_FILE_SIZE
+        try:
+            return Written(staging, backend.write(frame, staging, tuple(ds.partition_by), target))
+        except (KeyboardInterrupt, Terminated, HybridflowError):
+            raise
+        except Exception as exc:  # engines compute lazily: the stage's own code fails here
+            raise self.errors.of(exc, log, stage) from exc
+
+
+def _type_name(value: Any) -> str:
+    """'pandas DataFrame', 'polars LazyFrame': every engine has a DataFrame, so the package says whose."""
+    package = type(value).__module__.split(".")[0]
+    return type(value).__name__ if package == "builtins" else f"{package} {type(value).__name__}"

@@ -1,0 +1,450 @@
+"""Runs a pipeline: one run session holds the pipeline's lock and its run record, installs the stop
+signals, plans the stages, has each run by the stage executor (executor.py) on the engines of its
+engine pool (enginepool.py), and always ends the same way: engines stopped, staging dropped, the
+record final, the listener told.
+
+The runner never prints. It reports progress to a listener (the CLI renders it) and returns a
+RunResult; errors come back as hybridflow errors with exit codes. The pieces a stage goes through
+each live in their own module: inputs.py reads, publisher.py writes and commits, stopping.py holds
+the time limits and signals.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from .. import processes, registry
+from ..backends import gpu
+from ..backends.stagelog import private_dir
+from ..errors import DataError, HybridflowError, InterruptedRun, first_line, is_out_of_space, out_of_space
+from ..reporting.timeline import Timeline
+from ..results import Listener, PlannedInput, RunResult, Selection, StageResult, new_run_id, now  # noqa: F401 - re-exported
+from ..spec.pipeline import Pipeline
+from ..store import runsync
+from ..store.clusterrecords import open_records
+from ..store.lock import pipeline_lock
+from ..store.objectcatalog import open_catalog
+from ..store.state import recorded_arguments
+from . import planning
+from .enginepool import EnginePool
+from .executor import StageExecutor
+from .inputs import StageInputs
+from .planner import SKIP, Decision, Planner
+from .provisioning import RunClusters, reap
+from .publisher import Publisher
+from .stageerrors import StageErrors
+from .stopping import RunEnded, SignalState, Terminated, signals_as_exceptions
+
+__all__ = ["Runner", "Selection", "StageResult", "RunResult", "Listener", "PlannedInput", "new_run_id"]
+
+
+class Runner:
+    """One run of a pipeline's selected stages (see run()); plan() and decisions() say what it would do."""
+
+    def __init__(self, pipeline: Pipeline, selection: Selection | None = None, *, keep_going: bool = False,  # noqa: PLR0913 - a run's options, keyword-only, as api.run passes them
+                 listener: Listener | None = None, wait_for_lock: bool = False, trigger: str = "manual",
+                 engines: dict[str, Any] | None = None, force: bool | set[str] = False,
+                 arguments: dict[str, Any] | None = None, pool: Callable[..., EnginePool] = EnginePool,
+                 exit_when_stuck: bool = False) -> None:
+        """pool: makes the run's engine pool; a watch session's (warmpool.py) keeps its engines between runs.
+        exit_when_stuck: once a run was ended around a stage stuck in native code (see _end_stuck_run),
+        end this process with the error's exit code, as the CLI asks; otherwise (a library caller's
+        notebook) the error is raised to the caller when the stage's native call returns."""
+        self.pipeline = pipeline
+        self.selection = selection or Selection()
+        self.keep_going = keep_going
+        self.listener = listener or Listener()
+        self.wait_for_lock = wait_for_lock
+        self.trigger = trigger
+        self.home = pipeline.workdir / pipeline.name
+        self.catalog = open_catalog(pipeline)
+        self.store = runsync.open_store(pipeline)
+        self.stages = pipeline.dag.select(self.selection.only, self.selection.start, self.selection.end)
+        self.planner = Planner(pipeline, self.catalog, force, runs=self.store)
+        self.arguments = arguments or {}  # how the run was asked for, so --resume can ask again
+        self.inputs = StageInputs(pipeline, self.catalog, self.planner)
+        self._given = dict(engines or {})  # started by the caller: used, never stopped here
+        self._foreseen: dict[str, Decision] = {}  # decisions taken before the run, still valid
+        self._signals = SignalState()
+        self._pool = pool
+        self._engines: EnginePool | None = None  # made for each run: its engines log to the run's directory
+        self._executor: StageExecutor | None = None
+        self._run_id: str | None = None
+        self._gpu: gpu.GpuPlan | None = None  # each stage's device, decided in _preflight
+        self._live: _LiveRun | None = None  # the run in progress, for a forced end
+        self._ending = threading.Lock()  # held by whichever ends the run: the main thread or a forced end
+        self._signals.on_stuck = self._end_stuck_run
+        self.exit_when_stuck = exit_when_stuck
+        self.ended_around_stuck_stage = False  # the last run was ended (and recorded) by _end_stuck_run
+
+    @property
+    def run_id(self) -> str | None:
+        """The id of the run started by run(), even when it failed before returning a result."""
+        return self._run_id
+
+    # -- planning -------------------------------------------------------------------------------
+
+    def _engines_ahead(self) -> list[str]:
+        """The engines of the stages this run expects to execute, in the order they are first needed
+        (a stage whose inputs are rebuilt first counts as executing): those worth starting early."""
+        wanted = [self.pipeline.stages[s].backend for s in self.stages]
+        if not any(registry.engine(name).starts and name not in self._given for name in wanted):
+            return []  # nothing to start: no need to fingerprint every stage twice
+        try:
+            decisions = planning.decide(self.pipeline, self.stages, self.planner)
+        except (HybridflowError, OSError):  # the stage that meets it reports it, as without early starts
+            return []
+        # the leading stages that skip need not be fingerprinted again (a no-op rerun decides once)
+        for stage in self.stages:
+            if decisions[stage].action != SKIP:
+                break
+            self._foreseen[stage] = decisions[stage]
+        return [self.pipeline.stages[s].backend for s in self.stages if decisions[s].action != SKIP]
+
+    def _preflight(self) -> None:
+        """Everything that can fail before a stage starts: engines available, inputs present."""
+        registry.require_all(self.pipeline.stages[stage].backend for stage in self.stages)
+        self._gpu = gpu.plan(self.pipeline, self.stages)  # gpu: true that cannot be met fails here
+        for stage, inputs in planning.planned_inputs(self.pipeline, self.stages, self.catalog).items():
+            for item in inputs:
+                if item.state != "missing":
+                    continue
+                if self.pipeline.is_external(item.dataset):
+                    raise DataError(f"external input '{item.dataset}' of stage '{stage}' does not exist at "
+                                    f"{item.detail}", hint="create it, or fix its path under datasets")
+                producer = self.pipeline.dag.producer[item.dataset]
+                raise DataError(f"input '{item.dataset}' of stage '{stage}' is not published yet",
+                                hint=f"run stage '{producer}' first: hybridflow run {self.pipeline.shown_file} "
+                                     f"--to {producer}")
+
+    # -- running ---------------------------------------------------------------------------------
+
+    def run(self) -> RunResult:
+        run_id = self._run_id = new_run_id()
+        self._signals.signum = self._signals.ended = None  # a Runner may run again (a watch loop)
+        self.ended_around_stuck_stage = False
+        self.inputs.forget()
+        run_dir = self.home / "runs" / run_id
+        results = {s: StageResult(s, self.pipeline.stages[s].backend) for s in self.stages}
+        lock = pipeline_lock(self.pipeline)
+        try:
+            lock.acquire(run_id, wait=self.wait_for_lock)
+            try:  # the lock is held until the run's record is final: the next run trusts what it finds
+                return self._run_locked(run_id, run_dir, results)
+            finally:
+                lock.release()
+        except RunEnded as ended:
+            raise ended.error from None
+        except Exception as exc:  # the run's record or log could not be written: the disk is full
+            if isinstance(exc, HybridflowError) or not is_out_of_space(exc, self.pipeline.workdir):
+                raise
+            raise out_of_space(self.pipeline.workdir) from exc
+
+    def _reap_clusters(self, clusters: RunClusters, log_file: Path) -> list[str]:
+        """Take down the clusters that runs which died left up (we hold the lock: no other run lives)."""
+        reaped, problems = reap(self.pipeline, clusters.records, log_file)
+        return [f"took down the {r['engine']} cluster that run {r['run_id']} left up" for r in reaped] + problems
+
+    def _run_locked(self, run_id: str, run_dir: Path, results: dict[str, StageResult]) -> RunResult:
+        live = self._open_record(run_id, run_dir, results)
+        status, error, unrecorded, warnings = "failed", None, None, []
+        clusters = RunClusters(self.pipeline, run_id, run_dir / "logs", open_records(self.pipeline))
+        self._engines = self._pool(self.pipeline, self.stages, run_dir / "logs", signals=self._signals,
+                                   given=self._given, gpu=lambda name: self._gpu.engine(name) if self._gpu else None,
+                                   on_started=self.listener.engine_started, timeline=Timeline(self.store, run_id),
+                                   clusters=clusters)
+        self._executor = self._stage_executor()
+        try:
+            warnings = self._prepare(live, clusters)
+            live.streams = (sys.stdout, sys.stderr)  # as the stages begin: what a forced end gives back
+            self._live = live
+            with signals_as_exceptions(self._signals):
+                try:
+                    status, error = self._run_stages(run_id, run_dir, results)
+                    self._signals.check()
+                finally:
+                    self._ending.acquire()  # a forced end under way finishes the run; this thread waits
+            if status == "success":
+                self._collect_garbage()
+        except RunEnded:  # ended, recorded and reported around a stuck stage (_end_stuck_run)
+            self.ended_around_stuck_stage = True
+            raise
+        except (KeyboardInterrupt, Terminated) as exc:
+            self._raise_if_ended()
+            status, error = "interrupted", self._interrupted(exc, results)
+        except BaseException as exc:  # a bug, or an engine's own exit: the record must not stay "running"
+            self._raise_if_ended()
+            unrecorded = exc
+            raise
+        finally:
+            self._engines.stop_all()
+            self.catalog.discard_staging(run_id)
+            if unrecorded is not None:  # recorded once the engines and staging gave back their disk space
+                self._record_failure(unrecorded, live.record, results)
+            self._live = None
+            if self._ending.locked():
+                self._ending.release()
+        return self._close(live, status, error, warnings + clusters.problems)
+
+    def _open_record(self, run_id: str, run_dir: Path, results: dict[str, StageResult]) -> _LiveRun:
+        """The run recorded as running (a waiting run starts when it gets the lock). We hold the lock: any
+        other "running" run is dead (in a workdir in object storage, its record says so there too)."""
+        started, clock = datetime.now(timezone.utc), time.monotonic()
+        for abandoned in self.store.mark_abandoned(self.pipeline.name, now()):
+            self._push_records(abandoned)
+        record = {"run_id": run_id, "pipeline": self.pipeline.name, "pipeline_file": str(self.pipeline.file),
+                  "trigger": self.trigger, "started_at": started.isoformat(timespec="milliseconds"),
+                  "run_dir": str(run_dir), "arguments": json.dumps(self.arguments)}
+        self.store.save_run(**record, status="running")
+        self._push_records(run_id)  # seen from other machines as running, and marked killed if it dies
+        return _LiveRun(run_dir, results, record, started, clock)
+
+    def _prepare(self, live: _LiveRun, clusters: RunClusters) -> list[str]:
+        """Everything before the first stage; returns the warnings the run ends with."""
+        # Under the lock no other run is writing: whatever is in staging is a dead run's leftovers,
+        # and a stage commit a crash interrupted is finished before anything reads the outputs.
+        self.catalog.discard_staging()
+        self.catalog.recover()
+        try:
+            self._preflight()
+        except HybridflowError as exc:  # paths and addresses may hold a value from ${env:...}
+            exc.message, exc.hint = self.pipeline.redact(exc.message), exc.hint and self.pipeline.redact(exc.hint)
+            self.store.save_run(**live.record, status="failed", error=exc.one_line(), ended_at=now())
+            raise
+        logs = live.run_dir / "logs"
+        private_dir(logs)  # 0700: logs may quote data
+        warnings = self._reap_clusters(clusters, logs / "cluster-reap.log")
+        self._engines.start_early(self._engines_ahead())  # before the display takes the terminal
+        self.listener.run_started(live.record["run_id"], list(live.results.values()))
+        return warnings
+
+    def _raise_if_ended(self) -> None:
+        """The stage's native call returned after the run was ended around it: nothing more happens."""
+        if self._signals.ended is not None:
+            self.ended_around_stuck_stage = True
+            raise RunEnded(self._signals.ended) from None
+
+    def _interrupted(self, exc: BaseException, results: dict[str, StageResult]) -> InterruptedRun:
+        for result in results.values():
+            if result.status == "running":
+                self._finish(result, "failed", error="interrupted")
+            elif result.status == "waiting":
+                self._finish(result, "not run", reason="run interrupted")
+        return InterruptedRun(getattr(exc, "signum", signal.SIGINT))
+
+    def _close(self, live: _LiveRun, status: str, error: HybridflowError | None, warnings: list[str]) -> RunResult:
+        """The run's result, its final record, its report, and the listener told."""
+        run_id = live.record["run_id"]
+        result = RunResult(run_id, self.pipeline.name, status, live.results, dict(self._engines.seconds),
+                           live.started.isoformat(timespec="seconds"), time.monotonic() - live.clock, live.run_dir,
+                           error=error, warnings=warnings)
+        if status != "success" and result.failed or status == "interrupted":
+            result.resume_command = f"hybridflow run {self.pipeline.shown_file} --resume"
+        self.store.save_run(**live.record, status=status, ended_at=now(),
+                            error=self.pipeline.redact(error.one_line()) if error else None)
+        if self.pipeline.spec.report:
+            self._write_report(run_id)
+        self._push_records(run_id, live.run_dir)
+        self.listener.run_finished(result)
+        return result
+
+    def _record_failure(self, exc: BaseException, record: dict[str, Any], results: dict[str, StageResult]) -> None:
+        """The run, and the stage it was in, recorded as failed by an error that escaped the run (each
+        stage saved again); where the record cannot be written (a full disk), the next run marks it."""
+        for result in results.values():
+            if result.status == "waiting":
+                continue  # never reached: nothing to record (a run failing before its stages records none)
+            if result.status == "running":
+                result.status, result.error = "failed", self.pipeline.redact(first_line(exc))
+            with contextlib.suppress(Exception):  # again: a failed stage's own save may have met the full disk
+                self._save_stage(result)
+        with contextlib.suppress(Exception):
+            self.store.save_run(**record, status="failed", ended_at=now(),
+                                error=self.pipeline.redact(f"{type(exc).__name__}: {first_line(exc)}"))
+
+    def _push_records(self, run_id: str, run_dir: Path | None = None) -> None:
+        """A workdir in object storage holds the run's record (and, at its end, its logs and report):
+        a store that does not take them costs other machines the record, never the run."""
+        if self.pipeline.remote is None:
+            return
+        try:
+            runsync.push(self.store, self.pipeline, run_id, run_dir)
+        except HybridflowError as exc:
+            logging.getLogger("hybridflow").warning("the run's record was not saved to %s: %s",
+                                                    self.pipeline.remote.uri, exc.one_line())
+
+    def _write_report(self, run_id: str) -> None:
+        """The run's report.html; one that cannot be written never fails the run."""
+        from ..reporting import htmlreport
+
+        try:
+            htmlreport.write(self.store, self.store.run(run_id), pipeline=self.pipeline)
+        except Exception as exc:  # noqa: BLE001
+            logging.getLogger("hybridflow").warning("the run's report was not written: %s", first_line(exc))
+
+    def _end_stuck_run(self, error: HybridflowError) -> None:
+        """The last resort when a stop request or a timeout could not get the main thread back: the
+        stage is busy in native code in this process (a numpy call in a Spark stage's driver code),
+        which no cancel and no Python signal handler can interrupt. Called from a helper thread:
+        ends every process the run started, drops its staging, records the run and reports it. Then
+        the CLI's process exits with the error's code (exit_when_stuck); a library caller's does not:
+        when the native call returns, the main thread raises the error to it, publishing nothing
+        (every check of the signal state raises RunEnded from then on). Published data is safe: no
+        commit is under way (a commit defers stop requests), and staging is never read."""
+        live = self._live
+        if live is None or not self._ending.acquire(blocking=False):
+            return  # the main thread is already ending the run
+        self._signals.ended = error  # from now on nothing more of this run may happen in the main thread
+        try:
+            self._engines.abandon()
+            processes.end_all()
+            sys.stdout, sys.stderr = live.streams  # the stuck stage's own prints went to its log
+            for result in live.results.values():
+                if result.status == "running":
+                    self._finish(result, "failed", error=self.pipeline.redact(error.one_line()))
+                elif result.status == "waiting":
+                    self._finish(result, "not run", reason="the run was ended")
+            self.catalog.discard_staging(self._run_id)
+            status = "interrupted" if isinstance(error, InterruptedRun) else "failed"
+            run = RunResult(self._run_id, self.pipeline.name, status, live.results, dict(self._engines.seconds),
+                            live.started.isoformat(timespec="seconds"), time.monotonic() - live.clock,
+                            live.run_dir, resume_command=f"hybridflow run {self.pipeline.shown_file} --resume",
+                            error=error)
+            self.store.save_run(**live.record, status=status, ended_at=now(),
+                                error=self.pipeline.redact(error.one_line()))
+            self._engines.output.close()
+            self.listener.run_finished(run)
+        finally:
+            for stream in live.streams:
+                with contextlib.suppress(Exception):
+                    stream.flush()  # os._exit skips it: a summary sent to a file or a pipe would be lost
+            processes.end_all()  # again: an engine still running in a thread here replaces what died
+            if self.exit_when_stuck:
+                os._exit(int(error.exit_code))
+            self._ending.release()  # the main thread, back from its native call, raises the error
+
+    def _collect_garbage(self) -> None:
+        """Old versions go after a successful run; failing to remove them never fails the run."""
+        try:
+            removed = self.catalog.collect_garbage(self.pipeline.spec.keep_versions)
+        except (OSError, HybridflowError) as exc:
+            logging.getLogger("hybridflow").warning("garbage collection failed: %s", first_line(exc))
+            return
+        if removed:
+            logging.getLogger("hybridflow").info("removed %d old dataset versions", len(removed))
+
+    def _run_stages(self, run_id: str, run_dir: Path, results: dict[str, StageResult]):
+        first_error: HybridflowError | None = None
+        for stage in self.stages:
+            self._signals.check()
+            result = results[stage]
+            blocked = [p for p in self.pipeline.dag.upstream[stage]
+                       if p in results and results[p].status in ("failed", "not run")]
+            if blocked:
+                self._finish(result, "not run", reason=f"upstream stage '{blocked[0]}' did not finish")
+                continue
+            if first_error and not self.keep_going:
+                self._finish(result, "not run", reason="an earlier stage failed")
+                continue
+            decision = None
+            try:
+                try:
+                    # decided before the run began (for early starts): still true while no stage has executed
+                    decision = self._foreseen.pop(stage, None) or self.planner.decide(stage)
+                except OSError as exc:  # an input changed while it was being hashed
+                    raise DataError(f"cannot fingerprint the inputs of stage '{stage}': {exc}",
+                                    hint="run again once the input is complete") from exc
+                result.reason = decision.reason
+                result.fingerprint = decision.fingerprint.digest if decision.fingerprint else None
+                if decision.action == SKIP:
+                    self._finish(result, "skipped", reason=decision.reason)
+                    continue
+                self._foreseen.clear()  # from here on outputs change: decide each stage when it comes
+                self._executor.run_stage(run_id, run_dir, result, decision)
+                self._finish(result, "done", reason=decision.reason if result.attempts == 1 else
+                             f"{decision.reason}; succeeded on attempt {result.attempts}")
+            except HybridflowError as exc:
+                first_error = first_error or exc
+                self._finish(result, "failed", error=self.pipeline.redact(exc.one_line()),
+                             reason=decision.reason if decision else None)  # why it ran, kept for the report
+            finally:
+                # an engine no stage still to come runs on gives its memory back now, not at the end
+                self._engines.keep_only(self._engines_still_needed(results, first_error is not None))
+        return ("failed", first_error) if first_error else ("success", None)
+
+    def _engines_still_needed(self, results: dict[str, StageResult], failed: bool) -> set[str]:
+        """The engines of the stages still to come that can still run: none after a failure (without
+        --keep-going), and none for a stage below a failed one."""
+        if failed and not self.keep_going:
+            return set()
+        ended = {s for s, r in results.items() if r.status in ("failed", "not run")}
+        return {results[s].backend for s in self.stages
+                if results[s].status == "waiting" and not self.pipeline.dag.ancestors(s) & ended}
+
+    def _stage_executor(self) -> StageExecutor:
+        errors = StageErrors(self.pipeline, self.inputs, self.home)
+        publisher = Publisher(self.pipeline, self.catalog, self.inputs, errors, self._signals)
+        return StageExecutor(self.pipeline, self.catalog, self.planner, self._engines, self.inputs, publisher, errors,
+                             self._signals, gpu=lambda: self._gpu, changed=self._changed, end_run=self._end_stuck_run,
+                             timeline=self._engines.timeline)
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _finish(self, result: StageResult, status: str, *, error: str | None = None,
+                reason: str | None = None) -> None:
+        result.status, result.error, result.reason = status, error, reason
+        if result.started_at is not None:
+            result.duration = time.monotonic() - result.started_at
+        self._changed(result)
+
+    def _changed(self, result: StageResult) -> None:
+        self.listener.stage_changed(result)
+        self._save_stage(result)
+
+    def _save_stage(self, result: StageResult) -> None:
+        if self._run_id is None:
+            return
+        self.store.save_stage(
+            run_id=self._run_id, stage=result.name, backend=result.backend, status=result.status,
+            duration=result.duration, engine_start=result.engine_start, rows_in=result.rows_in,
+            bytes_in=result.bytes_in, rows_out=result.rows_out, bytes_out=result.bytes_out,
+            skip_reason=result.reason, error=result.error, log_path=result.log_path, fingerprint=result.fingerprint,
+            outputs=json.dumps(result.outputs) if result.outputs else None, position=self.stages.index(result.name),
+            gpu=result.gpu, gpu_reason=result.gpu_reason, attempts=result.attempts,
+            engine_work=json.dumps(result.engine_work) if result.engine_work is not None else None)
+
+
+@dataclass
+class _LiveRun:
+    """The run in progress: its directory, stage results, record and clock; _live (what a forced end
+    needs) once its stages run."""
+
+    run_dir: Path
+    results: dict[str, StageResult]
+    record: dict[str, Any]
+    started: datetime
+    clock: float
+    streams: tuple = field(default_factory=lambda: (sys.stdout, sys.stderr))
+
+
+def new_runner(pipeline: Pipeline, arguments: dict[str, Any], **options) -> Runner:
+    """The one way a run is made (api.run, a watch session's runs): `arguments` (only/from/to/params/
+    force) select its stages and are recorded with every secret replaced by the ${env:...} that holds
+    it, never stored. `options`: Runner's."""
+    recorded = recorded_arguments(arguments, pipeline.secrets, pipeline.secret_sources(os.environ))
+    return Runner(pipeline, selection_of(arguments), arguments=recorded, **options)
+
+
+def selection_of(arguments: dict[str, Any]) -> Selection:
+    return Selection(arguments.get("only", ()), arguments.get("from", ()), arguments.get("to", ()))

@@ -1,0 +1,223 @@
+"""How a run stops: a stage's time limit, SIGINT and SIGTERM turned into exceptions in the main
+thread, and the engine cancels that unblock a main thread waiting inside an engine. The runner's
+session installs them; the stage executor runs each stage inside a time limit."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+
+from ..errors import InterruptedRun, StageTimeout
+
+
+class TimedOut(BaseException):
+    """Raised in the main thread when a stage's timeout fires (BaseException: user code that catches
+    Exception cannot swallow it)."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None, backend, stage: str, end_run=None):
+    """Run the body for at most `seconds`. When time is up, a timer thread asks the engine to cancel
+    its work (which unblocks a main thread waiting on it) and interrupts the main thread with
+    SIGALRM; any way the body then ends becomes a StageTimeout. A body that still has not ended
+    STUCK_AFTER seconds later is busy in native code: `end_run(error)` ends the whole run."""
+    if not seconds:
+        yield
+        return
+    fired, finished = threading.Event(), threading.Event()
+    main = threading.main_thread()
+    in_main = threading.current_thread() is main
+
+    def on_alarm(signum, frame):
+        if not finished.is_set():
+            raise TimedOut()
+
+    def expire():
+        fired.set()
+        with contextlib.suppress(Exception):
+            backend.cancel()
+        if in_main and not finished.is_set():
+            signal.pthread_kill(main.ident, signal.SIGALRM)
+        stuck = StageTimeout(f"stage '{stage}' timed out after {seconds_text(seconds)} and did not stop within "
+                             f"{STUCK_AFTER:g}s more (busy in native code outside its engine), so the run was ended",
+                             hint="raise its timeout, or make it faster")
+        keep_cancelling(backend, finished.is_set, pause=finished.wait,
+                         stuck=(lambda: end_run(stuck)) if end_run and in_main else None)
+
+    previous = signal.signal(signal.SIGALRM, on_alarm) if in_main else None
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+    timed_out = StageTimeout(f"stage '{stage}' timed out after {seconds_text(seconds)}; its engine work was "
+                             "cancelled", hint="raise its timeout, or make it faster")
+    try:
+        yield
+        finished.set()
+    except BaseException as exc:
+        finished.set()
+        if fired.is_set() and not isinstance(exc, Terminated):
+            raise timed_out from exc
+        raise
+    finally:
+        timer.cancel()
+        timer.join()  # a late expire() must not cancel or signal anything after this point
+        if in_main:
+            signal.signal(signal.SIGALRM, previous)
+    if fired.is_set() and not in_main:
+        raise timed_out  # no signal could interrupt the body: it ran to the end, but too long
+
+
+# Seconds a stage may take to end after its engine work was cancelled (a timeout, a stop request)
+# before the run is ended around it: on a loaded machine a cancel and its engine's reply take a few.
+STUCK_AFTER = 6.0
+
+
+def keep_cancelling(engine, done, pause=time.sleep, seconds: float = 60, stuck=None) -> None:
+    """After a first cancel: cancel the engine's work again each second until `done()` (the stage
+    has ended) or `seconds` pass, since work the stage starts after a cancel (an actor still being
+    created, a task submitted late) must not keep it waiting. `pause(1)` waits a second. A stage
+    still not done STUCK_AFTER seconds after the first cancel is handed to `stuck()`."""
+    started = time.monotonic()
+    while not done() and time.monotonic() - started < seconds:
+        pause(1)
+        if done():
+            return
+        if stuck is not None and time.monotonic() - started >= STUCK_AFTER:
+            stuck()
+            return
+        with contextlib.suppress(Exception):
+            engine.cancel()
+
+
+def seconds_text(value: float) -> str:
+    return f"{value:g}s" if value < 120 else f"{value / 60:g}m"
+
+
+class Terminated(BaseException):
+    """SIGINT or SIGTERM, raised in the main thread so cleanup runs the same way for both."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class RunEnded(BaseException):
+    """Raised in the main thread when its stage's native call returns after the run was ended around
+    it (Runner._end_stuck_run): the run is over and recorded, and nothing more of it may happen.
+    BaseException, as Terminated: stage code that catches Exception cannot swallow it."""
+
+    def __init__(self, error) -> None:
+        super().__init__(error)
+        self.error = error  # what ended the run: a StageTimeout or an InterruptedRun
+
+
+class SignalState:
+    """The signal a run received. Engine code may swallow the exception the handler raises (a
+    KeyboardInterrupt caught inside a library), so the runner also checks this between steps: a run
+    that was asked to stop never goes on to publish."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.installed = False
+        self._deferred = False
+        self.running = None  # the engine of the stage being called, which a stop request cancels
+        self.on_stuck = None  # called with an InterruptedRun when the stage does not end after a cancel
+        self.ended = None  # the error the run was ended around a stuck stage with: every check() raises it
+
+    def on_wakeup(self, signum: int) -> None:
+        """Called from the watcher thread the moment SIGINT or SIGTERM arrives, even while the main
+        thread is blocked in an engine's native wait (ray.get, a Spark action) where Python's own
+        handler cannot run: cancelling the engine's work unblocks it, and the handler then runs."""
+        engine = self.running
+        if engine is None or self._deferred:
+            return
+
+        def cancel_until_the_stage_ends() -> None:
+            with contextlib.suppress(Exception):
+                engine.cancel()
+            stuck = (lambda: self.on_stuck(InterruptedRun(signum))) if self.on_stuck else None
+            keep_cancelling(engine, lambda: self.running is not engine, stuck=stuck)
+
+        threading.Thread(target=cancel_until_the_stage_ends, name="hybridflow-cancel", daemon=True).start()
+
+    def on_signal(self, signum, frame) -> None:
+        if self.ended is not None:
+            raise RunEnded(self.ended)
+        self.signum = signum
+        if not self._deferred:
+            raise Terminated(signum)
+
+    @contextlib.contextmanager
+    def deferred(self):
+        """Hold a stop request until the block ends (it is then raised by the next check())."""
+        self._deferred = True
+        try:
+            yield
+        finally:
+            self._deferred = False
+
+    def reclaim(self) -> None:
+        """Take SIGINT/SIGTERM back after an engine started: ray.init installs its own SIGTERM handler,
+        which would exit at once, skipping cleanup and the run record."""
+        if self.installed:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(signum, self.on_signal)
+
+    def check(self) -> None:
+        if self.ended is not None:
+            raise RunEnded(self.ended)
+        if self.signum is not None:
+            raise Terminated(self.signum)
+
+
+@contextlib.contextmanager
+def signals_as_exceptions(state: SignalState):
+    try:
+        previous = {s: signal.signal(s, state.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    state.installed = True
+    watcher = SignalWatcher(state)
+    try:
+        yield
+    finally:
+        watcher.close()
+        state.installed = False
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+class SignalWatcher:
+    """Python runs signal handlers only when the main thread gets back to the interpreter; the C-level
+    handler also writes each signal's number to a wake-up socket at once, which this thread reads."""
+
+    def __init__(self, state: SignalState) -> None:
+        import socket
+
+        self.state = state
+        self.reader, self.writer = socket.socketpair()
+        self.writer.setblocking(False)
+        self.previous_fd = signal.set_wakeup_fd(self.writer.fileno(), warn_on_full_buffer=False)
+        self.thread = threading.Thread(target=self._watch, name="hybridflow-signals", daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        while True:
+            try:
+                data = self.reader.recv(64)
+            except OSError:
+                return
+            if not data:
+                return
+            for signum in data:
+                if signum in (signal.SIGINT, signal.SIGTERM):
+                    self.state.on_wakeup(signum)
+
+    def close(self) -> None:
+        signal.set_wakeup_fd(self.previous_fd)
+        self.writer.close()  # the reader sees the end and the thread returns
+        self.thread.join(timeout=5)
+        self.reader.close()

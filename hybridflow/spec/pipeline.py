@@ -1,0 +1,122 @@
+"""A loaded, checked pipeline: the spec plus everything resolved against the file system."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path, PurePath
+from typing import Any
+
+from ..data.storage import ObjectPath, StoreSettings, is_object_uri, object_path
+from .dag import Dag
+from .model import DatasetSpec, PipelineSpec, StageSpec
+from .yamlsource import SourceMap
+
+REDACTED = "***"
+
+
+@dataclass
+class Pipeline:
+    spec: PipelineSpec
+    file: Path  # absolute path of the YAML file
+    root: Path  # absolute; relative paths and stage modules resolve against it
+    workdir: Path  # absolute
+    source: SourceMap
+    secrets: frozenset[str] = frozenset()  # values that came from ${env:...}: never printed or stored
+    overrides: dict[str, Any] = field(default_factory=dict)  # --param key=value
+    stage_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)  # --param stage.key=value
+    param_args: tuple[str, ...] = ()  # the --param strings as given: what a run records for --resume
+    # a workdir in object storage (bucket/prefix): the truth of versions, pointers, run records and the
+    # lease; `workdir` is then this machine's cache of it (logs, staging, a copy of the run records)
+    remote: ObjectPath | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def stages(self) -> dict[str, StageSpec]:
+        return self.spec.stages
+
+    @cached_property
+    def dag(self) -> Dag:
+        return Dag({n: s.inputs for n, s in self.stages.items()}, {n: s.outputs for n, s in self.stages.items()})
+
+    def engine_settings(self, engine: str):
+        """The pipeline's `backends.<engine>` section, as the engine's settings model made it (every
+        registered engine has one, set or defaulted); None for a name no engine is registered under."""
+        return getattr(self.spec.backends, engine, None)
+
+    def dataset(self, name: str) -> DatasetSpec:
+        """A dataset's declaration; undeclared datasets are parquet tables in the workdir."""
+        return self.spec.datasets.get(name) or DatasetSpec()
+
+    def is_external(self, name: str) -> bool:
+        return name not in self.dag.producer
+
+    def external_path(self, name: str) -> PurePath:
+        """Where an external input lives: a local path (relative ones under root), or an ObjectPath
+        for an s3:// URI."""
+        path = self.dataset(name).path or ""
+        return object_path(path) if is_object_uri(path) else (self.root / path).resolve()
+
+    @cached_property
+    def store(self) -> StoreSettings:
+        """How this pipeline reaches object storage: its storage: section over the AWS variables."""
+        section = self.spec.storage.model_dump(exclude_none=True) if self.spec.storage else None
+        return StoreSettings.of(section)
+
+    @property
+    def uses_object_storage(self) -> bool:
+        """The workdir, or an input a stage reads, is in object storage."""
+        return self.remote is not None or any(is_object_uri(ds.path) for ds in self.spec.datasets.values())
+
+    def store_of(self, path: PurePath) -> StoreSettings | None:
+        """How to reach `path`: None for a local path."""
+        return self.store if isinstance(path, ObjectPath) else None
+
+    def filesystem_of(self, path: PurePath):
+        """pyarrow's filesystem to reach `path` with: None for a local path."""
+        return self.store.arrow_filesystem() if isinstance(path, ObjectPath) else None
+
+    @property
+    def shown_file(self) -> str:
+        """The pipeline file as a command line should name it: relative to the current directory when
+        it is under it (what `hybridflow run ... --resume` and the hints print)."""
+        try:
+            return str(self.file.relative_to(Path.cwd()))
+        except ValueError:
+            return str(self.file)
+
+    def params_for(self, stage: str) -> dict[str, Any]:
+        """Pipeline params < stage params < --param key=value < --param stage.key=value."""
+        return {**self.spec.params, **self.stages[stage].params, **self.overrides,
+                **self.stage_overrides.get(stage, {})}
+
+    def secret_sources(self, environ) -> dict[str, str]:
+        """Each secret -> the name of an environment variable that holds it in `environ`, one the
+        pipeline file refers to as ${env:NAME} first (two variables may hold the same value)."""
+        try:
+            named = set(re.findall(r"\$\{env:(\w+)\}", self.file.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError):
+            named = set()
+        sources: dict[str, str] = {}
+        for name, value in sorted(environ.items(), key=lambda item: (item[0] not in named, item[0])):
+            if value in self.secrets:
+                sources.setdefault(value, name)
+        return sources
+
+    def redact(self, text: str) -> str:
+        return self.redact_with(self.secrets)(text)
+
+    @staticmethod
+    def redact_with(secrets):
+        ordered = sorted(secrets, key=len, reverse=True)  # a secret containing another goes first
+
+        def redact(text: str) -> str:
+            for secret in ordered:
+                text = text.replace(secret, REDACTED)
+            return text
+
+        return redact

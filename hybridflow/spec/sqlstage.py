@@ -1,0 +1,193 @@
+"""SQL stages: `run: sql/orders.sql`, a query file under the pipeline root, on an engine that runs SQL
+(its Engine declares `sql_dialect`).
+
+Each input of the stage is a view named after its dataset; params are bound by name, written
+`:name` in the query on every engine (the engine binds the values itself: never string formatting);
+the query's result is the stage's one output. The file is read here with sqlglot's parser in the
+engine's dialect, for `validate` (tables that are not inputs, unknown params, each at file:line:col)
+and for fingerprints, which hash the query's tokens: comments and whitespace do not count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ..diagnostics import Problem, did_you_mean
+from ..errors import ConfigError
+
+SUFFIX = ".sql"
+UNIT = "query"  # the label of a query in fingerprints' code digests ("sql/orders.sql:query")
+
+
+def is_sql(target: str) -> bool:
+    return target.endswith(SUFFIX)
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A name in the query: a table read, or a param, and where it is."""
+
+    name: str
+    line: int
+    col: int
+    start: int  # character offsets of the reference in the text (a param's include its colon)
+    end: int
+
+
+@dataclass(frozen=True)
+class SqlQuery:
+    file: Path
+    text: str
+    tables: tuple[Ref, ...]  # tables the query reads (not its own CTEs)
+    params: tuple[Ref, ...]  # :name references
+
+    @property
+    def param_names(self) -> list[str]:
+        return list(dict.fromkeys(p.name for p in self.params))
+
+    def with_params_as(self, prefix: str) -> str:
+        """The text with each `:name` written `<prefix>name` (DuckDB's `$name`)."""
+        text = self.text
+        for param in sorted(self.params, key=lambda p: p.start, reverse=True):
+            text = text[:param.start] + prefix + param.name + text[param.end + 1:]
+        return text
+
+
+def sql_function(root: Path, target: str, backend, inputs: list[str], params: dict[str, Any]) -> Callable[..., Any]:
+    """A stage function (its `inputs` by name -> the query's result) that runs `target` on `backend`."""
+    from .. import registry
+
+    dialect = registry.engine(backend.name).sql_dialect
+    try:
+        query = read_query(root, target, dialect)
+    except SqlProblem as exc:
+        raise ConfigError(f"{file_of(root, target)}:{exc.line}:{exc.col}: {exc.message}") from None
+    missing = [name for name in query.param_names if name not in params]
+    if missing:
+        raise ConfigError(f"{file_of(root, target)}: ':{missing[0]}' is not a param of the stage")
+    bound = {name: params[name] for name in query.param_names}
+
+    def run_query(**given: Any) -> Any:  # the inputs, and the params the executor passes to **kwargs
+        return backend.run_sql(query, {name: given[name] for name in inputs}, bound)
+
+    return run_query
+
+
+class SqlProblem(Exception):
+    def __init__(self, message: str, line: int = 1, col: int = 1) -> None:
+        super().__init__(message)
+        self.message, self.line, self.col = message, line, col
+
+
+def file_of(root: Path, target: str) -> Path:
+    return root / target
+
+
+def read_query(root: Path, target: str, dialect: str) -> SqlQuery:
+    """The query of `target` parsed in `dialect`; SqlProblem (with its place) when it does not parse,
+    is not exactly one query, or the file cannot be read."""
+    file = file_of(root, target)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SqlProblem(f"SQL file '{target}' not found under root {root}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SqlProblem(f"cannot read SQL file '{target}': {exc}") from None
+    return parse(file, text, dialect)
+
+
+def parse(file: Path, text: str, dialect: str) -> SqlQuery:
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.errors import ParseError, TokenError
+
+    try:
+        tokens = sqlglot.tokenize(text, read=dialect)
+        statements = [s for s in sqlglot.parse(text, read=dialect) if s is not None]
+    except ParseError as exc:
+        where = (exc.errors or [{}])[0]
+        line, col = where.get("line") or 1, where.get("col") or 1
+        raise SqlProblem(f"the query does not parse: {where.get('description') or exc}", line, col) from None
+    except TokenError as exc:
+        raise SqlProblem(f"the query does not parse: {exc}") from None
+    if len(statements) != 1:
+        raise SqlProblem(f"a SQL stage's file holds one query, not {len(statements)}")
+    query = statements[0]
+    if not isinstance(query, exp.Query):
+        raise SqlProblem(f"a SQL stage's file holds a query (SELECT ...), not {query.key.upper()}")
+    ctes = {cte.alias_or_name.lower() for cte in query.find_all(exp.CTE)}
+    tables = tuple(_ref(text, table.name, table.this.meta.get("start"))
+                   for table in query.find_all(exp.Table)
+                   if table.name and table.name.lower() not in ctes and not table.args.get("db"))
+    return SqlQuery(file, text, tuple(sorted(tables, key=lambda r: r.start)), _params(text, tokens))
+
+
+def tokens_of(root: Path, target: str):
+    """(tokens, text) of a query file in no particular dialect (`:name` and comments read alike in
+    all), or None when it cannot be read or tokenized: for fingerprints, which must not fail."""
+    import sqlglot
+    from sqlglot.errors import TokenError
+
+    try:
+        text = file_of(root, target).read_text(encoding="utf-8")
+        return sqlglot.tokenize(text), text
+    except (OSError, UnicodeDecodeError, TokenError):
+        return None
+
+
+def code_digest(root: Path, target: str) -> str:
+    """The query's tokens, hashed: what a change of the query changes, and only that."""
+    found = tokens_of(root, target)
+    normalized = " ".join(token.text for token in found[0]) if found else "unreadable"
+    return hashlib.sha256(normalized.encode()).hexdigest()
+
+
+def param_names(root: Path, target: str) -> set[str] | None:
+    """The params the query names (None when it cannot be read: then every param counts)."""
+    found = tokens_of(root, target)
+    return {ref.name for ref in _params(found[1], found[0])} if found else None
+
+
+def _params(text: str, tokens) -> tuple[Ref, ...]:
+    """`:name` where the colon and the name touch (`::` casts are one token of their own)."""
+    from sqlglot.tokens import TokenType
+
+    found = []
+    for colon, name in zip(tokens, tokens[1:]):
+        if colon.token_type == TokenType.COLON and name.start == colon.end + 1 and name.text.isidentifier():
+            found.append(Ref(name.text, *_line_col(text, colon.start), colon.start, name.end))
+    return tuple(found)
+
+
+def _ref(text: str, name: str, start: int | None) -> Ref:
+    start = start if start is not None else max(text.find(name), 0)
+    return Ref(name, *_line_col(text, start), start, start + len(name) - 1)
+
+
+def _line_col(text: str, offset: int) -> tuple[int, int]:
+    before = text[:offset]
+    return before.count("\n") + 1, offset - (before.rfind("\n") + 1) + 1
+
+
+def problems(root: Path, target: str, dialect: str, inputs: list[str], params: set[str], stage: str,
+             shown: str) -> list[Problem]:
+    """What `validate` reports of a SQL stage's file, each at its place in the file (`shown`)."""
+    try:
+        query = read_query(root, target, dialect)
+    except SqlProblem as exc:
+        return [Problem(shown, exc.line, exc.col, f"{exc.message} (the query of stage '{stage}')")]
+    found = []
+    by_name = {name.lower() for name in inputs}
+    for table in query.tables:
+        if table.name.lower() not in by_name:
+            found.append(Problem(shown, table.line, table.col,
+                                 f"table '{table.name}' is not an input of stage '{stage}'"
+                                 f"{did_you_mean(table.name, inputs)} (its inputs: {', '.join(inputs) or 'none'})"))
+    for param in query.params:
+        if param.name not in params:
+            message = f"':{param.name}' is not a param of stage '{stage}'{did_you_mean(param.name, params)}"
+            found.append(Problem(shown, param.line, param.col, message))
+    return found
