@@ -124,7 +124,7 @@ def run(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | Non
     if dry_run:
         return planning.plan(loaded, selection_of(arguments), chosen)
     runner = new_runner(loaded, arguments, keep_going=keep_going, wait_for_lock=wait, trigger=trigger, force=chosen,
-                        listener=_Notifying(listener, loaded, trigger) if notify else listener,
+                        listener=listener, subscribers=_notifications(loaded, trigger, listener) if notify else (),
                         exit_when_stuck=exit_when_stuck)
     return _run_notifying_failed_start(runner, notify)
 
@@ -163,9 +163,10 @@ def watch(pipeline: str | os.PathLike, *, only: Names | None = None, from_: Name
 
     loaded = load(pipeline, params)  # a file that does not load at the start is an error, as for run
     session = WatchSession(loaded.file, _param_strings(params),
+                           subscribers=lambda pipeline, listener: _notifications(pipeline, "manual", listener),
                            selection=Selection(_names(only), _names(from_), _names(to)),
-                           force=forced(loaded, force), keep_going=keep_going, report=report or WatchReport(),
-                           exit_when_stuck=exit_when_stuck)
+                           force=forced(loaded, force), report=report or WatchReport(),
+                           options={"keep_going": keep_going, "exit_when_stuck": exit_when_stuck})
     return session.loop(runs)
 
 
@@ -219,50 +220,19 @@ def _run_notifying_failed_start(runner: Runner, notify: bool) -> RunResult:
         raise
     except HybridflowError as exc:
         if notify:
-            _deliver(runner.pipeline, failed_start_summary(
+            from .ops.notify import Notifications
+
+            Notifications(runner.pipeline, runner.trigger, runner.listener).send(failed_start_summary(
                 runner.pipeline, exc, run_id=runner.run_id, trigger=runner.trigger, stages=runner.stages,
-                started_at=started, duration=time.monotonic() - clock), runner.listener)
+                started_at=started, duration=time.monotonic() - clock))
         raise
 
 
-class _Notifying(Listener):
-    """Passes progress on to `inner`; once the run's record is final, sends its notifications."""
+def _notifications(pipeline: Pipeline, trigger: str, listener: Listener) -> list[Listener]:
+    """What `notify:` asks for, subscribed to a run's events (each delivery told to `listener`)."""
+    from .ops.notify import Notifications
 
-    def __init__(self, inner: Listener, pipeline: Pipeline, trigger: str) -> None:
-        self.inner, self.pipeline, self.trigger = inner, pipeline, trigger
-
-    def __getattr__(self, name: str):
-        return getattr(self.inner, name)
-
-    def run_started(self, run_id, stages) -> None:
-        self.inner.run_started(run_id, stages)
-
-    def engine_started(self, backend, seconds) -> None:
-        self.inner.engine_started(backend, seconds)
-
-    def stage_changed(self, stage) -> None:
-        self.inner.stage_changed(stage)
-
-    def close(self) -> None:
-        self.inner.close()
-
-    def notified(self, delivery) -> None:
-        self.inner.notified(delivery)
-
-    def run_finished(self, result: RunResult) -> None:
-        from .ops.notify import run_summary
-
-        self.inner.run_finished(result)
-        _deliver(self.pipeline, run_summary(self.pipeline, result, self.trigger), self.inner)
-
-
-def _deliver(pipeline: Pipeline, summary: dict, listener: Listener) -> None:
-    """Send the notifications `notify:` asks for; each delivery is reported to the listener. A failed
-    delivery never fails the run."""
-    from .ops.notify import deliver
-
-    for delivery in deliver(pipeline, summary):
-        listener.notified(delivery)
+    return [Notifications(pipeline, trigger, listener)]
 
 
 def read(pipeline: PipelineLike, dataset: str, engine: str = "pandas", *, version: str | None = None):

@@ -105,8 +105,8 @@ class Listener:
     def stage_changed(self, stage: StageResult) -> None: ...
 
     def run_finished(self, result: RunResult) -> None:
-        """Called once the run's record is final, also when a stage stuck in native code forced the
-        process to end (it exits right after this returns)."""
+        """Called once the run's record is final, also when a run was ended around a stage stuck in
+        native code (the CLI's process exits right after this returns)."""
 
 
 @dataclass(frozen=True)

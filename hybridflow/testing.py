@@ -147,6 +147,20 @@ def assert_same(actual: pa.Table, expected: pa.Table) -> None:
         assert actual.column(name).to_pylist() == expected.column(name).to_pylist(), name
 
 
+def publish_through(engine, catalog: Catalog, base: Path, name: str, table: pa.Table,
+                    partition_by: tuple[str, ...] = ()) -> tuple[list[str], Version]:
+    """`table` read and written by `engine` and published as dataset `name` into `catalog`, as a stage's
+    output is: (its partition directories, its version)."""
+    staging = catalog.new_staging("run1", name, remote=engine.writes_object_storage)
+    written = engine.write(engine.read(source_of(base / "src", table)), staging, partition_by)
+    version = catalog.publish(name, staging, kind="table", stage="s", run_id="run1", inputs={},
+                              partition_by=partition_by, written=written,
+                              declared=dict(zip(table.schema.names, table.schema.types)))
+    directories = sorted({PurePosixPath(f["path"]).parts[0] for f in version.manifest["files"]
+                          if len(PurePosixPath(f["path"]).parts) > 1})
+    return directories, version
+
+
 def start_engine(name: str, settings: Any, log_dir: Path):
     """A started engine (backends.create), the output of the processes it launches in log_dir/engines.log."""
     engine = backends.create(name, settings, log_dir)
@@ -254,17 +268,9 @@ class BackendContract:
         def publish(writer: str, table: pa.Table, partition_by: tuple[str, ...] = ()) -> tuple[list[str], Version]:
             key = writer, tuple(table.schema.names), partition_by
             if key not in done:
-                engine = contract_engines[writer]
                 base = tmp_path_factory.mktemp(f"published-{writer}")
-                catalog = Catalog(base / "home")
-                staging = catalog.new_staging("run1", "out", remote=engine.writes_object_storage)
-                written = engine.write(engine.read(source_of(base / "src", table)), staging, partition_by)
-                version = catalog.publish("out", staging, kind="table", stage="s", run_id="run1", inputs={},
-                                          partition_by=partition_by, written=written,
-                                          declared=dict(zip(table.schema.names, table.schema.types)))
-                directories = sorted({PurePosixPath(f["path"]).parts[0] for f in version.manifest["files"]
-                                      if len(PurePosixPath(f["path"]).parts) > 1})
-                done[key] = directories, version
+                done[key] = publish_through(contract_engines[writer], Catalog(base / "home"), base, "out", table,
+                                            partition_by)
             return done[key]
         return publish
 

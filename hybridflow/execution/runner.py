@@ -12,7 +12,6 @@ the time limits and signals.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -22,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .. import processes, registry
 from ..backends import gpu
@@ -38,11 +37,13 @@ from ..store.objectcatalog import open_catalog
 from ..store.state import recorded_arguments
 from . import planning
 from .enginepool import EnginePool
+from .events import RunEvents
 from .executor import StageExecutor
 from .inputs import StageInputs
 from .planner import SKIP, Decision, Planner
 from .provisioning import RunClusters, reap
 from .publisher import Publisher
+from .records import RunPush, RunRecords, RunReport
 from .stageerrors import StageErrors
 from .stopping import RunEnded, SignalState, Terminated, signals_as_exceptions
 
@@ -56,11 +57,12 @@ class Runner:
                  listener: Listener | None = None, wait_for_lock: bool = False, trigger: str = "manual",
                  engines: dict[str, Any] | None = None, force: bool | set[str] = False,
                  arguments: dict[str, Any] | None = None, pool: Callable[..., EnginePool] = EnginePool,
-                 exit_when_stuck: bool = False) -> None:
+                 exit_when_stuck: bool = False, subscribers: Sequence[Listener] = ()) -> None:
         """pool: makes the run's engine pool; a watch session's (warmpool.py) keeps its engines between runs.
         exit_when_stuck: once a run was ended around a stage stuck in native code (see _end_stuck_run),
         end this process with the error's exit code, as the CLI asks; otherwise (a library caller's
-        notebook) the error is raised to the caller when the stage's native call returns."""
+        notebook) the error is raised to the caller when the stage's native call returns. subscribers:
+        told the run's events after the listener (the API's notifications)."""
         self.pipeline = pipeline
         self.selection = selection or Selection()
         self.keep_going = keep_going
@@ -71,6 +73,9 @@ class Runner:
         self.catalog = open_catalog(pipeline)
         self.store = runsync.open_store(pipeline)
         self.stages = pipeline.dag.select(self.selection.only, self.selection.start, self.selection.end)
+        self.records = RunRecords(pipeline, self.store, self.stages)
+        pushed = [RunPush(self.records)] if pipeline.remote is not None else []
+        self.events = RunEvents([self.records, RunReport(pipeline, self.store), *pushed, self.listener, *subscribers])
         self.planner = Planner(pipeline, self.catalog, force, runs=self.store)
         self.arguments = arguments or {}  # how the run was asked for, so --resume can ask again
         self.inputs = StageInputs(pipeline, self.catalog, self.planner)
@@ -162,7 +167,7 @@ class Runner:
         clusters = RunClusters(self.pipeline, run_id, run_dir / "logs", open_records(self.pipeline))
         self._engines = self._pool(self.pipeline, self.stages, run_dir / "logs", signals=self._signals,
                                    given=self._given, gpu=lambda name: self._gpu.engine(name) if self._gpu else None,
-                                   on_started=self.listener.engine_started, timeline=Timeline(self.store, run_id),
+                                   on_started=self.events.engine_started, timeline=Timeline(self.store, run_id),
                                    clusters=clusters)
         self._executor = self._stage_executor()
         try:
@@ -191,23 +196,16 @@ class Runner:
             self._engines.stop_all()
             self.catalog.discard_staging(run_id)
             if unrecorded is not None:  # recorded once the engines and staging gave back their disk space
-                self._record_failure(unrecorded, live.record, results)
+                self._record_failure(unrecorded, results)
             self._live = None
             if self._ending.locked():
                 self._ending.release()
         return self._close(live, status, error, warnings + clusters.problems)
 
     def _open_record(self, run_id: str, run_dir: Path, results: dict[str, StageResult]) -> _LiveRun:
-        """The run recorded as running (a waiting run starts when it gets the lock). We hold the lock: any
-        other "running" run is dead (in a workdir in object storage, its record says so there too)."""
+        """The run recorded as running: a waiting run starts when it gets the lock."""
         started, clock = datetime.now(timezone.utc), time.monotonic()
-        for abandoned in self.store.mark_abandoned(self.pipeline.name, now()):
-            self._push_records(abandoned)
-        record = {"run_id": run_id, "pipeline": self.pipeline.name, "pipeline_file": str(self.pipeline.file),
-                  "trigger": self.trigger, "started_at": started.isoformat(timespec="milliseconds"),
-                  "run_dir": str(run_dir), "arguments": json.dumps(self.arguments)}
-        self.store.save_run(**record, status="running")
-        self._push_records(run_id)  # seen from other machines as running, and marked killed if it dies
+        record = self.records.open(run_id, run_dir, started, self.trigger, self.arguments)
         return _LiveRun(run_dir, results, record, started, clock)
 
     def _prepare(self, live: _LiveRun, clusters: RunClusters) -> list[str]:
@@ -220,13 +218,13 @@ class Runner:
             self._preflight()
         except HybridflowError as exc:  # paths and addresses may hold a value from ${env:...}
             exc.message, exc.hint = self.pipeline.redact(exc.message), exc.hint and self.pipeline.redact(exc.hint)
-            self.store.save_run(**live.record, status="failed", error=exc.one_line(), ended_at=now())
+            self.records.end("failed", exc.one_line())
             raise
         logs = live.run_dir / "logs"
         private_dir(logs)  # 0700: logs may quote data
         warnings = self._reap_clusters(clusters, logs / "cluster-reap.log")
         self._engines.start_early(self._engines_ahead())  # before the display takes the terminal
-        self.listener.run_started(live.record["run_id"], list(live.results.values()))
+        self.events.run_started(live.record["run_id"], list(live.results.values()))
         return warnings
 
     def _raise_if_ended(self) -> None:
@@ -244,22 +242,16 @@ class Runner:
         return InterruptedRun(getattr(exc, "signum", signal.SIGINT))
 
     def _close(self, live: _LiveRun, status: str, error: HybridflowError | None, warnings: list[str]) -> RunResult:
-        """The run's result, its final record, its report, and the listener told."""
-        run_id = live.record["run_id"]
-        result = RunResult(run_id, self.pipeline.name, status, live.results, dict(self._engines.seconds),
+        """The run's result, told as its end: its final record, its report, the listener."""
+        result = RunResult(live.record["run_id"], self.pipeline.name, status, live.results, dict(self._engines.seconds),
                            live.started.isoformat(timespec="seconds"), time.monotonic() - live.clock, live.run_dir,
                            error=error, warnings=warnings)
         if status != "success" and result.failed or status == "interrupted":
             result.resume_command = f"hybridflow run {self.pipeline.shown_file} --resume"
-        self.store.save_run(**live.record, status=status, ended_at=now(),
-                            error=self.pipeline.redact(error.one_line()) if error else None)
-        if self.pipeline.spec.report:
-            self._write_report(run_id)
-        self._push_records(run_id, live.run_dir)
-        self.listener.run_finished(result)
+        self.events.run_finished(result)
         return result
 
-    def _record_failure(self, exc: BaseException, record: dict[str, Any], results: dict[str, StageResult]) -> None:
+    def _record_failure(self, exc: BaseException, results: dict[str, StageResult]) -> None:
         """The run, and the stage it was in, recorded as failed by an error that escaped the run (each
         stage saved again); where the record cannot be written (a full disk), the next run marks it."""
         for result in results.values():
@@ -268,30 +260,9 @@ class Runner:
             if result.status == "running":
                 result.status, result.error = "failed", self.pipeline.redact(first_line(exc))
             with contextlib.suppress(Exception):  # again: a failed stage's own save may have met the full disk
-                self._save_stage(result)
+                self.records.stage_changed(result)
         with contextlib.suppress(Exception):
-            self.store.save_run(**record, status="failed", ended_at=now(),
-                                error=self.pipeline.redact(f"{type(exc).__name__}: {first_line(exc)}"))
-
-    def _push_records(self, run_id: str, run_dir: Path | None = None) -> None:
-        """A workdir in object storage holds the run's record (and, at its end, its logs and report):
-        a store that does not take them costs other machines the record, never the run."""
-        if self.pipeline.remote is None:
-            return
-        try:
-            runsync.push(self.store, self.pipeline, run_id, run_dir)
-        except HybridflowError as exc:
-            logging.getLogger("hybridflow").warning("the run's record was not saved to %s: %s",
-                                                    self.pipeline.remote.uri, exc.one_line())
-
-    def _write_report(self, run_id: str) -> None:
-        """The run's report.html; one that cannot be written never fails the run."""
-        from ..reporting import htmlreport
-
-        try:
-            htmlreport.write(self.store, self.store.run(run_id), pipeline=self.pipeline)
-        except Exception as exc:  # noqa: BLE001
-            logging.getLogger("hybridflow").warning("the run's report was not written: %s", first_line(exc))
+            self.records.end("failed", self.pipeline.redact(f"{type(exc).__name__}: {first_line(exc)}"))
 
     def _end_stuck_run(self, error: HybridflowError) -> None:
         """The last resort when a stop request or a timeout could not get the main thread back: the
@@ -321,10 +292,8 @@ class Runner:
                             live.started.isoformat(timespec="seconds"), time.monotonic() - live.clock,
                             live.run_dir, resume_command=f"hybridflow run {self.pipeline.shown_file} --resume",
                             error=error)
-            self.store.save_run(**live.record, status=status, ended_at=now(),
-                                error=self.pipeline.redact(error.one_line()))
             self._engines.output.close()
-            self.listener.run_finished(run)
+            self.events.run_finished(run)
         finally:
             for stream in live.streams:
                 with contextlib.suppress(Exception):
@@ -409,20 +378,7 @@ class Runner:
         self._changed(result)
 
     def _changed(self, result: StageResult) -> None:
-        self.listener.stage_changed(result)
-        self._save_stage(result)
-
-    def _save_stage(self, result: StageResult) -> None:
-        if self._run_id is None:
-            return
-        self.store.save_stage(
-            run_id=self._run_id, stage=result.name, backend=result.backend, status=result.status,
-            duration=result.duration, engine_start=result.engine_start, rows_in=result.rows_in,
-            bytes_in=result.bytes_in, rows_out=result.rows_out, bytes_out=result.bytes_out,
-            skip_reason=result.reason, error=result.error, log_path=result.log_path, fingerprint=result.fingerprint,
-            outputs=json.dumps(result.outputs) if result.outputs else None, position=self.stages.index(result.name),
-            gpu=result.gpu, gpu_reason=result.gpu_reason, attempts=result.attempts,
-            engine_work=json.dumps(result.engine_work) if result.engine_work is not None else None)
+        self.events.stage_changed(result)
 
 
 @dataclass

@@ -18,6 +18,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from ..backends.stagelog import private_dir
 from ..data import storage
@@ -55,13 +56,15 @@ class WatchReport:
 
 class WatchSession:
     def __init__(self, file: Path, params: list[str], *, selection: Selection, force: bool | set[str],
-                 keep_going: bool, report: WatchReport, poll: float = POLL_SECONDS,
-                 exit_when_stuck: bool = False) -> None:
+                 report: WatchReport, poll: float = POLL_SECONDS, options: dict[str, Any] | None = None,
+                 subscribers=lambda pipeline, listener: ()) -> None:
+        """options: each run's Runner options (keep_going, exit_when_stuck); subscribers: (pipeline,
+        listener) -> each run's other subscribers (the API's notifications)."""
         self.file = file
         self.params = params  # given on the command line, as key=value strings
-        self.selection, self.force, self.keep_going = selection, force, keep_going
+        self.selection, self.force, self.options = selection, force, options or {}
         self.report, self.poll = report, poll
-        self.exit_when_stuck = exit_when_stuck  # Runner's
+        self.subscribers = subscribers
         self.pool: WarmPool | None = None
         self.files: set[Path] = {file}  # what is watched: the YAML, the code its stages reach, external inputs
         self.last: RunResult | None = None
@@ -106,9 +109,9 @@ class WatchSession:
             self.pool = WarmPool(pipeline, logs, notice=self.report.notice)
         arguments = {"only": list(self.selection.only), "from": list(self.selection.start),
                      "to": list(self.selection.end), "params": list(pipeline.param_args)}
-        runner = new_runner(pipeline, arguments, keep_going=self.keep_going, force=self.force,
-                            listener=self.report.listener(), pool=self.pool.for_run,
-                            exit_when_stuck=self.exit_when_stuck)
+        listener = self.report.listener()
+        runner = new_runner(pipeline, arguments, force=self.force, listener=listener, pool=self.pool.for_run,
+                            subscribers=self.subscribers(pipeline, listener), **self.options)
         self.force = False  # --force is for the first run; later ones run what changed
         try:
             try:

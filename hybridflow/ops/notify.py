@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 from .. import __version__
 from ..errors import HybridflowError, first_line
+from ..results import Listener
 from ..spec.model import NOTIFY_TIMEOUT, NotifySpec
 from ..spec.pipeline import Pipeline
 
@@ -39,6 +40,22 @@ class Delivery:
     channel: str  # "url" | "command"
     ok: bool
     detail: str  # never holds a secret nor a URL's path or query
+
+
+class Notifications(Listener):
+    """A run's notifications as a subscriber of its events (execution/events.py): once its record is
+    final, the summary goes to every channel `notify:` asks for, and each delivery is told to the
+    caller's listener. A failed delivery never fails the run."""
+
+    def __init__(self, pipeline: Pipeline, trigger: str, listener: Listener) -> None:
+        self.pipeline, self.trigger, self.listener = pipeline, trigger, listener
+
+    def run_finished(self, result: RunResult) -> None:
+        self.send(run_summary(self.pipeline, result, self.trigger))
+
+    def send(self, summary: dict[str, Any]) -> None:
+        for delivery in deliver(self.pipeline, summary):
+            self.listener.notified(delivery)
 
 
 def wanted(spec: NotifySpec | None, status: str) -> bool:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import datetime as dt
 from decimal import Decimal
-from pathlib import PurePosixPath
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -40,6 +39,7 @@ from hybridflow.testing import (
     every_type_table,
     hand_off,
     odd_names_table,
+    publish_through,
     source_of,
 )
 from tests.support.engines import ENGINES, engines_for_module
@@ -190,15 +190,7 @@ def published_by(engines, tmp_path_factory, request):
         if key not in published:
             base = tmp_path_factory.mktemp(f"partitioned-{writer}")
             catalog = Catalog(base / "home") if layout == "local" else request.getfixturevalue("s3_layout")(base)
-            staging = catalog.new_staging("run1", "weekly", remote=engines[writer].writes_object_storage)
-            source = source_of(base / "src", table)
-            written = engines[writer].write(engines[writer].read(source), staging, partition_by)
-            version = catalog.publish("weekly", staging, kind="table", stage="s", run_id="run1", inputs={},
-                                      partition_by=partition_by, written=written,
-                                      declared=dict(zip(table.schema.names, table.schema.types)))
-            directories = sorted({PurePosixPath(f["path"]).parts[0] for f in version.manifest["files"]
-                                  if len(PurePosixPath(f["path"]).parts) > 1})
-            published[key] = directories, version
+            published[key] = publish_through(engines[writer], catalog, base, "weekly", table, partition_by)
         return published[key]
     return publish
 

@@ -250,3 +250,21 @@ def test_url_with_another_scheme_is_a_located_config_error(project):
     assert f"{path}:6:8: error: notify.url: must be an http:// or https:// URL with a host (scheme 'ftp')" \
         in done.stderr
     assert TOKEN not in done.stderr
+
+
+def test_a_watch_sessions_runs_notify_as_any_run_does(project):
+    """hybridflow.watch makes its runs as hybridflow.run does: the summary reaches the command, once
+    the run's record is final and its report written (the notifications subscribe after them)."""
+    import hybridflow
+
+    project.stages(STAGES)
+    project.write("notify/record.py", RECORDER)
+    command = f"{sys.executable} notify/record.py record.json"
+    path = project.pipeline(FAILING.format(notify=notify_block(command=command)))
+    last = hybridflow.watch(path, runs=1)
+    assert last.status == "failed"
+    summary = json.loads((project.root / "record.json").read_text())["stdin"]
+    assert (summary["run_id"], summary["status"], summary["trigger"]) == (last.run_id, "failed", "manual")
+    assert Path(summary["report"]).read_text().startswith("<!DOCTYPE html>")
+    [run] = hybridflow.runs(path, limit=1)
+    assert run["run_id"] == last.run_id and run["status"] == "failed"

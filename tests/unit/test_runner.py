@@ -381,3 +381,29 @@ def test_published_files_are_read_only(project):
     run(project.pipeline(PIPELINE))
     version = Catalog(project.home("demo")).current("artifact")
     assert all(oct(f.stat().st_mode & 0o777) == "0o444" for f in version.directory.rglob("*") if f.is_file())
+
+
+def test_a_runs_events_reach_the_listener_after_its_record_and_report(project):
+    """The runner emits each event once; the run's records, its report and the caller's listener
+    subscribe in that order, so what the listener is told at the end is already recorded and reported."""
+    import hybridflow
+    from hybridflow.results import Listener
+
+    project.stages(STAGES)
+    path = project.pipeline(PIPELINE)
+    seen = {}
+
+    class Looking(Listener):
+        def stage_changed(self, stage) -> None:
+            if stage.status == "done":
+                [run] = hybridflow.runs(path, limit=1, stages=True)
+                seen.setdefault(stage.name, {s["stage"]: s["status"] for s in run["stages"]}.get(stage.name))
+
+        def run_finished(self, result) -> None:
+            [run] = hybridflow.runs(path, limit=1)
+            seen["run"] = (run["run_id"] == result.run_id, run["status"], (result.run_dir / "report.html").exists())
+
+    result = hybridflow.run(path, listener=Looking())
+    assert result.status == "success"
+    assert seen.pop("run") == (True, "success", True)
+    assert seen and set(seen.values()) == {"done"}  # each stage's row was saved before the listener heard

@@ -1,0 +1,92 @@
+"""The run's records as subscribers of its events (events.py): its row in the run store from
+"running" to its end and each stage's row as it changes (RunRecords), its HTML report once the record
+is final (RunReport), and in a workdir in object storage, both copied there (RunPush)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ..errors import HybridflowError, first_line
+from ..results import Listener, RunResult, StageResult, now
+from ..spec.pipeline import Pipeline
+from ..store import runsync
+
+
+class RunRecords(Listener):
+    def __init__(self, pipeline: Pipeline, store, stages: list[str]) -> None:
+        self.pipeline, self.store, self.stages = pipeline, store, stages
+        self.record: dict[str, Any] | None = None  # the run's row, once open() made it
+
+    def open(self, run_id: str, run_dir: Path, started: datetime, trigger: str, arguments: dict) -> dict[str, Any]:
+        """The run recorded as running. The pipeline's lock is held: any other "running" run of it is
+        dead (in a workdir in object storage, its record says so there too)."""
+        for abandoned in self.store.mark_abandoned(self.pipeline.name, now()):
+            self.push(abandoned)
+        self.record = {"run_id": run_id, "pipeline": self.pipeline.name, "pipeline_file": str(self.pipeline.file),
+                       "trigger": trigger, "started_at": started.isoformat(timespec="milliseconds"),
+                       "run_dir": str(run_dir), "arguments": json.dumps(arguments)}
+        self.store.save_run(**self.record, status="running")
+        self.push(run_id)  # seen from other machines as running, and marked killed if it dies
+        return self.record
+
+    def end(self, status: str, error: str | None) -> None:
+        """The run's row final: `error` already redacted (a run that failed before or outside its stages)."""
+        self.store.save_run(**self.record, status=status, ended_at=now(), error=error)
+
+    def stage_changed(self, result: StageResult) -> None:
+        if self.record is None:
+            return
+        self.store.save_stage(
+            run_id=self.record["run_id"], stage=result.name, backend=result.backend, status=result.status,
+            duration=result.duration, engine_start=result.engine_start, rows_in=result.rows_in,
+            bytes_in=result.bytes_in, rows_out=result.rows_out, bytes_out=result.bytes_out,
+            skip_reason=result.reason, error=result.error, log_path=result.log_path, fingerprint=result.fingerprint,
+            outputs=json.dumps(result.outputs) if result.outputs else None, position=self.stages.index(result.name),
+            gpu=result.gpu, gpu_reason=result.gpu_reason, attempts=result.attempts,
+            engine_work=json.dumps(result.engine_work) if result.engine_work is not None else None)
+
+    def run_finished(self, result: RunResult) -> None:
+        self.end(result.status, self.pipeline.redact(result.error.one_line()) if result.error else None)
+
+    def push(self, run_id: str, run_dir: Path | None = None) -> None:
+        """A workdir in object storage holds the run's record (and, at its end, its logs and report):
+        a store that does not take them costs other machines the record, never the run."""
+        if self.pipeline.remote is None:
+            return
+        try:
+            runsync.push(self.store, self.pipeline, run_id, run_dir)
+        except HybridflowError as exc:
+            logging.getLogger("hybridflow").warning("the run's record was not saved to %s: %s",
+                                                    self.pipeline.remote.uri, exc.one_line())
+
+
+class RunReport(Listener):
+    """The run's report.html, written once its record is final; one that cannot be written never
+    fails the run."""
+
+    def __init__(self, pipeline: Pipeline, store) -> None:
+        self.pipeline, self.store = pipeline, store
+
+    def run_finished(self, result: RunResult) -> None:
+        if not self.pipeline.spec.report:
+            return
+        from ..reporting import htmlreport
+
+        try:
+            htmlreport.write(self.store, self.store.run(result.run_id), pipeline=self.pipeline)
+        except Exception as exc:  # noqa: BLE001
+            logging.getLogger("hybridflow").warning("the run's report was not written: %s", first_line(exc))
+
+
+class RunPush(Listener):
+    """In a workdir in object storage: the final record, logs and report copied there."""
+
+    def __init__(self, records: RunRecords) -> None:
+        self.records = records
+
+    def run_finished(self, result: RunResult) -> None:
+        self.records.push(result.run_id, result.run_dir)
