@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -70,7 +71,7 @@ class StageExecutor:
             for attempt in range(1, attempts + 1):
                 result.attempts = attempt
                 try:
-                    self._attempt(run_id, run_dir, result, decision, log, log_stream)
+                    self._attempt(StageTry(run_id, result, decision, log, log_stream))
                     break
                 except HybridflowError as exc:
                     message = self.pipeline.redact(exc.one_line())
@@ -84,21 +85,21 @@ class StageExecutor:
                     with self.timeline.span(RETRY_WAIT, result.name, attempt=attempt):
                         self._wait(delay)
 
-    def _attempt(self, run_id: str, run_dir: Path, result: StageResult, decision: Decision, log: logging.Logger,
-                 log_stream) -> None:
+    def _attempt(self, attempt: StageTry) -> None:
         """One try of a stage: engine, call, publish, all within its timeout. A failed try leaves no
         staging behind (on a full disk, that is the space the run needs to record itself)."""
         children = processes.children()
+        result = attempt.result
         try:
             with self.timeline.span(ATTEMPT, result.name, result.backend, attempt=result.attempts):
-                self._try_stage(run_id, run_dir, result, decision, log, log_stream)
+                self._try_stage(attempt)
         except Exception as exc:
-            self.catalog.discard_staging(run_id)
+            self.catalog.discard_staging(attempt.run_id)
             if isinstance(exc, HybridflowError) or not is_out_of_space(exc, self.home):
                 raise
             raise out_of_space(self.home) from exc
         finally:
-            self._end_left_behind(children, log)
+            self._end_left_behind(children, attempt.log)
 
     def _end_left_behind(self, children: set[int], log: logging.Logger) -> None:
         """What the try started on this side and left running (a subprocess, a daemon it detached)
@@ -109,8 +110,8 @@ class StageExecutor:
                         ", ".join(str(pid) for pid in sorted(left)))
             processes.end(left)
 
-    def _try_stage(self, run_id: str, run_dir: Path, result: StageResult, decision: Decision,
-                   log: logging.Logger, log_stream) -> None:
+    def _try_stage(self, attempt: StageTry) -> None:
+        result, log = attempt.result, attempt.log
         spec = self.pipeline.stages[result.name]
         self.signals.check()  # a retry after the run was ended around a stuck try must start nothing
         started_engines = set(self.engines.seconds)
@@ -123,18 +124,19 @@ class StageExecutor:
         result.gpu, result.gpu_reason = self.gpu().start_stage(result.name, backend, self.engines.started(), log)
         result.rows_in, result.bytes_in = self.inputs.size(spec.inputs)
         self.signals.check()
-        self.signals.running = backend
-        work = EngineWork(backend, result)
+        self.signals.running = attempt.backend = backend
+        attempt.work = EngineWork(backend, result)
+        decision = attempt.decision
         try:
             with watched(backend, result), time_limit(spec.timeout, backend, result.name, self.end_run):
                 if decision.action == INCREMENTAL and not decision.changes.changed:
                     produced = {}  # partitions were only removed: nothing to compute
                 else:
-                    produced = self._produce(run_id, result, backend, log, log_stream, decision, work)
+                    produced = self._produce(attempt)
                 self.signals.check()
                 with self.timeline.span(PUBLISH, result.name, "write and check", attempt=result.attempts):
-                    prepared = self.publisher.prepare_all(run_id, result, backend, produced, log, decision)
-                work.ended("publish")
+                    prepared = self.publisher.prepare_all(attempt.run_id, result, backend, produced, log, decision)
+                attempt.work.ended("publish")
         except StageTimeout:
             # The engine may still hold the stage's work (a Ray task, a Spark job that ignored the
             # cancel): a fresh engine for whatever comes next is the one sure way to be rid of it.
@@ -152,23 +154,22 @@ class StageExecutor:
             self.signals.check()
             time.sleep(min(left, 0.2))
 
-    def _produce(self, run_id: str, result: StageResult, backend, log: logging.Logger, log_stream,
-                 decision: Decision, work: EngineWork) -> dict[str, Any]:
+    def _produce(self, attempt: StageTry) -> dict[str, Any]:
         """The stage's outputs: frames from the engine or, for a stage with a timeout on an engine whose
         stages can run in a child process (python, off the GPU), the outputs that child already wrote
         (see childprocess). Only with a timeout: a child forked from a process that has run engines
         in it is not free of risk, and without a timeout a stop request that cannot interrupt the
         stage ends the run around it instead (the session's end_run)."""
-        timeout = self.pipeline.stages[result.name].timeout
+        backend, name = attempt.backend, attempt.result.name
+        timeout = self.pipeline.stages[name].timeout
         if not (timeout and backend.isolated_calls and not backend.stage_on_gpu and childprocess.available()):
-            return self._call(run_id, result, backend, log, log_stream, decision, work)
+            return self._call(attempt)
 
         def call_and_write() -> dict[str, Written]:
-            frames = self._call(run_id, result, backend, log, log_stream, decision, work)
-            return {ds: self.publisher.write(run_id, result.name, ds, backend, frame, log)
-                    for ds, frame in frames.items()}
+            return {ds: self.publisher.write(attempt.run_id, name, ds, backend, frame, attempt.log)
+                    for ds, frame in self._call(attempt).items()}
 
-        return childprocess.call_in_child(call_and_write, streams=[log_stream])
+        return childprocess.call_in_child(call_and_write, streams=[attempt.log_stream])
 
     def _stage_function(self, stage: str, backend, log: logging.Logger) -> Callable[..., Any]:
         """The user's function, or for a SQL stage one that runs its query on the engine."""
@@ -183,8 +184,9 @@ class StageExecutor:
         except (Exception, SystemExit) as exc:  # the user's module raised (or exited) while being imported
             raise self.errors.of(exc, log) from exc
 
-    def _call(self, run_id: str, result: StageResult, backend, log: logging.Logger, log_stream,
-              decision: Decision, work: EngineWork) -> dict[str, Any]:
+    def _call(self, attempt: StageTry) -> dict[str, Any]:
+        run_id, result, backend, log, decision = attempt.run_id, attempt.result, attempt.backend, attempt.log, \
+            attempt.decision
         spec = self.pipeline.stages[result.name]
         params = self.pipeline.params_for(result.name)
         fn = self._stage_function(result.name, backend, log)
@@ -197,7 +199,7 @@ class StageExecutor:
             only[self.planner.partitioned_input(result.name)] = set(decision.changes.changed)
         with self.timeline.span(READ, result.name, attempt=result.attempts):
             inputs = {ds: self.inputs.read(ds, backend, only.get(ds)) for ds in spec.inputs}
-        work.ended("read")
+        attempt.work.ended("read")
         files_dirs = {ds: self.catalog.new_staging(run_id, ds)
                       for ds in spec.outputs if self.pipeline.dataset(ds).kind == "files"}
         previous = {ds: getattr(self.catalog.current(ds), "directory", None) for ds in files_dirs}
@@ -207,15 +209,30 @@ class StageExecutor:
         log.info("calling %s with %s", spec.run, ", ".join(kwargs) or "no arguments")
         try:
             # What a stage prints goes to its log file, so it cannot garble the progress display.
-            with contextlib.redirect_stdout(log_stream), contextlib.redirect_stderr(log_stream), \
+            with contextlib.redirect_stdout(attempt.log_stream), contextlib.redirect_stderr(attempt.log_stream), \
                     self.timeline.span(CALL, result.name, spec.run, attempt=result.attempts):
                 returned = fn(**kwargs)
-            work.ended("call")
+            attempt.work.ended("call")
         except (KeyboardInterrupt, Terminated):
             raise
         except (Exception, SystemExit) as exc:  # a stage's sys.exit() is its failure, never the run's end
             raise self.errors.of(exc, log, result.name) from exc
         return self.publisher.outputs_of(result.name, returned, backend)
+
+
+@dataclass
+class StageTry:
+    """One try of a stage: its run, its result (which carries the attempt number and, once it ends,
+    the outcome: status, rows, outputs, error), the decision it carries out, its log; the engine and
+    the engine work it ran once it has them."""
+
+    run_id: str
+    result: StageResult
+    decision: Decision
+    log: logging.Logger
+    log_stream: Any
+    backend: Any = None
+    work: EngineWork | None = None
 
 
 class EngineWork:
