@@ -48,7 +48,7 @@ MAX_RETRY_DELAY = 600.0
 class StageExecutor:
     def __init__(self, pipeline: Pipeline, catalog: Catalog, planner: Planner, engines: EnginePool,  # noqa: PLR0913 - the run's collaborators; a run session object would carry them
                  inputs: StageInputs, publisher: Publisher, errors: StageErrors, signals: SignalState, *,
-                 gpu: Callable[[], Any], changed: Callable[[StageResult], None],
+                 gpu: Any, changed: Callable[[StageResult], None],
                  end_run: Callable[[HybridflowError], None], timeline: Timeline | None = None) -> None:
         self.pipeline, self.catalog, self.planner = pipeline, catalog, planner
         self.engines, self.inputs, self.publisher, self.errors = engines, inputs, publisher, errors
@@ -121,7 +121,7 @@ class StageExecutor:
             # what this stage paid: the whole start on first use, or only what was left of a start
             # that began early (0 when it finished while earlier stages computed)
             result.engine_start = time.monotonic() - clock
-        result.gpu, result.gpu_reason = self.gpu().start_stage(result.name, backend, self.engines.started(), log)
+        result.gpu, result.gpu_reason = self.gpu.start_stage(result.name, backend, self.engines.started(), log)
         result.rows_in, result.bytes_in = self.inputs.size(spec.inputs)
         self.signals.check()
         self.signals.running = attempt.backend = backend

@@ -169,9 +169,9 @@ class Runner:
                                    given=self._given, gpu=lambda name: self._gpu.engine(name) if self._gpu else None,
                                    on_started=self.events.engine_started, timeline=Timeline(self.store, run_id),
                                    clusters=clusters)
-        self._executor = self._stage_executor()
         try:
             warnings = self._prepare(live, clusters)
+            self._executor = self._stage_executor()  # once the GPU plan is made (preflight)
             live.streams = (sys.stdout, sys.stderr)  # as the stages begin: what a forced end gives back
             self._live = live
             with signals_as_exceptions(self._signals):
@@ -365,8 +365,8 @@ class Runner:
         errors = StageErrors(self.pipeline, self.inputs, self.home)
         publisher = Publisher(self.pipeline, self.catalog, self.inputs, errors, self._signals)
         return StageExecutor(self.pipeline, self.catalog, self.planner, self._engines, self.inputs, publisher, errors,
-                             self._signals, gpu=lambda: self._gpu, changed=self._changed, end_run=self._end_stuck_run,
-                             timeline=self._engines.timeline)
+                             self._signals, gpu=self._gpu, changed=self.events.stage_changed,
+                             end_run=self._end_stuck_run, timeline=self._engines.timeline)
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -375,9 +375,6 @@ class Runner:
         result.status, result.error, result.reason = status, error, reason
         if result.started_at is not None:
             result.duration = time.monotonic() - result.started_at
-        self._changed(result)
-
-    def _changed(self, result: StageResult) -> None:
         self.events.stage_changed(result)
 
 
