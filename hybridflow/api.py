@@ -219,7 +219,7 @@ def _run_notifying_failed_start(runner: Runner, notify: bool) -> RunResult:
         # report its own outcome; notifying here would page someone on every overlapping cron tick.
         raise
     except HybridflowError as exc:
-        if notify:
+        if notify and not runner.ended_around_stuck_stage:  # that run's end was notified already
             from .ops.notify import Notifications
 
             Notifications(runner.pipeline, runner.trigger, runner.listener).send(failed_start_summary(
@@ -277,10 +277,10 @@ def runs(pipeline: PipelineLike | None = None, *, workdir: str | os.PathLike = "
     `workdir`. Each is a dict (run_id, pipeline, status, trigger, started_at, ended_at, error,
     run_dir, ...); with stages=True each also has "stages": its stage records in run order. Where no
     run was ever recorded: [], or UsageError with missing_ok=False."""
-    store, name = _records(pipeline, workdir)
+    store, name, looked = _records(pipeline, workdir)
     if store is None:
         if not missing_ok:
-            raise _no_records(workdir)
+            raise _no_records(looked)
         return []
     found = store.runs(name, limit)
     if stages:
@@ -331,9 +331,9 @@ def stage_logs(run_id: str = "last", pipeline: PipelineLike | None = None, *, st
 def _find_run(run_id: str, pipeline: PipelineLike | None, workdir: str | os.PathLike):
     """(the run store, a run's record) by id or unique prefix; "last" is the newest run (of the
     pipeline, or of the whole workdir)."""
-    store, name = _records(pipeline, workdir)
+    store, name, looked = _records(pipeline, workdir)
     if store is None:
-        raise _no_records(workdir)
+        raise _no_records(looked)
     if run_id == "last":
         run = store.last_run(name)
         if run is None:
@@ -351,8 +351,8 @@ def _no_records(workdir: str | os.PathLike) -> UsageError:
 
 
 def _records(pipeline: PipelineLike | None, workdir: str | os.PathLike):
-    """(the run store, the pipeline's name) for a pipeline, else (the workdir's store, None); the
-    store is None where no run was ever recorded."""
+    """(the run store, the pipeline's name, the workdir looked in) for a pipeline, else (the
+    workdir's store, None, the workdir); the store is None where no run was ever recorded."""
     from .data.storage import is_object_uri
     from .store import runsync
     from .store.state import RunStore
@@ -361,12 +361,12 @@ def _records(pipeline: PipelineLike | None, workdir: str | os.PathLike):
     if pipeline is not None:
         loaded = _pipeline(pipeline)
         if loaded.remote is not None:
-            return runsync.open_store(loaded), loaded.name
+            return runsync.open_store(loaded), loaded.name, loaded.remote.uri
         workdir, name = loaded.workdir, loaded.name
     if is_object_uri(os.fspath(workdir)):
-        return runsync.open_remote_workdir(os.fspath(workdir)), None
+        return runsync.open_remote_workdir(os.fspath(workdir)), None, workdir
     db = Path(workdir) / "runs.db"
-    return (RunStore(db) if db.exists() else None), name
+    return (RunStore(db) if db.exists() else None), name, workdir
 
 
 def clusters(pipeline: PipelineLike) -> list[dict[str, Any]]:

@@ -117,7 +117,7 @@ class Backend(ABC):
     def progress(self) -> str | None:
         """What the engine is doing for the running stage, as a short phrase ("job 2 · tasks 120/200"),
         or None when it has nothing to say. Polled about once a second from another thread while a stage
-        runs (see hybridflow.stageprogress): it must be cheap, and must not wait on the stage's work."""
+        runs (see hybridflow.execution.stageprogress): it must be cheap, and must not wait on the stage's work."""
         return None
 
     def release_gpu_memory(self) -> None:

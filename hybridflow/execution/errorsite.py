@@ -68,7 +68,7 @@ def _source_file(frame) -> str:
     return filename
 
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]  # hybridflow/, whichever folder this is in
 
 
 def _root_relative(filename: str, root: Path) -> Path | None:

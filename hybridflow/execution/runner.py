@@ -92,6 +92,7 @@ class Runner:
         self._signals.on_stuck = self._end_stuck_run
         self.exit_when_stuck = exit_when_stuck
         self.ended_around_stuck_stage = False  # the last run was ended (and recorded) by _end_stuck_run
+        self._ender: threading.Thread | None = None  # the thread that ended it
 
     @property
     def run_id(self) -> str | None:
@@ -163,7 +164,7 @@ class Runner:
 
     def _run_locked(self, run_id: str, run_dir: Path, results: dict[str, StageResult]) -> RunResult:
         live = self._open_record(run_id, run_dir, results)
-        status, error, unrecorded, warnings = "failed", None, None, []
+        status, error, unrecorded, warnings, holding = "failed", None, None, [], False
         clusters = RunClusters(self.pipeline, run_id, run_dir / "logs", open_records(self.pipeline))
         self._engines = self._pool(self.pipeline, self.stages, run_dir / "logs", signals=self._signals,
                                    given=self._given, gpu=lambda name: self._gpu.engine(name) if self._gpu else None,
@@ -180,6 +181,7 @@ class Runner:
                     self._signals.check()
                 finally:
                     self._ending.acquire()  # a forced end under way finishes the run; this thread waits
+                    holding = True
             if status == "success":
                 self._collect_garbage()
         except RunEnded:  # ended, recorded and reported around a stuck stage (_end_stuck_run)
@@ -198,7 +200,7 @@ class Runner:
             if unrecorded is not None:  # recorded once the engines and staging gave back their disk space
                 self._record_failure(unrecorded, results)
             self._live = None
-            if self._ending.locked():
+            if holding:
                 self._ending.release()
         return self._close(live, status, error, warnings + clusters.problems)
 
@@ -274,9 +276,10 @@ class Runner:
         (every check of the signal state raises RunEnded from then on). Published data is safe: no
         commit is under way (a commit defers stop requests), and staging is never read."""
         live = self._live
-        if live is None or not self._ending.acquire(blocking=False):
-            return  # the main thread is already ending the run
+        if live is None or self._signals.ended is not None or not self._ending.acquire(blocking=False):
+            return  # the main thread is ending the run, or it was ended already (a second stop request)
         self._signals.ended = error  # from now on nothing more of this run may happen in the main thread
+        self._ender = threading.current_thread()
         try:
             self._engines.abandon()
             processes.end_all()
@@ -365,17 +368,30 @@ class Runner:
         errors = StageErrors(self.pipeline, self.inputs, self.home)
         publisher = Publisher(self.pipeline, self.catalog, self.inputs, errors, self._signals)
         return StageExecutor(self.pipeline, self.catalog, self.planner, self._engines, self.inputs, publisher, errors,
-                             self._signals, gpu=self._gpu, changed=self.events.stage_changed,
+                             self._signals, gpu=self._gpu, changed=self._stage_changed,
                              end_run=self._end_stuck_run, timeline=self._engines.timeline)
 
     # -- helpers --------------------------------------------------------------------------------
 
     def _finish(self, result: StageResult, status: str, *, error: str | None = None,
                 reason: str | None = None) -> None:
+        self._stage_changes_allowed()
         result.status, result.error, result.reason = status, error, reason
         if result.started_at is not None:
             result.duration = time.monotonic() - result.started_at
         self.events.stage_changed(result)
+
+    def _stage_changed(self, result: StageResult) -> None:
+        """A stage's state changed (the executor's word): told to the run's subscribers."""
+        self._stage_changes_allowed()
+        self.events.stage_changed(result)
+
+    def _stage_changes_allowed(self) -> None:
+        """Once a run was ended around a stuck stage, only the thread that ended it records anything:
+        the main thread, back from its native call, raises RunEnded instead (no stage saved again, no
+        listener told after run_finished)."""
+        if self._signals.ended is not None and threading.current_thread() is not self._ender:
+            raise RunEnded(self._signals.ended)
 
 
 @dataclass

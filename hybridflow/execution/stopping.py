@@ -144,7 +144,7 @@ class SignalState:
 
     def on_signal(self, signum, frame) -> None:
         if self.ended is not None:
-            raise RunEnded(self.ended)
+            return  # the run was ended already: the main thread's next check() raises RunEnded
         self.signum = signum
         if not self._deferred:
             raise Terminated(signum)

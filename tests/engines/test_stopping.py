@@ -188,7 +188,10 @@ def test_a_library_caller_gets_the_error_raised_not_its_process_ended(project):
     import os
     import subprocess
     import sys
+    import time
     import uuid
+
+    from hybridflow.execution.stopping import STUCK_AFTER
 
     pipeline(project, "python", "busy_in_one_native_call")
     project.write("caller.py", LIBRARY_CALLER)
@@ -203,9 +206,14 @@ def test_a_library_caller_gets_the_error_raised_not_its_process_ended(project):
              "the run to be recorded as ended while the call still runs", process, seconds=20)
     run, stages = last_run_record(workdir)
     assert run["status"] == "interrupted" and stages["work"]["status"] == "failed", (run, stages)
+    # a second stop request while the call still runs ends nothing twice (the run is over already)
+    process.send_signal(signal.SIGTERM)
+    time.sleep(STUCK_AFTER + 2)
+    assert process.poll() is None, "the call was meant to run on"
+    assert last_run_record(workdir) == (run, stages)  # not recorded again, by either thread
     output = finish(process, 90, "the caller after its stage's native call returned")
     assert process.returncode == 0, output
     assert "raised InterruptedRun 143" in output and output.rstrip().endswith("the caller goes on"), output
     assert_nothing_left(marker, 60)
     assert not (project.home("stopping") / "datasets" / "out").exists()  # nothing published
-    assert last_run_record(workdir)[0]["status"] == "interrupted"  # not recorded again when the call returned
+    assert last_run_record(workdir) == (run, stages)  # nor when the call returned and the stage's function ended
