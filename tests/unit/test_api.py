@@ -159,6 +159,8 @@ def test_every_command_of_the_cli_is_a_function_of_the_api(project, tmp_path, fa
     assert hybridflow.graph(path, "dot").startswith("digraph")
     assert "backends" in hybridflow.schema()["properties"]
 
+    with pytest.raises(hybridflow.UsageError, match=re.escape(f"no run records in {project.root / '.hybridflow'}")):
+        hybridflow.run_record("last", path)  # the pipeline's own workdir is named, not the default
     result = hybridflow.run(path)
     record = hybridflow.run_record("last", path)
     assert record["run_id"] == result.run_id and [s["stage"] for s in record["stages"]] == ["make", "double"]
