@@ -91,8 +91,12 @@ class Runner:
         self._ending = threading.Lock()  # held by whichever ends the run: the main thread or a forced end
         self._signals.on_stuck = self._end_stuck_run
         self.exit_when_stuck = exit_when_stuck
-        self.ended_around_stuck_stage = False  # the last run was ended (and recorded) by _end_stuck_run
         self._ender: threading.Thread | None = None  # the thread that ended it
+
+    @property
+    def ended_around_stuck_stage(self) -> bool:
+        """The last run was ended (and recorded) around a stage stuck in native code (_end_stuck_run)."""
+        return self._signals.ended is not None
 
     @property
     def run_id(self) -> str | None:
@@ -139,7 +143,6 @@ class Runner:
     def run(self) -> RunResult:
         run_id = self._run_id = new_run_id()
         self._signals.signum = self._signals.ended = None  # a Runner may run again (a watch loop)
-        self.ended_around_stuck_stage = False
         self.inputs.forget()
         run_dir = self.home / "runs" / run_id
         results = {s: StageResult(s, self.pipeline.stages[s].backend) for s in self.stages}
@@ -185,7 +188,6 @@ class Runner:
             if status == "success":
                 self._collect_garbage()
         except RunEnded:  # ended, recorded and reported around a stuck stage (_end_stuck_run)
-            self.ended_around_stuck_stage = True
             raise
         except (KeyboardInterrupt, Terminated) as exc:
             self._raise_if_ended()
@@ -232,7 +234,6 @@ class Runner:
     def _raise_if_ended(self) -> None:
         """The stage's native call returned after the run was ended around it: nothing more happens."""
         if self._signals.ended is not None:
-            self.ended_around_stuck_stage = True
             raise RunEnded(self._signals.ended) from None
 
     def _interrupted(self, exc: BaseException, results: dict[str, StageResult]) -> InterruptedRun:
