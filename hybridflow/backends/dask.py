@@ -317,17 +317,18 @@ class DaskBackend(Backend):
 
     def _sized(self, frame, schema: pa.Schema, partition_by: tuple[str, ...], target_file_size: int):
         """The output in as many partitions as files of the target size need (Dask writes a file per
-        partition, and per partition value). Computed once and kept on the workers, then counted and
-        sampled in one more graph; partitioned outputs are shuffled so that each value lives in one
-        partition."""
-        import dask
+        partition, and per partition value). Computed once and kept on the workers, counted and
+        sampled in the same graph (their results fetched, not computed again: the write is the only
+        other graph); partitioned outputs are shuffled so that each value lives in one partition."""
+        import pandas as pd
+        from distributed import futures_of
 
         from . import pandas_frames
 
-        frame = frame.persist()
-        rows, sample = dask.compute(frame.map_partitions(len).sum(),
-                                    frame.head(SAMPLE_ROWS, npartitions=-1, compute=False))
-        rows = int(rows)
+        frame, rows, sample = self.client.persist(
+            [frame, frame.map_partitions(len).sum(), frame.head(SAMPLE_ROWS, npartitions=-1, compute=False)])
+        rows, *pieces = self.client.gather(futures_of(rows) + futures_of(sample))
+        rows, sample = int(rows), pieces[0] if len(pieces) == 1 else pd.concat(pieces)
         table = pandas_frames.to_arrow(sample).cast(schema) if len(sample) else schema.empty_table()
         files = max(1, math.ceil(rows / rows_per_file(table, target_file_size))) if rows else 1
         if partition_by:

@@ -62,7 +62,9 @@ def tune_xgboost(customer_features, num_samples: int, search: dict, seed: int, c
         # trainables over 95 MiB, which the features of ~100,000 customers exceed)
         tune.with_resources(tune.with_parameters(trainable, data=data), {"cpu": 1, "gpu": gpus}),
         param_space=space,
-        tune_config=tune.TuneConfig(metric="auc", mode="max", num_samples=num_samples,
+        # trials reuse their actors: with a fresh worker process for each trial (Ray's default) the
+        # search took 15.7 s on 2 cores, not 4.9 s, while its eight fits take 0.9 s of CPU
+        tune_config=tune.TuneConfig(metric="auc", mode="max", num_samples=num_samples, reuse_actors=True,
                                     search_alg=tune.search.BasicVariantGenerator(points_to_evaluate=[defaults],
                                                                                  random_state=seed)),
         run_config=tune.RunConfig(storage_path=tempfile.mkdtemp(prefix="hybridflow-tune-"), verbose=0),

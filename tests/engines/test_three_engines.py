@@ -109,13 +109,13 @@ def test_three_engine_pipeline_gives_the_pandas_answer_and_leaves_no_process(exa
     assert report["week"] == str(expected["week"].max()) and len(report["riskiest"]) == 5
 
     # the engine work each phase ran, as `show` lists it: the ETL's lazy SQL runs no Spark job until it
-    # is written; the Dask stage's publish is three graphs (the result persisted, then counted and
-    # sampled to size its files, then written), the Ray stage's three executions; the python stages
+    # is written; the Dask stage's publish is two graphs (the result persisted, counted and sampled
+    # to size its files; then written), the Ray stage's three executions; the python stages
     # run no engine work and record none
     _, stages = last_run_record(example / ".hybridflow")
     work = {name: json.loads(stage["engine_work"] or "null") for name, stage in stages.items()}
     assert work["etl"]["read"] == 0 and work["etl"]["call"] == 0 and work["etl"]["publish"] >= 1, work
-    assert work["features"] == {"read": 0, "call": 0, "publish": 3}, work
+    assert work["features"] == {"read": 0, "call": 0, "publish": 2}, work
     assert work["score"] == {"read": 0, "call": 0, "publish": 3}, work  # Ray Data: materialize, sample, write
     assert work["load"] is None and work["report"] is None, work
     shown = subprocess.run([sys.executable, "-m", "hybridflow.cli", "show", "last", "--workdir", ".hybridflow"],

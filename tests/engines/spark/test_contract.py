@@ -18,3 +18,11 @@ class TestSparkContract(BackendContract):
         "uint32": (pa.table({"count": pa.array([1], pa.uint32())}), "column 'count': Spark has no uint32 type"),
         "names-differing-by-case": (pa.table({"a": [1], "A": [2]}), "columns 'a' and 'A' differ only by case"),
     }
+
+    def test_the_driver_jvm_runs_with_hybridflows_jit_thresholds(self, backend):
+        """The options reach the JVM pyspark launches (HotSpot's own view of its flags)."""
+        jvm = backend.session.sparkContext._jvm
+        bean_class = jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
+        hotspot = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(bean_class)
+        assert hotspot.getVMOption("Tier4InvocationThreshold").getValue() == "150000"
+        assert hotspot.getVMOption("Tier4BackEdgeThreshold").getValue() == "1200000"
