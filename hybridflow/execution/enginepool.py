@@ -26,12 +26,13 @@ from .provisioning import cluster_nodes, cluster_spec
 from .stopping import SignalState, Terminated
 
 STOP_WAIT = 90.0  # seconds the engines of a run may take to stop before their processes are killed
-# Engines started ahead of the stages that need them run at this much lower CPU priority (their
-# processes inherit it): on a small machine a JVM or a Ray head starting beside the running stage
-# otherwise takes half its CPU (the retrain's Spark ETL took 1.7x as long with Ray starting beside it).
-# The lowest: at 10, Dask's and Ray's half-dozen starting processes still took about a quarter of the
-# CPU (the ETL 1.32x the glue script's, 1.20x at 19). When that engine's own stage runs, nothing else
-# competes and the priority makes no difference.
+# Engines started ahead of the stages that need them run at the lowest CPU priority there is (their
+# processes inherit it): Linux's SCHED_IDLE policy, and this niceness where it is refused. On a small
+# machine a JVM or a Ray head starting beside the running stage otherwise takes half its CPU (the
+# retrain's Spark ETL took 1.7x as long with Ray starting beside it). At niceness 10, Dask's and Ray's
+# half-dozen starting processes still took about a quarter of the CPU (the ETL 1.32x the glue
+# script's), at 19 a sixth (1.18x), under SCHED_IDLE a twentieth (1.05x). When that engine's own stage
+# runs, nothing else competes and the priority makes no difference.
 BACKGROUND_NICENESS = 19
 
 
@@ -80,10 +81,11 @@ class EnginePool:
     def start_early(self, names: list[str]) -> None:
         """Start these engines now, in the background, each in its own thread (the order is the order
         stages need them): a JVM comes up while earlier stages compute, and a stage waits only for its
-        own engine. The first of them to be needed starts at once; the others once it is up, side by
-        side (one after another, Ray was not ready when the retrain's tune stage came). Engines a
-        caller gave, in-process engines and attached clusters (cheap to reach) are left to start on
-        first use. Must be called before the progress display takes over the terminal."""
+        own engine. They start side by side (one after another, Ray was not ready when the retrain's
+        tune stage came); where clusters are brought up for the run, the first of them to be needed
+        starts first and the others once it is up. Engines a caller gave, in-process engines and
+        attached clusters (cheap to reach) are left to start on first use. Must be called before the
+        progress display takes over the terminal."""
         first = names[0] if names else None  # the engine of the stage that runs first: needed now
         names = [name for name in dict.fromkeys(names) if name not in self._given and name not in self._started]
         todo = [name for name in names
@@ -101,10 +103,14 @@ class EnginePool:
         self._streams = TerminalStreams()
         self._early = {name: EarlyStart() for name in todo}
         self._background = list(self._early.values())
-        # the start the others wait for: the engine needed first among them, also behind a first stage
-        # on an in-process engine (a per-run Spark cluster and driver took 32 s, not 11, with Dask's and
-        # Ray's clusters and drivers coming up beside it)
-        leader = self._early[todo[0]]
+        # Engines started here only, the others start under SCHED_IDLE beside the first (see
+        # BACKGROUND_NICENESS), which then hardly slows it: the retrain's JVM came up in 4.9 s, not
+        # 4.6, and Ray was up when its tune stage came, the whole run 27.0 s, not 28.3. Clusters brought
+        # up for the run start on their hosts at niceness 19 only: there the start the others wait for
+        # is the engine needed first among them, also behind a first stage on an in-process engine (a
+        # per-run Spark cluster and driver took 32 s, not 11, with Dask's and Ray's coming up beside it).
+        clusters = any(cluster_spec(self.pipeline, name) is not None for name in todo)
+        leader = self._early[todo[0]] if clusters else None
         for name, early in self._early.items():
             early.thread = threading.Thread(target=self._start_early, daemon=True,
                                             args=(name, early, name == first, None if early is leader else leader),
@@ -337,10 +343,12 @@ class EnginePool:
 
 
 def _in_background(niceness: int) -> None:
-    """Lower the calling thread's CPU priority to `niceness` (Linux: a thread's own; the threads and
-    processes it starts inherit it). Elsewhere, or where refused, nothing changes."""
+    """Lower the calling thread's CPU priority to SCHED_IDLE and `niceness` (Linux: a thread's own;
+    the threads and processes it starts inherit both). Elsewhere, or where refused, nothing changes."""
     if not sys.platform.startswith("linux"):
         return  # setpriority would lower the whole process there
     with contextlib.suppress(OSError):
         thread = threading.get_native_id()
         os.setpriority(os.PRIO_PROCESS, thread, max(niceness, os.getpriority(os.PRIO_PROCESS, thread)))
+    with contextlib.suppress(OSError):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # 0: the calling thread

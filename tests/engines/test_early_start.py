@@ -27,12 +27,13 @@ import pandas as pd
 
 def slow():
     time.sleep(4)  # dask starts in under 1.5 s here, and well within this on a loaded machine
-    return pd.DataFrame({"id": [1, 2, 3], "stage_nice": os.nice(0)})
+    return pd.DataFrame({"id": [1, 2, 3], "stage_nice": os.nice(0), "stage_policy": os.sched_getscheduler(0)})
 
 
 def total(numbers):
     # where this runs: a worker of the engine that started in the background
-    return numbers.assign(id=numbers["id"] * 2).map_partitions(lambda part: part.assign(worker_nice=os.nice(0)))
+    return numbers.assign(id=numbers["id"] * 2).map_partitions(
+        lambda part: part.assign(worker_nice=os.nice(0), worker_policy=os.sched_getscheduler(0)))
 '''
 
 PIPELINE = '''
@@ -63,6 +64,8 @@ def test_an_engine_starts_while_the_stages_before_it_compute(project):
     # the engine started behind the running stage got a lower CPU priority; the stage kept its own
     [niceness] = read_arrow(Catalog(project.home("early")).current("doubled").source()).to_pylist()[:1]
     assert niceness["stage_nice"] == os.nice(0) and niceness["worker_nice"] == max(os.nice(0), BACKGROUND_NICENESS)
+    assert niceness["stage_policy"] == os.sched_getscheduler(0) != os.SCHED_IDLE
+    assert niceness["worker_policy"] == os.SCHED_IDLE
     deadline = time.monotonic() + 60
     while child_pids() - before and time.monotonic() < deadline:
         time.sleep(0.2)
