@@ -30,8 +30,8 @@ STOP_WAIT = 90.0  # seconds the engines of a run may take to stop before their p
 # processes inherit it): Linux's SCHED_IDLE policy, and this niceness where it is refused. On a small
 # machine a JVM or a Ray head starting beside the running stage otherwise takes half its CPU (the
 # retrain's Spark ETL took 1.7x as long with Ray starting beside it). At niceness 10, Dask's and Ray's
-# half-dozen starting processes still took about a quarter of the CPU (the ETL 1.32x the glue
-# script's), at 19 a sixth (1.18x), under SCHED_IDLE a twentieth (1.05x). When that engine's own stage
+# half-dozen starting processes still slowed it most (the ETL 1.32x the glue script's), at 19 less
+# (1.18x), under SCHED_IDLE least (1.10x, bench_pipeline's median of 3). When that engine's own stage
 # runs, nothing else competes and the priority makes no difference.
 BACKGROUND_NICENESS = 19
 
