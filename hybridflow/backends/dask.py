@@ -17,6 +17,7 @@ import contextlib
 import gc
 import logging
 import math
+import operator
 from pathlib import Path, PurePath
 from typing import Any, ClassVar, Sequence
 
@@ -317,20 +318,34 @@ class DaskBackend(Backend):
 
     def _sized(self, frame, schema: pa.Schema, partition_by: tuple[str, ...], target_file_size: int):
         """The output in as many partitions as files of the target size need (Dask writes a file per
-        partition, and per partition value). Computed once and kept on the workers, counted and
-        sampled in the same graph (their results fetched, not computed again: the write is the only
-        other graph); partitioned outputs are shuffled so that each value lives in one partition."""
+        partition, and per partition value); partitioned outputs are shuffled so that each value lives
+        in one partition. One graph computes each partition once, keeps it on the workers, and counts
+        and samples it there: the counts are fetched, and only the first partitions' samples (the
+        write is the only other graph). Counting and sampling the frame itself in that graph would
+        compute every partition twice: Dask optimizes each branch into tasks of its own."""
+        import dask
+        import dask.dataframe as dd
         import pandas as pd
         from distributed import futures_of
 
         from . import pandas_frames
 
-        frame, rows, sample = self.client.persist(
-            [frame, frame.map_partitions(len).sum(), frame.head(SAMPLE_ROWS, npartitions=-1, compute=False)])
-        rows, *pieces = self.client.gather(futures_of(rows) + futures_of(sample))
-        rows, sample = int(rows), pieces[0] if len(pieces) == 1 else pd.concat(pieces)
-        table = pandas_frames.to_arrow(sample).cast(schema) if len(sample) else schema.empty_table()
+        parts = frame.to_delayed()
+        kept = self.client.persist([*parts, *map(dask.delayed(len), parts),
+                                    *map(dask.delayed(operator.methodcaller("head", SAMPLE_ROWS)), parts)])
+        futures = [futures_of(each)[0] for each in kept]
+        count = len(parts)
+        lengths = self.client.gather(futures[count:2 * count])
+        rows, heads = int(sum(lengths)), []
+        for length, head in zip(lengths, futures[2 * count:]):
+            if sum(map(len, heads)) >= SAMPLE_ROWS:
+                break
+            if length:
+                heads.append(self.client.gather(head))
+        sample = pd.concat(heads) if heads else None
+        table = pandas_frames.to_arrow(sample).cast(schema) if sample is not None else schema.empty_table()
         files = max(1, math.ceil(rows / rows_per_file(table, target_file_size))) if rows else 1
+        frame = dd.from_delayed(kept[:count], meta=frame._meta, divisions=frame.divisions, verify_meta=False)
         if partition_by:
             return frame.shuffle(on=list(partition_by), npartitions=files)
         return frame if files == frame.npartitions else frame.repartition(npartitions=files)
