@@ -336,12 +336,14 @@ class DaskBackend(Backend):
         futures = [futures_of(each)[0] for each in kept]
         count = len(parts)
         lengths = self.client.gather(futures[count:2 * count])
-        rows, heads = int(sum(lengths)), []
+        needed, sampled = [], 0  # the first non-empty partitions' heads that make up the sample
         for length, head in zip(lengths, futures[2 * count:]):
-            if sum(map(len, heads)) >= SAMPLE_ROWS:
+            if sampled >= SAMPLE_ROWS:
                 break
             if length:
-                heads.append(self.client.gather(head))
+                needed.append(head)
+                sampled += length
+        rows, heads = int(sum(lengths)), self.client.gather(needed)  # one round trip
         sample = pd.concat(heads) if heads else None
         table = pandas_frames.to_arrow(sample).cast(schema) if sample is not None else schema.empty_table()
         files = max(1, math.ceil(rows / rows_per_file(table, target_file_size))) if rows else 1

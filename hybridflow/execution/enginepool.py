@@ -103,9 +103,9 @@ class EnginePool:
         self._streams = TerminalStreams()
         self._early = {name: EarlyStart() for name in todo}
         self._background = list(self._early.values())
-        # Engines started here only, the others start under SCHED_IDLE beside the first (see
-        # BACKGROUND_NICENESS), which then hardly slows it: the retrain's JVM came up in 4.9 s, not
-        # 4.6, and Ray was up when its tune stage came, the whole run 27.0 s, not 28.3. Clusters brought
+        # Where every engine starts on this machine, the others start under SCHED_IDLE beside the
+        # first (see BACKGROUND_NICENESS), which then hardly slows it: the retrain's JVM came up in
+        # 4.9 s, not 4.6, and Ray was up when its tune stage came, the whole run 27.0 s, not 28.3. Clusters brought
         # up for the run start on their hosts at niceness 19 only: there the start the others wait for
         # is the engine needed first among them, also behind a first stage on an in-process engine (a
         # per-run Spark cluster and driver took 32 s, not 11, with Dask's and Ray's coming up beside it).
