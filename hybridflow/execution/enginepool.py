@@ -7,6 +7,7 @@ and attaches to it; the cluster is taken down right after the engine stops, whic
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import sys
@@ -18,6 +19,7 @@ from typing import Any, Callable
 
 from .. import processes, registry
 from ..backends.base import EngineOutput, TerminalStreams
+from ..errors import first_line
 from ..reporting.timeline import CLUSTER_DOWN, CLUSTER_UP, ENGINE_START, ENGINE_STOP, Timeline
 from ..spec.pipeline import Pipeline
 from ..spec.sqlstage import is_sql
@@ -46,6 +48,8 @@ class EarlyStart:
     seconds: float | None = None
     error: BaseException | None = None
     thread: threading.Thread | None = None  # the thread starting it, which lives until the engines stop
+    behind: bool = False  # started at background priority, behind another engine's stage
+    phase: str = "cluster"  # how far it got: "cluster" (brought up for it), "engine" (its own start), "checks"
     unwanted: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -120,6 +124,7 @@ class EnginePool:
     def _start_early(self, name: str, early: EarlyStart, needed_now: bool, leader: EarlyStart | None) -> None:
         """In its own thread: start `name` for the stage that will take it; after `leader`, if given."""
         if not needed_now:  # not needed by the stage that runs now: it must not slow that stage down
+            early.behind = True
             _in_background(BACKGROUND_NICENESS)
         if leader is not None:
             # nor its engine's start, which uses both cores of a small machine (a JVM's start went from
@@ -131,7 +136,7 @@ class EnginePool:
             try:
                 # behind the leader, its cluster must not slow the leader's stage either (the
                 # leader's own cluster runs at full priority on its hosts)
-                early.seconds = self._start_engine(name, behind=leader is not None)
+                early.seconds = self._start_engine(name, behind=leader is not None, early=early)
             except BaseException as exc:  # handed to the stage that needs this engine
                 early.error = exc
         with early.lock:
@@ -155,19 +160,36 @@ class EnginePool:
             del self._early[name]
             early = None
         if early is not None:
+            if not early.done.is_set() and early.behind:
+                _to_foreground()  # its stage is next: its start must not wait behind anything now
             while not early.done.wait(0.2):
                 self.signals.check()  # a stop request is not held up by an engine that is starting
             # taken out only once started: an engine still starting is never stopped under its start
             # (keep_only marks it unwanted instead; a stop during ray.init hung the run)
             del self._early[name]
-            self._started_now(name, early.seconds, early.error)
-        elif name not in self._started:
-            try:
-                seconds, error = self._start_engine(name), None
-            except BaseException as exc:
-                seconds, error = None, exc
+            seconds, error = early.seconds, early.error
+            if error is not None and early.behind and early.phase == "engine" and self._worth_retrying(error):
+                # starved behind a busy stage, an engine's own start-up timers can run out (Ray gives
+                # its raylet 30 s): an early start is an optimisation, so it is tried once more here.
+                # A cluster's `up` or the checks after the start fail the same way twice: not retried.
+                logging.getLogger("hybridflow").warning(
+                    "%s failed to start in the background (%s); starting it again for its stage", name,
+                    first_line(error))
+                seconds, error = self._start_now(name)
             self._started_now(name, seconds, error)
+        elif name not in self._started:
+            self._started_now(name, *self._start_now(name))
         return self._started[name]
+
+    def _start_now(self, name: str) -> tuple[float | None, BaseException | None]:
+        try:
+            return self._start_engine(name), None
+        except BaseException as exc:
+            return None, exc
+
+    def _worth_retrying(self, error: BaseException) -> bool:
+        """A failed early start is tried again unless the run is stopping."""
+        return self.signals.signum is None and not isinstance(error, (Terminated, SystemExit, KeyboardInterrupt))
 
     def _wait_for_background_starts(self) -> None:
         for early in self._background:
@@ -176,10 +198,11 @@ class EnginePool:
     def _settings(self, name: str):
         return self.pipeline.engine_settings(name)
 
-    def _start_engine(self, name: str, behind: bool = False) -> float:
+    def _start_engine(self, name: str, behind: bool = False, early: EarlyStart | None = None) -> float:
         """Create and start an engine (any thread); its seconds to start. A failed start stops it (and
         takes down the cluster brought up for it). `behind`: started behind another engine's stage,
-        its cluster's processes run at a lower CPU priority on their hosts."""
+        its cluster's processes run at a lower CPU priority on their hosts. `early`: told how far it got."""
+        early = early or EarlyStart()
         settings = self._settings(name)
         cluster = cluster_spec(self.pipeline, name)
         clock = time.monotonic()
@@ -195,7 +218,9 @@ class EnginePool:
         try:
             with self._launching(name), processes.launching_engine(), \
                     self.timeline.span(ENGINE_START, detail=name):
+                early.phase = "engine"
                 engine.start(self._stage_code())
+                early.phase = "checks"
                 engine.check_versions()  # an attached cluster's workers run what this driver runs
                 # a cluster on other hosts must see a local workdir before any stage moves data there
                 # (one in object storage its workers reach themselves, as they do the store's inputs)
@@ -340,6 +365,30 @@ class EnginePool:
             self._streams.restore()
             self._streams = None
         self.output.close()  # after the engines: their last words are copied too
+
+
+def _to_foreground() -> None:
+    """Back to normal CPU priority: this process's threads and every process below it that an early
+    start lowered (they are waited for now). Where raising a priority is refused (an unprivileged
+    user without RLIMIT_NICE), it stays lowered, and a start that fails for it is tried again."""
+    if not sys.platform.startswith("linux"):
+        return
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    for pid in [os.getpid(), *processes.descendants()]:
+        for task in _tasks(pid):
+            with contextlib.suppress(OSError):
+                if os.sched_getscheduler(task) == os.SCHED_IDLE:
+                    os.sched_setscheduler(task, os.SCHED_OTHER, os.sched_param(0))
+            with contextlib.suppress(OSError):
+                if os.getpriority(os.PRIO_PROCESS, task) > own:
+                    os.setpriority(os.PRIO_PROCESS, task, own)
+
+
+def _tasks(pid: int) -> list[int]:
+    try:
+        return [int(task) for task in os.listdir(f"/proc/{pid}/task")]
+    except OSError:  # gone meanwhile
+        return []
 
 
 def _in_background(niceness: int) -> None:
