@@ -8,6 +8,7 @@ next run and gc clean up."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -203,15 +204,25 @@ def racing(a):
 def test_sigkill_at_random_moments_leaves_old_or_new_versions_and_the_next_run_recovers(project, s3, tmp_path):
     prefix = small(project, s3, "kill")
     cache = tmp_path / "m1"
+    clock = time.monotonic()
     done = hf(project, s3, "run", "pipeline.yaml", cache=cache)
+    took = time.monotonic() - clock  # the kills' moments scale with this machine's speed
     assert done.returncode == 0, done.stdout + done.stderr
     old = current_versions(s3, f"{prefix}/small")
     seen = {name: {version} for name, version in old.items()}
     rng = random.Random(7)
-    for _ in range(10):
+    for kill in range(10):
+        before = current_versions(s3, f"{prefix}/small")
         run = hf(project, s3, "run", "pipeline.yaml", "--force", cache=cache, wait=False)
-        time.sleep(rng.uniform(0.3, 2.5))
-        os.killpg(run.pid, signal.SIGKILL)  # the supervising parent and the run's process alike
+        if kill % 3 == 1:  # right after a commit is seen in the store, whatever the machine's speed
+            deadline = time.monotonic() + 120
+            while current_versions(s3, f"{prefix}/small") == before and run.poll() is None:
+                assert time.monotonic() < deadline, "no commit within 120 s"
+                time.sleep(0.02)
+        else:  # anywhere in the run, from its start to about its end
+            time.sleep(rng.uniform(0.05, 1.0) * took)
+        with contextlib.suppress(ProcessLookupError):  # a run that already ended
+            os.killpg(run.pid, signal.SIGKILL)  # the supervising parent and the run's process alike
         run.communicate()
         bucket, key = prefix.split("/", 1)
         for name, version in current_versions(s3, f"{prefix}/small").items():
@@ -222,7 +233,7 @@ def test_sigkill_at_random_moments_leaves_old_or_new_versions_and_the_next_run_r
             for entry in manifest["files"]:  # every file the current manifest names is there, whole
                 head = s3.client().head_object(Bucket=bucket, Key=f"{directory}/{entry['path']}")
                 assert head["ContentLength"] == entry["size"]
-    assert any(len(versions) > 1 for versions in seen.values())  # some kills came after a commit
+    assert any(len(versions) > 1 for versions in seen.values())  # the kills after a commit kept it
     recovered = hf(project, s3, "run", "pipeline.yaml", "--force", cache=cache)
     assert recovered.returncode == 0, recovered.stdout + recovered.stderr
     collected = hf(project, s3, "gc", "pipeline.yaml", "--keep", "1", cache=cache)
