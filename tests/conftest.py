@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from tests.support.projects import Project
+
+# pytest-xdist's workers start with COLUMNS=80 in their environment, which the CLI's tables (and the
+# runs the tests start) would be folded to: the tests see what a pipe or a log gets, as in one process
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ.pop("COLUMNS", None)
 
 
 @pytest.fixture
@@ -83,6 +89,7 @@ TIERS = {
 TESTS = Path(__file__).resolve().parent
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker reads the groups set here
 def pytest_collection_modifyitems(config, items):
     strays = set()
     for item in items:
@@ -92,9 +99,22 @@ def pytest_collection_modifyitems(config, items):
             continue
         for marker in TIERS[tier]:
             item.add_marker(marker)
+        item.add_marker(pytest.mark.xdist_group(_side_by_side_group(item, tier)))
     if strays:
         raise pytest.UsageError(f"test modules outside a tier folder: {', '.join(sorted(strays))}; move each into "
                                 f"the folder of what it needs: {', '.join(f'tests/{t}/' for t in TIERS)}")
+
+
+def _side_by_side_group(item, tier: str) -> str:
+    """The tests pytest-xdist's workers (-n 2, `--dist loadgroup`) run one after another, in one worker:
+    those that share what a machine has one of (the user's crontab and the cron daemon; the network
+    namespaces' bridge and subnet of the cluster tier), and each module's own tests, so that a
+    module's fixtures (an S3 server, started engines) are made once."""
+    if tier == "cron" or "saved_crontab" in getattr(item, "fixturenames", ()):
+        return "crontab"
+    if tier == "clusters":
+        return "network-namespaces"
+    return item.nodeid.split("::")[0]
 
 
 @pytest.fixture(scope="session")
