@@ -26,14 +26,19 @@ COMMON_TYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", 
                 "float64", "double", "bool", "string", "large_string", "binary", "large_binary", "date32",
                 "date64", "timestamp", "decimal", "list", "large_list", "struct", "map", "null")
 _OFFSET = re.compile(r"^[+-]\d{2}:\d{2}$")
-# the names pyarrow.type_for_alias knows (its types.pxi _type_aliases); test_arrow_types holds this to pyarrow's
-ALIASES = frozenset((
-    "null", "bool", "boolean", "i1", "int8", "i2", "int16", "i4", "int32", "i8", "int64", "u1", "uint8", "u2",
-    "uint16", "u4", "uint32", "u8", "uint64", "f2", "halffloat", "float16", "f4", "float", "float32", "f8",
-    "double", "float64", "string", "str", "utf8", "binary", "large_string", "large_str", "large_utf8",
-    "large_binary", "binary_view", "string_view", "date32", "date64", "date32[day]", "date64[ms]", "time32[s]",
-    "time32[ms]", "time64[us]", "time64[ns]", "timestamp[s]", "timestamp[ms]", "timestamp[us]", "timestamp[ns]",
-    "duration[s]", "duration[ms]", "duration[us]", "duration[ns]", "month_day_nano_interval"))
+# the names pyarrow.type_for_alias knows (its types.pxi _type_aliases), each with what str() of its type
+# prints; test_arrow_types holds this to pyarrow's
+ALIASES = {name: name for name in (
+    "null", "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "halffloat",
+    "float", "double", "string", "binary", "large_string", "large_binary", "binary_view", "string_view",
+    "date32[day]", "date64[ms]", "time32[s]", "time32[ms]", "time64[us]", "time64[ns]", "timestamp[s]",
+    "timestamp[ms]", "timestamp[us]", "timestamp[ns]", "duration[s]", "duration[ms]", "duration[us]",
+    "duration[ns]", "month_day_nano_interval")}
+ALIASES.update({
+    "boolean": "bool", "i1": "int8", "i2": "int16", "i4": "int32", "i8": "int64", "u1": "uint8", "u2": "uint16",
+    "u4": "uint32", "u8": "uint64", "f2": "halffloat", "float16": "halffloat", "f4": "float", "float32": "float",
+    "f8": "double", "float64": "double", "str": "string", "utf8": "string", "large_str": "large_string",
+    "large_utf8": "large_string", "date32": "date32[day]", "date64": "date64[ms]"})
 MAX_DECIMAL_PRECISION = 76  # decimal256's; up to 38 digits fit a decimal128
 
 Builder = Callable[[ModuleType], "pa.DataType"]  # given the pyarrow module, makes the parsed type
@@ -201,6 +206,12 @@ def parse_arrow_type(text: str) -> pa.DataType:
     import pyarrow
 
     return check_arrow_type(text)(pyarrow)
+
+
+def printed_name(text: str) -> str | None:
+    """What pyarrow prints for the type a schema: names, found without pyarrow; None for a type with
+    parameters (timestamp[us, tz=UTC], decimal(10,2), list<int64>...)."""
+    return ALIASES.get(text.strip().lower())
 
 
 def type_name(arrow_type: pa.DataType) -> str:

@@ -1,7 +1,7 @@
 import pyarrow as pa
 import pytest
 
-from hybridflow.data.arrow_types import ALIASES, ArrowTypeError, parse_arrow_type, type_name
+from hybridflow.data.arrow_types import ALIASES, ArrowTypeError, parse_arrow_type, printed_name, type_name
 
 ROUND_TRIP = [
     pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.float32(), pa.float64(), pa.bool_(),
@@ -45,5 +45,6 @@ def test_bad_type_names_say_why(text, message):
 
 
 @pytest.mark.parametrize("alias", sorted(ALIASES))
-def test_every_name_checked_without_pyarrow_is_one_pyarrow_knows(alias):
+def test_every_name_checked_without_pyarrow_is_one_pyarrow_knows_and_prints_so(alias):
     assert parse_arrow_type(alias) == pa.type_for_alias(alias)
+    assert printed_name(f" {alias.upper()} ") == str(pa.type_for_alias(alias))
