@@ -79,3 +79,16 @@ def test_python_only_run_imports_no_engine(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == ""
+
+
+def test_a_rerun_that_skips_every_stage_imports_no_data_library(tmp_path):
+    for part in ("configs", "stages", "data"):
+        shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("retrain", "tpch*"))
+    pipeline = str(tmp_path / "configs/quickstart.yaml")
+    first = subprocess.run([sys.executable, "-m", "hybridflow.cli", "run", pipeline], capture_output=True, text=True,
+                           cwd=ROOT, timeout=120)
+    assert first.returncode == 0, first.stdout + first.stderr
+    code = PROBE.format(commands=[["run", pipeline]], heavy=HEAVY + DATA_LIBRARIES)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ""
