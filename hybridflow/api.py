@@ -15,18 +15,34 @@ import os
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from .errors import ConfigError, HybridflowError, LockedError, UsageError
-from .execution import planning
-from .execution.planning import Plan
-from .execution.runner import Listener, Runner, RunResult, Selection, new_run_id, new_runner, selection_of
-from .spec.config import WORKDIR_VARIABLE  # noqa: F401 - the variable --workdir sets for every load in a command
-from .spec.pipeline import Pipeline
+from .results import Listener, RunResult, Selection, new_run_id
 
-PipelineLike = str | os.PathLike | Pipeline
+# Each function imports what it needs when called: `hybridflow validate` must not pay for the runner,
+# the catalog or pyarrow, nor `--help` for anything (tests/unit/test_imports.py).
+if TYPE_CHECKING:
+    from .execution.planning import Plan
+    from .execution.runner import Runner
+    from .spec.pipeline import Pipeline
+
+    PipelineLike = str | os.PathLike | Pipeline
 Params = Mapping[str, Any] | Sequence[str] | None
 Names = str | Iterable[str]
+
+_LAZY = {"Plan": "execution.planning", "WORKDIR_VARIABLE": "spec.config"}  # WORKDIR_VARIABLE: what --workdir sets
+
+
+def __getattr__(name: str):
+    """The names this module offers from heavier ones (api.Plan, api.WORKDIR_VARIABLE), on first use."""
+    if name not in _LAZY:
+        raise AttributeError(f"module '{__name__}' has no attribute '{name}'")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__package__}.{_LAZY[name]}"), name)
+    globals()[name] = value
+    return value
 
 
 def load(path: str | os.PathLike, params: Params = None) -> Pipeline:
@@ -38,6 +54,8 @@ def load(path: str | os.PathLike, params: Params = None) -> Pipeline:
 
 
 def _pipeline(pipeline: PipelineLike, params: Params = None) -> Pipeline:
+    from .spec.pipeline import Pipeline
+
     if isinstance(pipeline, Pipeline):
         if params:  # a loaded pipeline's params are fixed: load its file again with the overrides
             return load(pipeline.file, _param_strings(params))
@@ -84,6 +102,8 @@ def forced(pipeline: Pipeline, force: bool | Names | None) -> bool | set[str]:
 def plan(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | None = None,
          to: Names | None = None, force: bool | Names | None = False, params: Params = None) -> Plan:
     """Which stages a run would execute or skip, and why. Starts no engine, imports no stage code."""
+    from .execution import planning
+
     loaded = _pipeline(pipeline, params)
     return planning.plan(loaded, Selection(_names(only), _names(from_), _names(to)), forced(loaded, force))
 
@@ -105,6 +125,8 @@ def run(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | Non
     call) has its run ended around it: engines stopped, staging dropped, the run recorded and the
     listener told. The error (StageTimeout, InterruptedRun) is then raised here once that call
     returns; exit_when_stuck (the CLI's) instead ends this process at once with the error's code."""
+    from .execution import planning
+    from .execution.runner import new_runner, selection_of
 
     if trigger not in ("manual", "cron"):
         raise ConfigError(f"--trigger must be manual or cron, not '{trigger}'")

@@ -11,15 +11,16 @@ import sys
 import threading
 from abc import ABC, abstractmethod
 from pathlib import Path, PurePath
-from typing import Any, Iterable, Sequence
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from ..data.storage import ObjectPath
 from ..data.tables import TableSource, ensure_schema_file
 from ..settings import TARGET_FILE_SIZE
 from ..spec.pipeline import REDACTED
 from .stagelog import private_dir
+
+if TYPE_CHECKING:  # imported where used: validate and a skipped run never load it
+    import pyarrow as pa
 
 
 class Backend(ABC):

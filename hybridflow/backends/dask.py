@@ -19,9 +19,8 @@ import logging
 import math
 import operator
 from pathlib import Path, PurePath
-from typing import Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
-import pyarrow as pa
 from pydantic import Field
 
 from ..data.contract import standard_schema
@@ -51,6 +50,9 @@ from .base import (
     split_host_port,
     versions_probe,
 )
+
+if TYPE_CHECKING:  # imported where used: validate and a skipped run never load it
+    import pyarrow as pa
 
 
 # The scheduler always serves HTTP (health, metrics), on 8787 unless told otherwise, even with no
@@ -300,6 +302,8 @@ class DaskBackend(Backend):
 
     def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...],
                     target_file_size: int) -> pa.Schema:
+        import pyarrow as pa
+
         frame = index_as_columns(frame)
         remote = {"filesystem": self.store.fsspec_filesystem()} if isinstance(directory, ObjectPath) else {}
         if _is_cudf_meta(frame._meta):  # cuDF writes its own Parquet, keeping its column types
@@ -474,6 +478,8 @@ def _hive_escaped(frame, schema: pa.Schema, partition_by: tuple[str, ...]):
     """String partition values spelled as directory names (tables.hive_escape): Dask names a directory
     name=value as it is, so a '/' in a value nested a directory and a '%' was read back as an escape.
     Values of other types print without such characters."""
+    import pyarrow as pa
+
     strings = [name for name in partition_by if pa.types.is_string(schema.field(name).type)]
     return frame.map_partitions(_escape_columns, strings, meta=frame._meta) if strings else frame
 

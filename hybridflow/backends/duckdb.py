@@ -22,10 +22,9 @@ import os
 import re
 import shutil
 from pathlib import Path, PurePath
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 from urllib.parse import unquote
 
-import pyarrow as pa
 from pydantic import Field
 
 from ..data.contract import standard_schema
@@ -46,6 +45,9 @@ from ..settings import ByteSize, EngineSection
 from . import Engine
 from .base import Backend, case_collisions
 from .stagelog import private_dir
+
+if TYPE_CHECKING:  # imported where used: validate and a skipped run never load it
+    import pyarrow as pa
 
 
 class DuckDBSettings(EngineSection):
@@ -80,6 +82,8 @@ def unrepresentable(schema: pa.Schema) -> list[str]:
 
 
 def _type_problem(arrow_type: pa.DataType) -> str | None:
+    import pyarrow as pa
+
     if pa.types.is_float16(arrow_type) or pa.types.is_duration(arrow_type):
         return f"DuckDB has no {arrow_type} type"
     if pa.types.is_interval(arrow_type):
@@ -225,6 +229,7 @@ class DuckDBBackend(Backend):
     def is_frame(self, value: Any) -> bool:
         import duckdb
         import pandas as pd
+        import pyarrow as pa
 
         return isinstance(value, (duckdb.DuckDBPyRelation, pa.Table, pa.RecordBatchReader, pd.DataFrame))
 
@@ -357,6 +362,8 @@ def written_type(name: str, kind) -> tuple[str, bool]:
 
 def arrow_schema(relation) -> pa.Schema:
     """The relation's Arrow schema (of its types as written), from a query that returns no row."""
+    import pyarrow as pa
+
     reader = pa.RecordBatchReader.from_stream(relation.limit(0))
     try:
         return standard_schema(reader.schema.remove_metadata())
@@ -379,6 +386,8 @@ def respell_partition_directories(directory: Path, partition_by: tuple[str, ...]
 
 
 def _as_arrow(frame) -> pa.Table:
+    import pyarrow as pa
+
     if isinstance(frame, pa.Table):
         return frame
     if isinstance(frame, pa.RecordBatchReader):  # what a DuckDB relation's .arrow() returns since 2.0

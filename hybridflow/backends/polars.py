@@ -39,10 +39,8 @@ import warnings
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from pydantic import Field
 
 from ..data.contract import standard_schema
@@ -64,6 +62,9 @@ from ..settings import ByteSize, EngineSection, GpuMode
 from . import Engine, gpu
 from .base import Backend
 from .stagelog import private_dir
+
+if TYPE_CHECKING:  # imported where used: validate and a skipped run never load it
+    import pyarrow as pa
 
 
 class PolarsSettings(EngineSection):
@@ -95,6 +96,8 @@ def unrepresentable(schema: pa.Schema) -> list[str]:
 
 
 def _type_problem(arrow_type: pa.DataType, nested: bool) -> str | None:
+    import pyarrow as pa
+
     if pa.types.is_decimal(arrow_type) and arrow_type.precision > 38:
         return f"Polars decimals hold at most 38 digits, not {arrow_type.precision}"
     if pa.types.is_date64(arrow_type) or pa.types.is_time32(arrow_type):
@@ -243,6 +246,8 @@ class PolarsBackend(Backend):
     # reading
 
     def read(self, source: TableSource):
+        import pyarrow as pa
+
         pl = self.pl
         if source.schema is not None:
             refuse_unrepresentable(source.name, source.schema)
@@ -284,6 +289,8 @@ class PolarsBackend(Backend):
 
     def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...],
                     target_file_size: int) -> pa.Schema:
+        import pyarrow as pa
+
         pl = self.pl
         if self.stage_on_gpu and isinstance(frame, pl.LazyFrame):
             frame = frame.collect(engine=self._engine())  # on the GPU; the CPU sink below writes the result
@@ -305,6 +312,8 @@ class PolarsBackend(Backend):
 
     def _standardised(self, lazy) -> tuple[Any, pa.Schema]:
         """The output with each column in its standard form, and the Arrow schema its files get."""
+        import pyarrow as pa
+
         pl = self.pl
         changes = [_standard_column(pl, name, dtype) for name, dtype in lazy.collect_schema().items()]
         if any(change is not None for change in changes):
@@ -334,6 +343,8 @@ class PolarsBackend(Backend):
     def _split_oversized(self, directory: Path, stored: pa.Schema, target_file_size: int) -> None:
         """Split each file much larger than the target (data that Parquet compresses less than
         MEMORY_PER_PARQUET_BYTE supposes) into files of the target size, by its own bytes per row."""
+        import pyarrow.parquet as pq
+
         for file in sorted(directory.rglob("*.parquet")):
             size = file.stat().st_size
             if size <= OVERSIZED * target_file_size:
@@ -521,6 +532,8 @@ def _as_read(written: pa.DataType, read: pa.DataType) -> pa.DataType:
     as `read` (the caller checks that), where Polars writes it as `written`: `read`'s form where Polars
     only holds it differently (a time's unit, a fixed binary width, a zone's spelling), nested types
     part by part; Polars' own form elsewhere (large strings, lists: the same values)."""
+    import pyarrow as pa
+
     if pa.types.is_struct(written):
         return pa.struct([pa.field(w.name, _as_read(w.type, r.type)) for w, r in zip(written, read)])
     if pa.types.is_large_list(written) and (pa.types.is_list(read) or pa.types.is_large_list(read)):

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pydantic import Field
 
 from ..data.tables import TableSource, read_arrow, write_arrow
@@ -20,6 +19,9 @@ from ..errors import DataError
 from ..settings import EngineSection, GpuMode
 from . import Engine, gpu
 from .base import Backend, index_as_columns
+
+if TYPE_CHECKING:  # imported where used: validate and a skipped run never load it
+    import pyarrow as pa
 
 
 class PythonSettings(EngineSection):
@@ -84,11 +86,14 @@ class PythonBackend(Backend):
 
     def is_frame(self, value: Any) -> bool:
         import pandas as pd
+        import pyarrow as pa
 
         return isinstance(value, (pd.DataFrame, pa.Table)) or is_cudf_frame(value)
 
     def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...],
                     target_file_size: int) -> pa.Schema:
+        import pyarrow as pa
+
         if is_cudf_frame(frame):
             return write_cudf(frame, directory, partition_by)
         from . import pandas_frames

@@ -24,9 +24,8 @@ import tempfile
 import threading
 import traceback
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
-import pyarrow as pa
 from pydantic import Field
 
 from ..data.footers import read_footers
@@ -47,6 +46,9 @@ from .base import (
     versions_probe,
 )
 from .raytune import CALLBACKS_VARIABLE, TUNING, TrialCounter, with_callback
+
+if TYPE_CHECKING:  # imported where used: validate and a skipped run never load it
+    import pyarrow as pa
 
 
 class RaySettings(EngineSection):
@@ -332,6 +334,8 @@ class RayBackend(Backend):
                     target_file_size: int) -> pa.Schema:
         # Sized from the materialized output: its row count, and what a sample of its rows takes in
         # Parquet. Partitioned: rows of one partition value gathered into one block, so one file each.
+        import pyarrow as pa
+
         stage_frame, frame = frame, frame.materialize()  # an empty materialized dataset forgets its schema
         rows = frame.count()
         per_file = rows_per_file(frame.take_batch(SAMPLE_ROWS, batch_format="pyarrow"), target_file_size) if rows else 1

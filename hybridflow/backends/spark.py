@@ -27,9 +27,8 @@ import tempfile
 import threading
 import warnings
 from pathlib import Path, PurePath
-from typing import Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
-import pyarrow as pa
 from pydantic import Field, model_validator
 
 from .. import processes
@@ -52,6 +51,9 @@ from .base import (
     split_host_port,
     versions_probe,
 )
+
+if TYPE_CHECKING:  # imported where used: validate and a skipped run never load it
+    import pyarrow as pa
 
 
 class SparkSettings(EngineSection):
@@ -515,6 +517,7 @@ class SparkBackend(Backend):
         read with the schema in its own column order, then matched by name."""
         from functools import reduce
 
+        import pyarrow as pa
         from pyspark.sql.pandas.types import from_arrow_schema
 
         groups: dict[tuple[str, ...], list[str]] = {}
@@ -796,6 +799,8 @@ def _check_representable(dataset: str, schema: pa.Schema) -> None:
 
 def unrepresentable(schema: pa.Schema) -> list[str]:
     """What of a schema Spark cannot hold, a phrase per problem (validate warns with these too)."""
+    import pyarrow as pa
+
     problems = [f"column '{f.name}': Spark has no {f.type} type" for f in schema
                 if pa.types.is_unsigned_integer(f.type) or pa.types.is_float16(f.type)]
     clashes = case_collisions(schema.names)

@@ -4,22 +4,44 @@ Accepts pyarrow's own spellings (what `str(pa_type)` prints, so stored schemas
 round-trip): `int64`, `string`, `timestamp[us, tz=UTC]`, `decimal(10,2)`,
 `decimal128(10, 2)`, `date32`, `list<int64>`, `list<item: int64>`,
 `struct<a: int64, b: string>`, `map<string, int64>`.
+
+Parsing needs no pyarrow: `validate` checks a schema's types without importing it. A parse gives a
+builder that makes the pyarrow type on demand (parse_arrow_type).
 """
 
 from __future__ import annotations
 
 import re
 import zoneinfo
-
-import pyarrow as pa
+from types import ModuleType
+from typing import TYPE_CHECKING, Callable
 
 from ..diagnostics import did_you_mean
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 _TIME_UNITS = ("s", "ms", "us", "ns")
 COMMON_TYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
                 "float64", "double", "bool", "string", "large_string", "binary", "large_binary", "date32",
                 "date64", "timestamp", "decimal", "list", "large_list", "struct", "map", "null")
 _OFFSET = re.compile(r"^[+-]\d{2}:\d{2}$")
+# the names pyarrow.type_for_alias knows (its types.pxi _type_aliases), each with what str() of its type
+# prints; test_arrow_types holds this to pyarrow's
+ALIASES = {name: name for name in (
+    "null", "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "halffloat",
+    "float", "double", "string", "binary", "large_string", "large_binary", "binary_view", "string_view",
+    "date32[day]", "date64[ms]", "time32[s]", "time32[ms]", "time64[us]", "time64[ns]", "timestamp[s]",
+    "timestamp[ms]", "timestamp[us]", "timestamp[ns]", "duration[s]", "duration[ms]", "duration[us]",
+    "duration[ns]", "month_day_nano_interval")}
+ALIASES.update({
+    "boolean": "bool", "i1": "int8", "i2": "int16", "i4": "int32", "i8": "int64", "u1": "uint8", "u2": "uint16",
+    "u4": "uint32", "u8": "uint64", "f2": "halffloat", "float16": "halffloat", "f4": "float", "float32": "float",
+    "f8": "double", "float64": "double", "str": "string", "utf8": "string", "large_str": "large_string",
+    "large_utf8": "large_string", "date32": "date32[day]", "date64": "date64[ms]"})
+MAX_DECIMAL_PRECISION = 76  # decimal256's; up to 38 digits fit a decimal128
+
+Builder = Callable[[ModuleType], "pa.DataType"]  # given the pyarrow module, makes the parsed type
 
 
 class ArrowTypeError(ValueError):
@@ -31,7 +53,7 @@ class _Parser:
         self.text = text
         self.pos = 0
 
-    def parse(self) -> pa.DataType:
+    def parse(self) -> Builder:
         result = self.type_()
         self.skip()
         if self.pos != len(self.text):
@@ -68,7 +90,7 @@ class _Parser:
             self.pos += 1
         return self.text[start:self.pos].strip()
 
-    def type_(self) -> pa.DataType:
+    def type_(self) -> Builder:
         name = self.word().lower()
         if name in ("decimal", "decimal128", "decimal256"):
             return self.decimal(name)
@@ -84,12 +106,11 @@ class _Parser:
             self.expect("[")
             name = f"{name}[{self.until(']')}]"
             self.expect("]")
-        try:
-            return pa.type_for_alias(name)
-        except (ValueError, KeyError):
-            raise ArrowTypeError(f"unknown Arrow type '{name}'{did_you_mean(name, COMMON_TYPES)}") from None
+        if name.lower() not in ALIASES:
+            raise ArrowTypeError(f"unknown Arrow type '{name}'{did_you_mean(name, COMMON_TYPES)}")
+        return lambda pa: pa.type_for_alias(name)
 
-    def decimal(self, name: str) -> pa.DataType:
+    def decimal(self, name: str) -> Builder:
         try:
             self.expect("(")
             precision = int(self.until(","))
@@ -98,11 +119,14 @@ class _Parser:
             self.expect(")")
         except ValueError:
             raise ArrowTypeError(f"expected {name}(precision, scale), e.g. decimal(10,2), in '{self.text}'") from None
+        if not 1 <= precision <= MAX_DECIMAL_PRECISION:
+            raise ArrowTypeError(f"decimal precision must be 1 to {MAX_DECIMAL_PRECISION}, not {precision}, "
+                                 f"in '{self.text}'")
         if name == "decimal256" or precision > 38:
-            return pa.decimal256(precision, scale)
-        return pa.decimal128(precision, scale)
+            return lambda pa: pa.decimal256(precision, scale)
+        return lambda pa: pa.decimal128(precision, scale)
 
-    def timestamp(self) -> pa.DataType:
+    def timestamp(self) -> Builder:
         self.expect("[")
         unit = self.until(",]")
         if unit not in _TIME_UNITS:
@@ -117,9 +141,9 @@ class _Parser:
             tz = self.until("]")
             _check_timezone(tz)
         self.expect("]")
-        return pa.timestamp(unit, tz)
+        return lambda pa: pa.timestamp(unit, tz)
 
-    def field_type(self) -> pa.DataType:
+    def field_type(self) -> Builder:
         # list<item: int64> and list<int64> both mean a list of int64
         start = self.pos
         self.word()
@@ -129,32 +153,34 @@ class _Parser:
             self.pos = start
         return self.type_()
 
-    def list_(self, name: str) -> pa.DataType:
+    def list_(self, name: str) -> Builder:
         self.expect("<")
         item = self.field_type()
         self.expect(">")
-        return pa.large_list(item) if name == "large_list" else pa.list_(item)
+        if name == "large_list":
+            return lambda pa: pa.large_list(item(pa))
+        return lambda pa: pa.list_(item(pa))
 
-    def struct(self) -> pa.DataType:
+    def struct(self) -> Builder:
         self.expect("<")
         fields = []
         while True:
             field_name = self.word()
             self.expect(":")
-            fields.append(pa.field(field_name, self.type_()))
+            fields.append((field_name, self.type_()))
             if not self.peek(","):
                 break
             self.expect(",")
         self.expect(">")
-        return pa.struct(fields)
+        return lambda pa: pa.struct([pa.field(name, field(pa)) for name, field in fields])
 
-    def map_(self) -> pa.DataType:
+    def map_(self) -> Builder:
         self.expect("<")
         key = self.type_()
         self.expect(",")
         value = self.type_()
         self.expect(">")
-        return pa.map_(key, value)
+        return lambda pa: pa.map_(key(pa), value(pa))
 
 
 def _check_timezone(tz: str) -> None:
@@ -167,11 +193,25 @@ def _check_timezone(tz: str) -> None:
                              "(use UTC, an IANA name like Europe/Paris, or an offset like +01:00)") from None
 
 
-def parse_arrow_type(text: str) -> pa.DataType:
-    """Parse an Arrow type name; raises ArrowTypeError with a readable reason."""
+def check_arrow_type(text: str) -> Builder:
+    """Check an Arrow type name without importing pyarrow; raises ArrowTypeError with a readable
+    reason. Returns what makes the type (given the pyarrow module)."""
     if not isinstance(text, str) or not text.strip():
         raise ArrowTypeError("an Arrow type name must be a non-empty string, e.g. int64 or string")
     return _Parser(text.strip()).parse()
+
+
+def parse_arrow_type(text: str) -> pa.DataType:
+    """Parse an Arrow type name; raises ArrowTypeError with a readable reason."""
+    import pyarrow
+
+    return check_arrow_type(text)(pyarrow)
+
+
+def printed_name(text: str) -> str | None:
+    """What pyarrow prints for the type a schema: names, found without pyarrow; None for a type with
+    parameters (timestamp[us, tz=UTC], decimal(10,2), list<int64>...)."""
+    return ALIASES.get(text.strip().lower())
 
 
 def type_name(arrow_type: pa.DataType) -> str:

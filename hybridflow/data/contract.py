@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from ..errors import DataError
 from .arrow_types import parse_arrow_type, type_name
+
+if TYPE_CHECKING:  # imported where used: validate and a skipped run never load it
+    import pyarrow as pa
 
 
 def declared_schema(columns: dict[str, str] | None) -> dict[str, pa.DataType] | None:
@@ -15,6 +18,8 @@ def declared_schema(columns: dict[str, str] | None) -> dict[str, pa.DataType] | 
 def normalize(arrow_type: pa.DataType) -> pa.DataType:
     """Collapse differences that do not change values: large/small strings, binaries and lists,
     dictionary encoding (what Dask and pandas read back differs from what Spark and Ray do)."""
+    import pyarrow as pa
+
     if pa.types.is_dictionary(arrow_type):
         return normalize(arrow_type.value_type)
     if pa.types.is_large_string(arrow_type) or pa.types.is_string_view(arrow_type):
@@ -35,6 +40,8 @@ def normalize(arrow_type: pa.DataType) -> pa.DataType:
 def standard_schema(schema: pa.Schema) -> pa.Schema:
     """The schema with each type's physical variant (string_view, large_string, large_list,
     dictionary encoding, ...) as its standard type: the same values, in the form every engine holds."""
+    import pyarrow as pa
+
     return pa.schema([pa.field(f.name, normalize(f.type), f.nullable) for f in schema], metadata=schema.metadata)
 
 

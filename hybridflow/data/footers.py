@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import PurePath
-from typing import NamedTuple, Sequence
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 from ..errors import DataError, first_line
 from . import storage
-from .contract import standard_schema
+
+if TYPE_CHECKING:  # imported where used: validate checks a file's framing without pyarrow
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 MAGIC = b"PAR1"
 PIECE_BYTES = 256 * 2**20  # engines read consecutive row groups up to about this much data per task
@@ -46,6 +46,8 @@ def read_footers(dataset: str, files: Sequence[PurePath], filesystem=None) -> Fo
     DataError naming the first bad file."""
     if not files:
         raise DataError(f"dataset '{dataset}' has no Parquet files")
+    from .contract import standard_schema
+
     reference: tuple[PurePath, pa.Schema] | None = None
     rows = 0
     nullable: set[str] = set()
@@ -67,7 +69,10 @@ def read_footers(dataset: str, files: Sequence[PurePath], filesystem=None) -> Fo
 
 
 def _metadata(dataset: str, file: PurePath, filesystem) -> pq.FileMetaData:
-    problem = _framing_problem(file, filesystem)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    problem = framing_problem(file, filesystem)
     if problem:
         raise DataError(f"input '{dataset}': {file} {problem}",
                         hint="replace the file with a complete Parquet file, or remove it from the input")
@@ -78,7 +83,7 @@ def _metadata(dataset: str, file: PurePath, filesystem) -> pq.FileMetaData:
                         hint="replace the file with a complete Parquet file, or remove it from the input") from None
 
 
-def _framing_problem(file: PurePath, filesystem) -> str | None:
+def framing_problem(file: PurePath, filesystem=None) -> str | None:
     """Parquet files start and end with PAR1, and the footer's length sits just before the end."""
     try:
         size = storage.size_of(file, filesystem)

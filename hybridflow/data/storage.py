@@ -176,6 +176,13 @@ def files_under(path: PurePath, filesystem=None) -> list[PurePath]:
     return sorted(ObjectPath(i.path) for i in found if i.type == pafs.FileType.File)
 
 
+def data_files(path: PurePath, filesystem=None) -> list[PurePath]:
+    """A dataset's data files under `path` (itself, when it is a file), sorted: every file not named _*
+    or .* at any depth below it (_SUCCESS, .crc, ...), the rule Spark and pyarrow share."""
+    return [p for p in files_under(path, filesystem)
+            if not any(part.startswith(("_", ".")) for part in p.relative_to(path).parts)]
+
+
 def size_of(path: PurePath, filesystem=None) -> int:
     if not isinstance(path, ObjectPath):
         return Path(path).stat().st_size

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path, PurePath
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
-
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..errors import DataError, first_line
 from ..settings import TARGET_FILE_SIZE
@@ -20,6 +18,9 @@ from . import storage
 from .contract import check_schema, standard_schema
 from .footers import Piece
 from .storage import StoreSettings, uri_of
+
+if TYPE_CHECKING:  # imported where used: validate and a skipped run never load it
+    import pyarrow as pa
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 ROW_GROUP_ROWS = 1_000_000
@@ -51,6 +52,9 @@ class TableSource:
 
 def read_arrow(source: TableSource) -> pa.Table:
     """A dataset as one Arrow table; a declared schema is applied and then checked."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     try:
         if source.format in ("csv", "json"):
             table = _read_text(source, source.format)
@@ -82,6 +86,9 @@ def damaged_file(source: TableSource) -> tuple[Path, Exception] | None:
     """The first Parquet file of `source` whose data does not decode, and pyarrow's error for it:
     engines rarely say which file a bad page is in. Reads every file again, streaming: only once a
     read failed."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     for file in parquet_files(source):
         try:
             for _ in pq.ParquetFile(str(file), filesystem=source.filesystem).iter_batches():
@@ -107,6 +114,8 @@ def standard_types(table: pa.Table) -> pa.Table:
 
 
 def _read_text(source: TableSource, fmt: str) -> pa.Table:
+    import pyarrow as pa
+
     from .textfiles import read_text_file, text_files, unreadable
 
     tables = []
@@ -119,13 +128,10 @@ def _read_text(source: TableSource, fmt: str) -> pa.Table:
 
 
 def parquet_files(source: TableSource) -> list[PurePath]:
-    """An external dataset is given as its directory (or a file), a published one as its file list.
-    A directory's data files are all files not named _* or .* at any depth (_SUCCESS, .crc, ...),
-    the rule Spark and pyarrow share."""
+    """An external dataset is given as its directory (or a file), a published one as its file list;
+    a directory's data files as storage.data_files finds them."""
     if len(source.files) == 1 and storage.is_dir(source.files[0], source.filesystem):
-        root = source.files[0]
-        return [p for p in storage.files_under(root, source.filesystem)
-                if not any(part.startswith(("_", ".")) for part in p.relative_to(root).parts)]
+        return storage.data_files(source.files[0], source.filesystem)
     return list(source.files)
 
 
@@ -176,6 +182,8 @@ def _respelled(name: str, column: str) -> str:
 
 def read_partitioned_file(file: Path, source: TableSource) -> pa.Table:
     """One file of a partitioned dataset, with its partition columns restored in their recorded types."""
+    import pyarrow.parquet as pq
+
     return _with_partition_columns(pq.read_table(str(file), filesystem=source.filesystem), file, source,
                                    source.partition_by)
 
@@ -183,6 +191,9 @@ def read_partitioned_file(file: Path, source: TableSource) -> pa.Table:
 def read_piece(piece: Piece, source: TableSource, schema: pa.Schema, columns=None) -> pa.Table:
     """Some row groups of one file, as `schema` says (its order and exact types), partition columns
     restored from the file's path; only `columns` of them, in that order, when given."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     names = list(columns) if columns is not None else schema.names
     partitions = [name for name in names if name in source.partition_by]
     stored = [name for name in names if name not in source.partition_by]
@@ -199,6 +210,8 @@ def read_piece(piece: Piece, source: TableSource, schema: pa.Schema, columns=Non
 
 
 def _with_partition_columns(table: pa.Table, file: Path, source: TableSource, columns) -> pa.Table:
+    import pyarrow as pa
+
     if not columns:
         return table
     values = partition_values(file, source.base or source.files[0], source.partition_by)
@@ -214,6 +227,8 @@ def write_arrow(table: pa.Table, directory: Path, partition_by: tuple[str, ...] 
     """Write a table as part-NNNNN.parquet files of about `target_file_size` bytes (under Hive-style
     directories when partitioned: one file per partition unless it is larger); refuses to lose
     timestamp precision."""
+    import pyarrow.parquet as pq
+
     table = standard_types(table.replace_schema_metadata(None))
     rows = rows_per_file(table, target_file_size)
     group_rows = min(ROW_GROUP_ROWS, rows)
@@ -232,6 +247,9 @@ def write_arrow(table: pa.Table, directory: Path, partition_by: tuple[str, ...] 
 
 def parquet_bytes_per_row(sample: pa.Table) -> float:
     """What a row of this kind takes in snappy Parquet, measured by writing the sample to memory."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     if sample.num_rows == 0:
         return 1.0
     sink = pa.BufferOutputStream()
@@ -242,6 +260,8 @@ def parquet_bytes_per_row(sample: pa.Table) -> float:
 def rows_per_file(table: pa.Table, target_file_size: int) -> int:
     """Rows that make a file of about `target_file_size` bytes, from a sample of up to 64k rows
     spread over the table (its start alone may not be typical)."""
+    import pyarrow as pa
+
     if table.num_rows <= SAMPLE_ROWS:
         sample = table
     else:
@@ -254,6 +274,8 @@ def ensure_schema_file(directory: PurePath, schema: pa.Schema, partition_by: tup
                        filesystem=None) -> None:
     """An empty output must still publish its schema: some engines write no file at all for zero rows.
     `directory`: a local one, or a prefix in object storage (storage.ObjectPath) with its filesystem."""
+    import pyarrow as pa
+
     if not any(f.suffix == ".parquet" for f in storage.files_under(directory, filesystem)):
         data_fields = [f for f in schema if f.name not in partition_by]
         storage.write_parquet(pa.schema(data_fields).empty_table(), directory / "part-00000.parquet", filesystem)
@@ -266,6 +288,8 @@ FILE_COLUMN = "__hybridflow_file__"  # the data file of each row, joined to its 
 
 def with_string_partitions(schema: pa.Schema, partition_by: tuple[str, ...]) -> pa.Schema:
     """Undeclared partition columns are strings, as on every engine."""
+    import pyarrow as pa
+
     stored = [field for field in schema if field.name not in partition_by]
     return pa.schema(stored + [pa.field(name, pa.string()) for name in partition_by])
 
@@ -273,6 +297,8 @@ def with_string_partitions(schema: pa.Schema, partition_by: tuple[str, ...]) -> 
 def partition_table(files: list[Path], source: TableSource, schema: pa.Schema) -> pa.Table:
     """One row per data file: its path (FILE_COLUMN, as the engine's scan names it) and its partition
     values, parsed by the rules every engine shares and cast to their recorded types."""
+    import pyarrow as pa
+
     base = source.base or source.files[0]
     values = [partition_values(file, base, source.partition_by) for file in files]
     columns = {FILE_COLUMN: pa.array([uri_of(f) for f in files], pa.string())}

@@ -10,13 +10,14 @@ to name the file and the column, the same way whichever engine failed.
 from __future__ import annotations
 
 from pathlib import PurePath
-from typing import Iterator
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Iterator
 
 from ..errors import DataError, first_line
 from . import storage
 from .contract import check_schema
+
+if TYPE_CHECKING:  # imported where used: validate and a skipped run never load it
+    import pyarrow as pa
 
 SUFFIXES = {"csv": (".csv",), "json": (".json", ".jsonl", ".ndjson")}
 FIRST_BLOCK = 1 << 20  # what the first-block look at each file reads
@@ -78,6 +79,8 @@ def read_text_file(file: PurePath, fmt: str, schema: pa.Schema | None, only_decl
 def file_schema(dataset: str, file: PurePath, fmt: str, schema: pa.Schema | None, filesystem=None) -> pa.Schema:
     """A file's columns as its first block says (declared types where declared), checked against
     the declared schema by name: a missing or extra column fails here, before any engine reads."""
+    import pyarrow as pa
+
     try:
         reader = _stream(file, fmt, schema, FIRST_BLOCK, filesystem)
         found = reader.schema
@@ -93,6 +96,8 @@ def input_schema(dataset: str, files: list[PurePath], fmt: str, schema: pa.Schem
                  filesystem=None) -> pa.Schema:
     """The schema engines read the input with: the declared one after checking every file's first
     block, or (undeclared) the types pyarrow infers from the first block of each file, unified."""
+    import pyarrow as pa
+
     found = [file_schema(dataset, f, fmt, schema, filesystem) for f in files]
     if schema is not None:
         return schema
@@ -117,6 +122,8 @@ def csv_header(file: PurePath, filesystem=None) -> list[str]:
 def find_bad_value(dataset: str, files: list[PurePath], fmt: str, schema: pa.Schema | None,
                    filesystem=None) -> DataError | None:
     """Stream every file with the schema the engines used; the first failure, naming its file."""
+    import pyarrow as pa
+
     for file in files:
         try:
             for _ in _batches(file, fmt, schema, filesystem):

@@ -5,9 +5,7 @@ the version the stage used (what its outputs' manifests record)."""
 from __future__ import annotations
 
 from pathlib import Path, PurePath
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from ..data import storage
 from ..data.contract import check_schema, declared_schema
@@ -19,6 +17,9 @@ from ..spec.pipeline import Pipeline
 from ..store.catalog import Catalog, Version
 from ..store.incremental import partition_key, schema_types
 from .stopping import Terminated
+
+if TYPE_CHECKING:  # imported where used: validate and a skipped run never load it
+    pass
 
 
 class StageInputs:
@@ -61,6 +62,8 @@ class StageInputs:
     def external_source(self, dataset: str, partitions: set[str] | None = None) -> TableSource:
         """An external table as engines read it, checked against its declared schema from what
         costs no data: Parquet footers, the first block of each text file."""
+        import pyarrow as pa
+
         ds = self.pipeline.dataset(dataset)
         path = self.pipeline.external_path(dataset)
         store, filesystem = self.pipeline.store_of(path), self.pipeline.filesystem_of(path)

@@ -11,7 +11,6 @@ from pathlib import PurePath, PurePosixPath
 
 from ..backends import gpu
 from ..data import storage
-from ..data.contract import declared_schema
 from ..data.hashing import HashCache, digest_of
 from ..registry import engine
 from ..spec import fingerprint as fp
@@ -147,7 +146,7 @@ class Planner:
         partition_by = tuple(spec.partition_by)
         if self.pipeline.is_external(dataset):
             path = self.pipeline.external_path(dataset)
-            types = declared_schema(spec.schema_) or {}
+            types = dict(spec.schema_ or {})  # the names: read without pyarrow where they can be
             filesystem = self.pipeline.filesystem_of(path)
             if not storage.is_dir(path, filesystem):
                 return {}

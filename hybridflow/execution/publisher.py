@@ -8,9 +8,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import PurePath
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from ..data.contract import declared_schema, schema_differences
 from ..data.tables import ensure_schema_file
@@ -24,6 +22,9 @@ from .inputs import StageInputs
 from .planner import INCREMENTAL, Decision
 from .stageerrors import StageErrors
 from .stopping import SignalState, Terminated
+
+if TYPE_CHECKING:  # imported where used: validate and a skipped run never load it
+    import pyarrow as pa
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import importlib.util
 import keyword
 from pathlib import Path
 
-from ..data.arrow_types import ArrowTypeError, parse_arrow_type
+from ..data.arrow_types import ArrowTypeError, check_arrow_type
 from ..data.storage import is_object_uri, object_path
 from ..diagnostics import Problem, did_you_mean
 from ..registry import engine, engines
@@ -166,7 +166,7 @@ def _schema_problems(p: Pipeline, name: str, ds) -> list[Problem]:
     problems = []
     for column, type_text in (ds.schema_ or {}).items():
         try:
-            parse_arrow_type(type_text)
+            check_arrow_type(type_text)
         except ArrowTypeError as exc:
             problems.append(p.source.problem(("datasets", name, "schema", column), f"dataset '{name}', column "
                                              f"'{column}': {exc}"))
@@ -188,21 +188,26 @@ def _local(p: Pipeline, name: str) -> bool:
 
 def _footer_problems(p: Pipeline, name: str, ds) -> list[Problem]:
     """Warnings from an existing external Parquet input's footers (no data is read): a file that a
-    run would refuse, or a type an engine of a stage reading it cannot hold."""
-    from ..data.footers import read_footers
-    from ..data.tables import TableSource, parquet_files
+    run would refuse, or a type an engine of a stage reading it cannot hold. With a declared schema,
+    only each file's framing is checked: no type needs reading, so validate imports no pyarrow (a
+    run reads every footer before a stage starts)."""
+    from ..data import storage
+    from ..data.footers import framing_problem, read_footers
     from ..errors import DataError
 
     if (not ds.path or ds.format != "parquet" or ds.kind != "table" or not _local(p, name)
             or not p.external_path(name).exists()):
         return []
     at = ("datasets", name, "path")
+    files = storage.data_files(p.external_path(name))
+    if ds.schema_ and files:  # declared: the check of the declared schema says what is wrong with a type
+        framing = next(((file, problem) for file in files if (problem := framing_problem(file))), None)
+        return [p.source.problem(at, f"input '{name}': {framing[0]} {framing[1]}", severity="warning")] \
+            if framing else []
     try:
-        footers = read_footers(name, parquet_files(TableSource(name, (p.external_path(name),))))
+        footers = read_footers(name, files)
     except DataError as exc:
         return [p.source.problem(at, exc.message, severity="warning")]
-    if ds.schema_:  # declared: the check of the declared schema says what is wrong
-        return []
     readers = sorted({s.backend for s in p.stages.values() if name in s.inputs})
     return [p.source.problem(at, f"external dataset '{name}' (read by a {reader} stage), {problem}",
                              severity="warning")

@@ -25,10 +25,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path, PurePath, PurePosixPath
-from typing import Any
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any
 
 from ..data.contract import check_schema, schema_to_dict
 from ..data.hashing import file_digests
@@ -37,6 +34,9 @@ from ..data.tables import TableSource, partition_values
 from ..errors import DataError, vanished
 from . import faults
 from .workdir import remove_leftovers
+
+if TYPE_CHECKING:  # imported where used: validate and a skipped run never load it
+    import pyarrow as pa
 
 MANIFEST = "_manifest.json"
 POINTER = "CURRENT"
@@ -59,6 +59,8 @@ class Version:
 
     @property
     def schema(self) -> pa.Schema | None:
+        import pyarrow as pa
+
         raw = self.manifest.get("arrow_schema")
         return pa.ipc.read_schema(pa.py_buffer(bytes.fromhex(raw))) if raw else None
 
@@ -346,6 +348,9 @@ def describe_version(name: str, root: PurePath, files: list[dict[str, Any]],  # 
 
 def read_footer(name: str, file: PurePath, filesystem=None) -> tuple[int, pa.Schema]:
     """A written Parquet file's row count and schema, from its footer alone."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     try:
         with pq.ParquetFile(str(file) if filesystem else file, filesystem=filesystem) as parquet:
             return parquet.metadata.num_rows, parquet.schema_arrow.remove_metadata()
@@ -382,6 +387,8 @@ def _with_partitions(name: str, staging: PurePath, files: list[PurePath], data: 
                      partition_by: tuple[str, ...], written: pa.Schema | None) -> pa.Schema:
     """The full schema of a partitioned output: its files' columns plus the partition columns, typed as
     the engine held them, after checking every directory value fits that type."""
+    import pyarrow as pa
+
     types = {f.name: f.type for f in written} if written is not None else {}
     fields = [pa.field(c, types.get(c, pa.string())) for c in partition_by]
     for file in files:

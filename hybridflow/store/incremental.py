@@ -14,17 +14,20 @@ import datetime as dt
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePath, PurePosixPath
-from typing import Callable
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Callable
 
 from ..data import storage
+from ..data.arrow_types import parse_arrow_type, printed_name
 from ..data.hashing import HashCache, digest_of
 from ..data.tables import HIVE_NULL, partition_values
 from ..errors import DataError, counted
 from .catalog import data_digest
 
-Types = dict[str, pa.DataType]
+if TYPE_CHECKING:  # imported where used: a skipped run never loads it
+    import pyarrow as pa
+
+# each partition column's type: a pyarrow type, or its name as a schema: declares it
+Types = dict[str, "pa.DataType | str"]
 
 
 def partition_key(relative: PurePosixPath | Path, partition_by: tuple[str, ...],
@@ -38,34 +41,41 @@ def partition_key(relative: PurePosixPath | Path, partition_by: tuple[str, ...],
     return "/".join(f"{c}={_canonical(values[c], (types or {}).get(c))}" for c in partition_by)
 
 
-def _canonical(raw: str | None, kind: pa.DataType | None) -> str:
+def _canonical(raw: str | None, kind: pa.DataType | str | None) -> str:
     if raw is None or raw == "":
         return HIVE_NULL
-    if kind is None or pa.types.is_string(kind) or pa.types.is_large_string(kind):
+    name = printed_name(kind) if isinstance(kind, str) else str(kind)
+    if kind is None or name in ("string", "large_string"):
         return raw
     try:
-        value = _parsed(raw, kind)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        value = _parsed(raw, kind, name)
+    except (ValueError, NotImplementedError):  # pyarrow's ArrowInvalid, ArrowNotImplementedError
         return raw
     return value.isoformat() if hasattr(value, "isoformat") else repr(value)
 
 
 ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 INTEGER = re.compile(r"-?\d{1,18}")
+SIGNED_BITS = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
 
 
-def _parsed(raw: str, kind: pa.DataType):
-    """`raw` as a value of `kind`, as pyarrow's cast reads it. The usual partition types (dates, integers)
-    are read by Python where pyarrow would agree: its cast imports pyarrow.compute, a third of the
-    time a no-op rerun of an incremental stage takes."""
-    if pa.types.is_date32(kind) and ISO_DATE.fullmatch(raw):
+def _parsed(raw: str, kind: pa.DataType | str, name: str | None):
+    """`raw` as a value of `kind` (`name`: what pyarrow prints for it), as pyarrow's cast reads it. The
+    usual partition types (dates, integers) are read by Python where pyarrow would agree: pyarrow's
+    cast imports pyarrow and pyarrow.compute, most of the time a no-op rerun of an incremental stage
+    would take."""
+    if name == "date32[day]" and ISO_DATE.fullmatch(raw):
         with contextlib.suppress(ValueError):
             return dt.date.fromisoformat(raw)
-    if pa.types.is_signed_integer(kind) and INTEGER.fullmatch(raw):
+    bits = SIGNED_BITS.get(name)
+    if bits and INTEGER.fullmatch(raw):
         value = int(raw)
-        if -(2 ** (kind.bit_width - 1)) <= value < 2 ** (kind.bit_width - 1):
+        if -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
             return value
-    return pa.array([raw], pa.string()).cast(kind)[0].as_py()
+    import pyarrow as pa
+
+    arrow_type = parse_arrow_type(kind) if isinstance(kind, str) else kind
+    return pa.array([raw], pa.string()).cast(arrow_type)[0].as_py()
 
 
 def schema_types(schema: pa.Schema | None) -> Types:

@@ -1,7 +1,7 @@
 import pyarrow as pa
 import pytest
 
-from hybridflow.data.arrow_types import ArrowTypeError, parse_arrow_type, type_name
+from hybridflow.data.arrow_types import ALIASES, ArrowTypeError, parse_arrow_type, printed_name, type_name
 
 ROUND_TRIP = [
     pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.float32(), pa.float64(), pa.bool_(),
@@ -33,6 +33,8 @@ def test_user_spellings(text, expected):
     ("timestamp[xs]", "timestamp unit must be one of"),
     ("timestamp[us, tz=Mars/Olympus]", "unknown time zone 'Mars/Olympus'"),
     ("decimal(10)", "expected decimal(precision, scale)"),
+    ("decimal(77,2)", "decimal precision must be 1 to 76, not 77"),
+    ("decimal(0,0)", "decimal precision must be 1 to 76, not 0"),
     ("struct<a int64>", "expected ':'"),
     ("int64 junk", "unexpected text"),
     ("", "non-empty"),
@@ -40,3 +42,9 @@ def test_user_spellings(text, expected):
 def test_bad_type_names_say_why(text, message):
     with pytest.raises(ArrowTypeError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         parse_arrow_type(text)
+
+
+@pytest.mark.parametrize("alias", sorted(ALIASES))
+def test_every_name_checked_without_pyarrow_is_one_pyarrow_knows_and_prints_so(alias):
+    assert parse_arrow_type(alias) == pa.type_for_alias(alias)
+    assert printed_name(f" {alias.upper()} ") == str(pa.type_for_alias(alias))
