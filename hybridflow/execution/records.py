@@ -20,10 +20,12 @@ class RunRecords(Listener):
     def __init__(self, pipeline: Pipeline, store, stages: list[str]) -> None:
         self.pipeline, self.store, self.stages = pipeline, store, stages
         self.record: dict[str, Any] | None = None  # the run's row, once open() made it
+        self._held = None  # a connection to the store kept open from open() to the run's end
 
     def open(self, run_id: str, run_dir: Path, started: datetime, trigger: str, arguments: dict) -> dict[str, Any]:
         """The run recorded as running. The pipeline's lock is held: any other "running" run of it is
         dead (in a workdir in object storage, its record says so there too)."""
+        self._held = self.store.held_open()
         for abandoned in self.store.mark_abandoned(self.pipeline.name, now()):
             self.push(abandoned)
         self.record = {"run_id": run_id, "pipeline": self.pipeline.name, "pipeline_file": str(self.pipeline.file),
@@ -35,7 +37,12 @@ class RunRecords(Listener):
 
     def end(self, status: str, error: str | None) -> None:
         """The run's row final: `error` already redacted (a run that failed before or outside its stages)."""
-        self.store.save_run(**self.record, status=status, ended_at=now(), error=error)
+        try:
+            self.store.save_run(**self.record, status=status, ended_at=now(), error=error)
+        finally:
+            if self._held is not None:
+                self._held.close()  # the one checkpoint of the run's writes
+                self._held = None
 
     def stage_changed(self, result: StageResult) -> None:
         if self.record is None:

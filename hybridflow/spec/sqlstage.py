@@ -10,6 +10,7 @@ and for fingerprints, which hash the query's tokens: comments and whitespace do 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,6 +101,12 @@ def read_query(root: Path, target: str, dialect: str) -> SqlQuery:
 
 
 def parse(file: Path, text: str, dialect: str) -> SqlQuery:
+    """The query of `text`, parsed once per process: `validate`'s checks and the stage's run share it."""
+    return _parse(file, text, dialect)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse(file: Path, text: str, dialect: str) -> SqlQuery:
     import sqlglot
     from sqlglot import exp
     from sqlglot.errors import ParseError, TokenError
