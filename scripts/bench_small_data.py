@@ -13,8 +13,11 @@ in fresh processes as a user runs them, from nothing:
       Parquet files, each result written with DuckDB's COPY (snappy, as hybridflow writes) and read
       back by the stages after it.
 
-Rounds alternate which goes first; prints every round and the median ratio (a)/(b) against the
-target of 1.5x. Every output of (a) is compared with (b)'s: decimals, dates, integers and strings
+One untimed run of each comes first (the data files in the page cache, Python's bytecode
+written). Rounds alternate which goes first; prints every round and the median ratio (a)/(b)
+against the target of 1.5x. `--compare DIR` also times, in the same rounds, `hybridflow run` with
+the hybridflow package of another source tree (an older commit's `git archive`): before and after,
+side by side. Every output of (a) is compared with (b)'s: decimals, dates, integers and strings
 exactly, doubles to 1e-9 relative. `--spark` also runs the same .sql files with `backend: spark`
 once (about 25 s) and compares its outputs too. Wrap it in `flock /tmp/hf-heavy.lock` on a shared
 machine.
@@ -22,6 +25,7 @@ machine.
     python scripts/bench_small_data.py                  # scale 1, 3 rounds
     python scripts/bench_small_data.py --scale 0.1      # quicker
     python scripts/bench_small_data.py --rounds 5 --spark
+    python scripts/bench_small_data.py --compare /tmp/before   # git archive <commit> hybridflow | tar -x -C ...
 """
 
 from __future__ import annotations
@@ -136,16 +140,19 @@ def run_duckdb_alone(root: Path, data: Path, out: Path) -> float:
     return timed([sys.executable, "-c", script], root)
 
 
-def run_hybridflow(root: Path, backend: str) -> float:
-    """`hybridflow run` as a user types it, in a fresh workdir."""
+def run_hybridflow(root: Path, backend: str, code: Path = REPO) -> float:
+    """`hybridflow run` as a user types it, in a fresh workdir, with the hybridflow package under `code`."""
     shutil.rmtree(root / workdir_of(backend), ignore_errors=True)
     command = shutil.which("hybridflow", path=str(Path(sys.executable).parent))
     command = [command] if command else [sys.executable, "-m", "hybridflow.cli"]
-    return timed([*command, "run", f"{backend}.yaml"], root)
+    return timed([*command, "run", f"{backend}.yaml"], root, code)
 
 
-def timed(command: list[str], cwd: Path) -> float:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+def timed(command: list[str], cwd: Path, code: Path = REPO) -> float:
+    # as installed: bytecode written once and kept (a shell's PYTHONDONTWRITEBYTECODE would make every
+    # run compile the package again)
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(code), os.environ.get("PYTHONPATH")]))
     clock = time.perf_counter()
     done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - clock
@@ -191,17 +198,26 @@ def same_row(expected: dict, actual: dict) -> bool:
     return True
 
 
-def rounds(root: Path, data: Path, scratch: Path, count: int) -> list[tuple[float, float]]:
-    """(hybridflow, DuckDB alone) seconds per round, the one that goes first alternating."""
+def rounds(root: Path, data: Path, scratch: Path, count: int, compare_with: Path | None) -> list[dict[str, float]]:
+    """Seconds of each contender per round ("hybridflow", "alone", and "compared" with --compare),
+    after one untimed run of each; the order rotates from round to round."""
+    runs = {"alone": lambda: run_duckdb_alone(root, data, scratch / "alone"),
+            "hybridflow": lambda: run_hybridflow(root, "duckdb")}
+    if compare_with is not None:
+        runs["compared"] = lambda: run_hybridflow(root, "duckdb", compare_with)
+    for run in runs.values():
+        run()
     times = []
+    names = list(runs)
     for i in range(count):
-        runs = {"alone": lambda: run_duckdb_alone(root, data, scratch / "alone"),
-                "hybridflow": lambda: run_hybridflow(root, "duckdb")}
-        order = ("alone", "hybridflow") if i % 2 == 0 else ("hybridflow", "alone")
+        order = names[i % len(names):] + names[:i % len(names)]
         took = {what: runs[what]() for what in order}
-        times.append((took["hybridflow"], took["alone"]))
-        print(f"  round {i + 1}: hybridflow run {took['hybridflow']:6.2f} s   DuckDB alone {took['alone']:6.2f} s   "
-              f"{took['hybridflow'] / took['alone']:.2f}x", flush=True)
+        times.append(took)
+        line = f"  round {i + 1}: hybridflow run {took['hybridflow']:6.2f} s   DuckDB alone {took['alone']:6.2f} s   " \
+               f"{took['hybridflow'] / took['alone']:.2f}x"
+        if "compared" in took:
+            line += f"   (--compare: {took['compared']:6.2f} s, {took['compared'] / took['alone']:.2f}x)"
+        print(line, flush=True)
     return times
 
 
@@ -212,6 +228,8 @@ def main() -> None:
     parser.add_argument("--data", type=Path, help="where the TPC-H tables are (default: a cache under the "
                                                   "temporary folder, generated once)")
     parser.add_argument("--spark", action="store_true", help="also run the same .sql files on Spark, once")
+    parser.add_argument("--compare", type=Path, help="a source tree holding another hybridflow package, timed "
+                                                     "in the same rounds (before/after)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     args = parser.parse_args()
     cache = Path(tempfile.gettempdir()) / "hybridflow-bench" / f"tpch-sf{args.scale:g}"
@@ -221,12 +239,16 @@ def main() -> None:
     try:
         write_project(root, data)
         print(f"TPC-H scale {args.scale:g} ({data}), six SQL stages, {args.rounds} rounds", flush=True)
-        times = rounds(root, data, scratch, args.rounds)
+        times = rounds(root, data, scratch, args.rounds, args.compare.resolve() if args.compare else None)
+        run_hybridflow(root, "duckdb")  # this tree's outputs are the ones compared
         problems = compare(scratch / "alone", root, "duckdb")
-        hybrid, alone = statistics.median(t[0] for t in times), statistics.median(t[1] for t in times)
-        ratio = statistics.median(h / a for h, a in times)
+        hybrid, alone = (statistics.median(t[what] for t in times) for what in ("hybridflow", "alone"))
+        ratio = statistics.median(t["hybridflow"] / t["alone"] for t in times)
         print(f"  median: hybridflow run {hybrid:.2f} s, DuckDB alone {alone:.2f} s; "
               f"ratio {ratio:.2f}x (target <= {TARGET}x)")
+        if args.compare:
+            before = statistics.median(t["compared"] / t["alone"] for t in times)
+            print(f"  median ratio with {args.compare}: {before:.2f}x")
         if args.spark:
             spark = run_hybridflow(root, "spark")
             problems += compare(scratch / "alone", root, "spark")

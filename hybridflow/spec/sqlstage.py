@@ -135,14 +135,21 @@ def _parse(file: Path, text: str, dialect: str) -> SqlQuery:
 def tokens_of(root: Path, target: str):
     """(tokens, text) of a query file in no particular dialect (`:name` and comments read alike in
     all), or None when it cannot be read or tokenized: for fingerprints, which must not fail."""
-    import sqlglot
     from sqlglot.errors import TokenError
 
     try:
         text = file_of(root, target).read_text(encoding="utf-8")
-        return sqlglot.tokenize(text), text
+        return _tokens(text), text
     except (OSError, UnicodeDecodeError, TokenError):
         return None
+
+
+@functools.lru_cache(maxsize=256)
+def _tokens(text: str) -> tuple:
+    """A query's tokens in no particular dialect, once per process (its digest and its params read them)."""
+    import sqlglot
+
+    return tuple(sqlglot.tokenize(text))
 
 
 def code_digest(root: Path, target: str) -> str:

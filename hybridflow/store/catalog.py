@@ -156,9 +156,11 @@ class Catalog:
         """What a stage wrote into `staging`, checked against its contract and described: every file
         with its size and digests, the rows, the schema; and the new version's id."""
         files = _list_files(staging, name)
-        footers = [(f, *read_footer(name, f)) for f in files if f.suffix == ".parquet"] \
-            if facts["kind"] == "table" else []
-        manifest = describe_version(name, staging, [_describe(staging, f) for f in files], footers, **facts)
+        metadata = {f: _footer_metadata(name, f) for f in files if f.suffix == ".parquet"} \
+            if facts["kind"] == "table" else {}
+        footers = [(f, m.num_rows, m.schema.to_arrow_schema().remove_metadata()) for f, m in metadata.items()]
+        manifest = describe_version(name, staging, [_describe(staging, f, metadata.get(f)) for f in files], footers,
+                                    **facts)
         manifest["version"] = _new_version_id(manifest)
         return manifest, files
 
@@ -310,8 +312,8 @@ def _list_files(staging: Path, name: str) -> list[Path]:
     return files
 
 
-def _describe(root: Path, file: Path) -> dict[str, Any]:
-    whole, data = file_digests(file)
+def _describe(root: Path, file: Path, metadata: pq.FileMetaData | None = None) -> dict[str, Any]:
+    whole, data = file_digests(file, metadata)
     return {"path": file.relative_to(root).as_posix(), "size": file.stat().st_size, "sha256": whole, "data": data}
 
 
@@ -346,9 +348,15 @@ def describe_version(name: str, root: PurePath, files: list[dict[str, Any]],  # 
 
 def read_footer(name: str, file: PurePath, filesystem=None) -> tuple[int, pa.Schema]:
     """A written Parquet file's row count and schema, from its footer alone."""
+    metadata = _footer_metadata(name, file, filesystem)
+    return metadata.num_rows, metadata.schema.to_arrow_schema().remove_metadata()
+
+
+def _footer_metadata(name: str, file: PurePath, filesystem=None) -> pq.FileMetaData:
+    """A written Parquet file's footer (read once: its rows, schema and where its data ends)."""
     try:
         with pq.ParquetFile(str(file) if filesystem else file, filesystem=filesystem) as parquet:
-            return parquet.metadata.num_rows, parquet.schema_arrow.remove_metadata()
+            return parquet.metadata
     except pa.ArrowInvalid as exc:
         raise DataError(f"output '{name}': {file.name} is not a readable parquet file: {exc}") from exc
     except OSError as exc:
