@@ -21,6 +21,7 @@ import os
 import re
 import secrets
 import shutil
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -135,12 +136,20 @@ class Catalog:
         """Check, hash and fsync what a stage wrote, and move it into an immutable version directory
         that no reader sees until commit() points the dataset at it."""
         self._require_workdir()
-        manifest, files = self._manifest(name, staging, kind=kind, stage=stage, run_id=run_id, inputs=inputs,
-                                         declared=declared, partition_by=partition_by, written=written,
-                                         fingerprint=fingerprint)
+        files = _list_files(staging, name)
         for file in files:
             file.chmod(0o444)  # published versions are immutable
-        _fsync_tree(staging, files)
+        # the files reach the disk while they are read back and hashed: the wait for one overlaps the other
+        syncing = _Background(_fsync_tree, staging, files)
+        try:
+            manifest, _ = self._manifest(name, staging, files, kind=kind, stage=stage, run_id=run_id, inputs=inputs,
+                                         declared=declared, partition_by=partition_by, written=written,
+                                         fingerprint=fingerprint)
+        except BaseException:
+            with contextlib.suppress(OSError):  # what the check found is the error to tell
+                syncing.wait()
+            raise
+        syncing.wait()  # durable before anything names them
         version_id = manifest["version"]
         _write_durably(staging / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
         (staging / MANIFEST).chmod(0o444)
@@ -152,10 +161,12 @@ class Catalog:
         return Version(name, version_id, final, manifest)
 
     @staticmethod
-    def _manifest(name: str, staging: Path, **facts: Any) -> tuple[dict[str, Any], list[Path]]:
-        """What a stage wrote into `staging`, checked against its contract and described: every file
-        with its size and digests, the rows, the schema; and the new version's id."""
-        files = _list_files(staging, name)
+    def _manifest(name: str, staging: Path, files: list[Path] | None = None,
+                  **facts: Any) -> tuple[dict[str, Any], list[Path]]:
+        """What a stage wrote into `staging` (its `files`, listed here if not given), checked against its
+        contract and described: every file with its size and digests, the rows, the schema; and the
+        new version's id."""
+        files = _list_files(staging, name) if files is None else files
         metadata = {f: _footer_metadata(name, f) for f in files if f.suffix == ".parquet"} \
             if facts["kind"] == "table" else {}
         footers = [(f, m.num_rows, m.schema.to_arrow_schema().remove_metadata()) for f, m in metadata.items()]
@@ -410,6 +421,26 @@ def _new_version_id(manifest: dict[str, Any]) -> str:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
     content = hashlib.sha256("".join(f["sha256"] for f in manifest["files"]).encode()).hexdigest()[:10]
     return f"{stamp}-{content}-{secrets.token_hex(2)}"
+
+
+class _Background:
+    """`work(*args)` in a thread of its own; wait() returns once it is done, raising what it raised."""
+
+    def __init__(self, work, *args: Any) -> None:
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                work(*args)
+            except BaseException as exc:  # noqa: BLE001 - raised again in the waiting thread
+                self._error = exc
+        self._thread = threading.Thread(target=run, name="hybridflow-fsync", daemon=True)
+        self._thread.start()
+
+    def wait(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
 
 
 def _fsync_tree(root: Path, files: list[Path]) -> None:
