@@ -111,6 +111,19 @@ def digest_of(items) -> str:
     return digest.hexdigest()
 
 
+def _stamp(stat: os.stat_result) -> list[int]:
+    # ctime changes on any write or metadata change and cannot be set back (unlike mtime, which
+    # cp -p, touch -r or rsync -t restore)
+    return [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino, stat.st_dev]
+
+
+def _sha256_or_none(file: Path) -> str | None:
+    try:
+        return file_sha256(file)
+    except OSError:
+        return None
+
+
 class HashCache:
     """sha256 of files by path, trusted while the file's size, mtime and inode are unchanged.
 
@@ -149,19 +162,44 @@ class HashCache:
         return self.sha256(Path(file))
 
     def sha256(self, file: Path) -> str:
-        stat = file.stat()
-        # ctime changes on any write or metadata change and cannot be set back (unlike mtime, which
-        # cp -p, touch -r or rsync -t restore)
-        key = self._key_of(file)
-        stamp = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino, stat.st_dev]
-        entry = self._entries.get(key)
-        if entry and entry[:-1] == stamp:
-            return entry[-1]
+        key, stat = self._key_of(file), file.stat()
+        known = self._known(key, stat)
+        if known is not None:
+            return known
         value = file_sha256(file)
-        if time.time_ns() - stat.st_ctime_ns > RECENT_NS:  # a file still being written is hashed again
-            self._entries[key] = [*stamp, value]
-        self._dirty = True
+        self._remember(key, stat, value)
         return value
+
+    def warm(self, files: list[PurePath]) -> None:
+        """Hash the local files whose sha256 is not known yet side by side, one per core (hashing lets
+        go of the GIL): a first run over new data waits for its largest file, not for every file one
+        after another. A file that cannot be read is left to sha256(), which says so."""
+        todo = []
+        for file in (Path(f) for f in files if not isinstance(f, ObjectPath)):
+            with contextlib.suppress(OSError):
+                key, stat = self._key_of(file), file.stat()
+                if self._known(key, stat) is None:
+                    todo.append((file, key, stat))
+        if len(todo) < 2:
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        todo.sort(key=lambda item: -item[2].st_size)  # the largest first: the others fit beside it
+        with ThreadPoolExecutor(min(len(todo), os.cpu_count() or 1), thread_name_prefix="hybridflow-hash") as pool:
+            values = list(pool.map(_sha256_or_none, [file for file, _, _ in todo]))
+        for (_, key, stat), value in zip(todo, values):
+            if value is not None:
+                self._remember(key, stat, value)
+
+    def _known(self, key: str, stat: os.stat_result) -> str | None:
+        entry = self._entries.get(key)
+        return entry[-1] if entry and entry[:-1] == _stamp(stat) else None
+
+    def _remember(self, key: str, stat: os.stat_result, value: str) -> None:
+        """`value` for the file as `stat` (taken before it was read) describes it."""
+        if time.time_ns() - stat.st_ctime_ns > RECENT_NS:  # a file still being written is hashed again
+            self._entries[key] = [*_stamp(stat), value]
+        self._dirty = True
 
     def save(self) -> None:
         """Best effort: a cache that cannot be written only costs a re-hash next time."""
