@@ -21,6 +21,7 @@ import contextlib
 import os
 import re
 import shutil
+import sys
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, Sequence
 from urllib.parse import unquote
@@ -228,10 +229,13 @@ class DuckDBBackend(Backend):
 
     def is_frame(self, value: Any) -> bool:
         import duckdb
-        import pandas as pd
         import pyarrow as pa
 
-        return isinstance(value, (duckdb.DuckDBPyRelation, pa.Table, pa.RecordBatchReader, pd.DataFrame))
+        if isinstance(value, (duckdb.DuckDBPyRelation, pa.Table, pa.RecordBatchReader)):
+            return True
+        # a DataFrame exists only once its stage imported pandas: never imported here for a relation
+        pandas = sys.modules.get("pandas")
+        return pandas is not None and isinstance(value, pandas.DataFrame)
 
     def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...],
                     target_file_size: int) -> pa.Schema:

@@ -29,37 +29,75 @@ def file_sha256(path: Path) -> str:
 CHUNK = 4 * 2**20
 
 
-def file_digests(path: Path) -> tuple[str, str]:
+def file_digests(path: Path, metadata=None) -> tuple[str, str]:
     """(sha256 of the file's bytes, digest of its data), in one read. For Parquet the data digest
     covers the pages, the row count and the schema but not the footer's other metadata: writers put
     their name, version and encoding lists there in an order that changes from run to run (Spark's
-    do), so the same rows written twice keep one data digest and do not rerun what reads them."""
+    do), so the same rows written twice keep one data digest and do not rerun what reads them.
+    `metadata`: the file's Parquet footer when the caller has read it already."""
     whole = hashlib.sha256()
-    data_end, summary = _parquet_data_end(path)
+    data_end, summary = _parquet_data_end(path, metadata)
     data = hashlib.sha256(summary.encode()) if summary is not None else None
     done = 0
-    with open(path, "rb") as handle:
+    with open(path, "rb") as handle, _Beside() as beside:
         while chunk := handle.read(CHUNK):
-            whole.update(chunk)
             if data is not None and done < data_end:
-                data.update(chunk[:data_end - done])
+                beside.update(data, chunk[:data_end - done])  # both digests at once, on two cores
+            whole.update(chunk)
+            beside.wait()
             done += len(chunk)
     return whole.hexdigest(), (data.hexdigest() if data is not None else whole.hexdigest())
 
 
-def _parquet_data_end(path: Path) -> tuple[int, str | None]:
+class _Beside:
+    """A second hash updated in a thread while this one updates the first (hashlib lets go of the GIL
+    on large buffers): two passes over a published file in the time of one."""
+
+    def __init__(self) -> None:
+        self._pool = None
+        self._pending = None
+
+    def __enter__(self) -> _Beside:
+        return self
+
+    def update(self, digest, chunk: bytes) -> None:
+        if len(chunk) < SIDE_BY_SIDE:  # a thread is not worth it for a small file
+            digest.update(chunk)
+            return
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="hybridflow-digest")
+        self._pending = self._pool.submit(digest.update, chunk)
+
+    def wait(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+
+    def __exit__(self, *exc_info) -> None:
+        self.wait()
+        if self._pool is not None:
+            self._pool.shutdown()
+
+
+SIDE_BY_SIDE = 2**20
+
+
+def _parquet_data_end(path: Path, metadata=None) -> tuple[int, str | None]:
     """Where a Parquet file's footer starts, and its row count and schema in words; (0, None) for a
     file that is not Parquet."""
     if path.suffix != ".parquet":
         return 0, None
-    import pyarrow.parquet as pq
-
     from .contract import standard_schema
 
-    try:
-        metadata = pq.read_metadata(path)
-    except Exception:  # not readable as Parquet: its bytes are its content
-        return 0, None
+    if metadata is None:
+        import pyarrow.parquet as pq
+
+        try:
+            metadata = pq.read_metadata(path)
+        except Exception:  # not readable as Parquet: its bytes are its content
+            return 0, None
     schema = standard_schema(metadata.schema.to_arrow_schema().remove_metadata())
     # the file ends with the footer, its 4-byte length and PAR1
     return path.stat().st_size - 8 - metadata.serialized_size, f"{metadata.num_rows}\n{schema}\n"
@@ -71,6 +109,19 @@ def digest_of(items) -> str:
     for name, value in sorted(items):
         digest.update(f"{name}\0{value}\n".encode())
     return digest.hexdigest()
+
+
+def _stamp(stat: os.stat_result) -> list[int]:
+    # ctime changes on any write or metadata change and cannot be set back (unlike mtime, which
+    # cp -p, touch -r or rsync -t restore)
+    return [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino, stat.st_dev]
+
+
+def _sha256_or_none(file: Path) -> str | None:
+    try:
+        return file_sha256(file)
+    except OSError:
+        return None
 
 
 class HashCache:
@@ -111,19 +162,44 @@ class HashCache:
         return self.sha256(Path(file))
 
     def sha256(self, file: Path) -> str:
-        stat = file.stat()
-        # ctime changes on any write or metadata change and cannot be set back (unlike mtime, which
-        # cp -p, touch -r or rsync -t restore)
-        key = self._key_of(file)
-        stamp = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino, stat.st_dev]
-        entry = self._entries.get(key)
-        if entry and entry[:-1] == stamp:
-            return entry[-1]
+        key, stat = self._key_of(file), file.stat()
+        known = self._known(key, stat)
+        if known is not None:
+            return known
         value = file_sha256(file)
-        if time.time_ns() - stat.st_ctime_ns > RECENT_NS:  # a file still being written is hashed again
-            self._entries[key] = [*stamp, value]
-        self._dirty = True
+        self._remember(key, stat, value)
         return value
+
+    def warm(self, files: list[PurePath]) -> None:
+        """Hash the local files whose sha256 is not known yet side by side, one per core (hashing lets
+        go of the GIL): a first run over new data waits for its largest file, not for every file one
+        after another. A file that cannot be read is left to sha256(), which says so."""
+        todo = []
+        for file in (Path(f) for f in files if not isinstance(f, ObjectPath)):
+            with contextlib.suppress(OSError):
+                key, stat = self._key_of(file), file.stat()
+                if self._known(key, stat) is None:
+                    todo.append((file, key, stat))
+        if len(todo) < 2:
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        todo.sort(key=lambda item: -item[2].st_size)  # the largest first: the others fit beside it
+        with ThreadPoolExecutor(min(len(todo), os.cpu_count() or 1), thread_name_prefix="hybridflow-hash") as pool:
+            values = list(pool.map(_sha256_or_none, [file for file, _, _ in todo]))
+        for (_, key, stat), value in zip(todo, values):
+            if value is not None:
+                self._remember(key, stat, value)
+
+    def _known(self, key: str, stat: os.stat_result) -> str | None:
+        entry = self._entries.get(key)
+        return entry[-1] if entry and entry[:-1] == _stamp(stat) else None
+
+    def _remember(self, key: str, stat: os.stat_result, value: str) -> None:
+        """`value` for the file as `stat` (taken before it was read) describes it."""
+        if time.time_ns() - stat.st_ctime_ns > RECENT_NS:  # a file still being written is hashed again
+            self._entries[key] = [*_stamp(stat), value]
+        self._dirty = True
 
     def save(self) -> None:
         """Best effort: a cache that cannot be written only costs a re-hash next time."""

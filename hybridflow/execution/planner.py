@@ -7,7 +7,7 @@ front and says "will be rebuilt" for inputs an earlier stage of the same run is 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import PurePath, PurePosixPath
+from pathlib import Path, PurePath, PurePosixPath
 
 from ..backends import gpu
 from ..data import storage
@@ -122,6 +122,17 @@ class Planner:
             self._runs = RunStore(self.pipeline.workdir / "runs.db")
         last = self._runs.last_attempt(self.pipeline.name, stage)
         return f"{last['status']} in run {last['run_id']}" if last and last["status"] != "done" else "never run"
+
+    def warm(self, stages: list[str]) -> None:
+        """The local external inputs of `stages` hashed side by side now (hashes.warm), before the
+        stages are decided one after another."""
+        files: list[PurePath] = []
+        for dataset in dict.fromkeys(ds for stage in stages for ds in self.pipeline.stages[stage].inputs):
+            path = self.pipeline.external_path(dataset) if self.pipeline.is_external(dataset) else None
+            if path is not None and self.pipeline.filesystem_of(path) is None:
+                files += [f for f in storage.files_under(path) if not _hidden(f, path)] if Path(path).is_dir() \
+                    else [path]
+        self.hashes.warm(files)
 
     def input_digest(self, dataset: str) -> str:
         """The content of an input as one digest: unchanged bytes give the same digest, whoever wrote them."""

@@ -64,6 +64,7 @@ def decide(pipeline: Pipeline, stages: list[str], planner: Planner) -> dict[str,
     (a run decides again, on the real inputs, when it gets there)."""
     rebuilt: dict[str, str] = {}
     decisions = {}
+    planner.warm(stages)
     for stage in stages:
         decision = planner.decide(stage, rebuilt)
         decisions[stage] = decision

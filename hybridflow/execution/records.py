@@ -4,8 +4,10 @@ is final (RunReport), and in a workdir in object storage, both copied there (Run
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -16,14 +18,63 @@ from ..spec.pipeline import Pipeline
 from ..store import runsync
 
 
+class _HeldOpen:
+    """The run store's connection that a run keeps open (RunStore.held_open), closed around every
+    fork of this process: SQLite's locks are per process, and a child forked with a connection open
+    would believe it holds its parent's locks (the child of a python stage with a timeout records
+    its steps in runs.db too)."""
+
+    everywhere: set[_HeldOpen] = set()
+
+    def __init__(self, store) -> None:
+        self.store = store
+        self.connection = store.held_open()
+        _HeldOpen.everywhere.add(self)
+
+    def close(self) -> None:
+        _HeldOpen.everywhere.discard(self)
+        self._let_go()
+
+    def _let_go(self) -> None:
+        connection, self.connection = self.connection, None
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                connection.close()
+
+    def _take_again(self) -> None:
+        with contextlib.suppress(Exception):  # a store that cannot be opened now only costs checkpoints
+            self.connection = self.store.held_open()
+
+    @classmethod
+    def before_fork(cls) -> None:
+        for held in list(cls.everywhere):
+            held._let_go()
+
+    @classmethod
+    def after_fork_in_parent(cls) -> None:
+        for held in list(cls.everywhere):
+            held._take_again()
+
+    @classmethod
+    def after_fork_in_child(cls) -> None:
+        cls.everywhere.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_HeldOpen.before_fork, after_in_parent=_HeldOpen.after_fork_in_parent,
+                        after_in_child=_HeldOpen.after_fork_in_child)
+
+
 class RunRecords(Listener):
     def __init__(self, pipeline: Pipeline, store, stages: list[str]) -> None:
         self.pipeline, self.store, self.stages = pipeline, store, stages
         self.record: dict[str, Any] | None = None  # the run's row, once open() made it
+        self._held: _HeldOpen | None = None  # the store kept open from open() to the run's end
 
     def open(self, run_id: str, run_dir: Path, started: datetime, trigger: str, arguments: dict) -> dict[str, Any]:
         """The run recorded as running. The pipeline's lock is held: any other "running" run of it is
         dead (in a workdir in object storage, its record says so there too)."""
+        self._held = _HeldOpen(self.store)
         for abandoned in self.store.mark_abandoned(self.pipeline.name, now()):
             self.push(abandoned)
         self.record = {"run_id": run_id, "pipeline": self.pipeline.name, "pipeline_file": str(self.pipeline.file),
@@ -35,7 +86,12 @@ class RunRecords(Listener):
 
     def end(self, status: str, error: str | None) -> None:
         """The run's row final: `error` already redacted (a run that failed before or outside its stages)."""
-        self.store.save_run(**self.record, status=status, ended_at=now(), error=error)
+        try:
+            self.store.save_run(**self.record, status=status, ended_at=now(), error=error)
+        finally:
+            if self._held is not None:
+                self._held.close()  # the one checkpoint of the run's writes
+                self._held = None
 
     def stage_changed(self, result: StageResult) -> None:
         if self.record is None:

@@ -10,6 +10,7 @@ and for fingerprints, which hash the query's tokens: comments and whitespace do 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,6 +101,12 @@ def read_query(root: Path, target: str, dialect: str) -> SqlQuery:
 
 
 def parse(file: Path, text: str, dialect: str) -> SqlQuery:
+    """The query of `text`, parsed once per process: `validate`'s checks and the stage's run share it."""
+    return _parse(file, text, dialect)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse(file: Path, text: str, dialect: str) -> SqlQuery:
     import sqlglot
     from sqlglot import exp
     from sqlglot.errors import ParseError, TokenError
@@ -128,14 +135,21 @@ def parse(file: Path, text: str, dialect: str) -> SqlQuery:
 def tokens_of(root: Path, target: str):
     """(tokens, text) of a query file in no particular dialect (`:name` and comments read alike in
     all), or None when it cannot be read or tokenized: for fingerprints, which must not fail."""
-    import sqlglot
     from sqlglot.errors import TokenError
 
     try:
         text = file_of(root, target).read_text(encoding="utf-8")
-        return sqlglot.tokenize(text), text
+        return _tokens(text), text
     except (OSError, UnicodeDecodeError, TokenError):
         return None
+
+
+@functools.lru_cache(maxsize=256)
+def _tokens(text: str) -> tuple:
+    """A query's tokens in no particular dialect, once per process (its digest and its params read them)."""
+    import sqlglot
+
+    return tuple(sqlglot.tokenize(text))
 
 
 def code_digest(root: Path, target: str) -> str:

@@ -21,6 +21,7 @@ import os
 import re
 import secrets
 import shutil
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -37,6 +38,7 @@ from .workdir import remove_leftovers
 
 if TYPE_CHECKING:  # imported where used: validate and a skipped run never load it
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
 MANIFEST = "_manifest.json"
 POINTER = "CURRENT"
@@ -137,12 +139,20 @@ class Catalog:
         """Check, hash and fsync what a stage wrote, and move it into an immutable version directory
         that no reader sees until commit() points the dataset at it."""
         self._require_workdir()
-        manifest, files = self._manifest(name, staging, kind=kind, stage=stage, run_id=run_id, inputs=inputs,
-                                         declared=declared, partition_by=partition_by, written=written,
-                                         fingerprint=fingerprint)
+        files = _list_files(staging, name)
         for file in files:
             file.chmod(0o444)  # published versions are immutable
-        _fsync_tree(staging, files)
+        # the files reach the disk while they are read back and hashed: the wait for one overlaps the other
+        syncing = _Background(_fsync_tree, staging, files)
+        try:
+            manifest, _ = self._manifest(name, staging, files, kind=kind, stage=stage, run_id=run_id, inputs=inputs,
+                                         declared=declared, partition_by=partition_by, written=written,
+                                         fingerprint=fingerprint)
+        except BaseException:
+            with contextlib.suppress(OSError):  # what the check found is the error to tell
+                syncing.wait()
+            raise
+        syncing.wait()  # durable before anything names them
         version_id = manifest["version"]
         _write_durably(staging / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
         (staging / MANIFEST).chmod(0o444)
@@ -154,13 +164,17 @@ class Catalog:
         return Version(name, version_id, final, manifest)
 
     @staticmethod
-    def _manifest(name: str, staging: Path, **facts: Any) -> tuple[dict[str, Any], list[Path]]:
-        """What a stage wrote into `staging`, checked against its contract and described: every file
-        with its size and digests, the rows, the schema; and the new version's id."""
-        files = _list_files(staging, name)
-        footers = [(f, *read_footer(name, f)) for f in files if f.suffix == ".parquet"] \
-            if facts["kind"] == "table" else []
-        manifest = describe_version(name, staging, [_describe(staging, f) for f in files], footers, **facts)
+    def _manifest(name: str, staging: Path, files: list[Path] | None = None,
+                  **facts: Any) -> tuple[dict[str, Any], list[Path]]:
+        """What a stage wrote into `staging` (its `files`, listed here if not given), checked against its
+        contract and described: every file with its size and digests, the rows, the schema; and the
+        new version's id."""
+        files = _list_files(staging, name) if files is None else files
+        metadata = {f: _footer_metadata(name, f) for f in files if f.suffix == ".parquet"} \
+            if facts["kind"] == "table" else {}
+        footers = [(f, m.num_rows, m.schema.to_arrow_schema().remove_metadata()) for f, m in metadata.items()]
+        manifest = describe_version(name, staging, [_describe(staging, f, metadata.get(f)) for f in files], footers,
+                                    **facts)
         manifest["version"] = _new_version_id(manifest)
         return manifest, files
 
@@ -312,8 +326,8 @@ def _list_files(staging: Path, name: str) -> list[Path]:
     return files
 
 
-def _describe(root: Path, file: Path) -> dict[str, Any]:
-    whole, data = file_digests(file)
+def _describe(root: Path, file: Path, metadata: pq.FileMetaData | None = None) -> dict[str, Any]:
+    whole, data = file_digests(file, metadata)
     return {"path": file.relative_to(root).as_posix(), "size": file.stat().st_size, "sha256": whole, "data": data}
 
 
@@ -348,12 +362,18 @@ def describe_version(name: str, root: PurePath, files: list[dict[str, Any]],  # 
 
 def read_footer(name: str, file: PurePath, filesystem=None) -> tuple[int, pa.Schema]:
     """A written Parquet file's row count and schema, from its footer alone."""
+    metadata = _footer_metadata(name, file, filesystem)
+    return metadata.num_rows, metadata.schema.to_arrow_schema().remove_metadata()
+
+
+def _footer_metadata(name: str, file: PurePath, filesystem=None):
+    """A written Parquet file's footer (read once: its rows, schema and where its data ends)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
         with pq.ParquetFile(str(file) if filesystem else file, filesystem=filesystem) as parquet:
-            return parquet.metadata.num_rows, parquet.schema_arrow.remove_metadata()
+            return parquet.metadata
     except pa.ArrowInvalid as exc:
         raise DataError(f"output '{name}': {file.name} is not a readable parquet file: {exc}") from exc
     except OSError as exc:
@@ -409,6 +429,26 @@ def _new_version_id(manifest: dict[str, Any]) -> str:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
     content = hashlib.sha256("".join(f["sha256"] for f in manifest["files"]).encode()).hexdigest()[:10]
     return f"{stamp}-{content}-{secrets.token_hex(2)}"
+
+
+class _Background:
+    """`work(*args)` in a thread of its own; wait() returns once it is done, raising what it raised."""
+
+    def __init__(self, work, *args: Any) -> None:
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                work(*args)
+            except BaseException as exc:  # noqa: BLE001 - raised again in the waiting thread
+                self._error = exc
+        self._thread = threading.Thread(target=run, name="hybridflow-fsync", daemon=True)
+        self._thread.start()
+
+    def wait(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
 
 
 def _fsync_tree(root: Path, files: list[Path]) -> None:

@@ -69,11 +69,11 @@ class RunStore:
                     if column not in present:
                         db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, any_thread: bool = False) -> sqlite3.Connection:
         # mode=rw: a runs.db removed while in use is an error here, never silently a new empty one
         with _explained(self.path):
             db = sqlite3.connect(f"file:{urllib.parse.quote(str(self.path))}?mode=rw", uri=True, timeout=30,
-                                 factory=_Connection)
+                                 factory=_Connection, check_same_thread=not any_thread)
         db.path = self.path
         db.execute("PRAGMA journal_mode=WAL")
         db.row_factory = sqlite3.Row
@@ -85,9 +85,19 @@ class RunStore:
     def save_stage(self, **stage: Any) -> None:
         self._upsert("stages", STAGE_FIELDS, ("run_id", "stage"), stage)
 
+    def held_open(self) -> sqlite3.Connection:
+        """A connection that only stays open while a run records (close it when the run ends): SQLite
+        checkpoints the WAL into runs.db, with fsyncs, whenever its last connection closes, which
+        would be after every one of a run's many small writes otherwise (closed by whichever thread
+        ends the run)."""
+        return self._connect(any_thread=True)
+
     def save_span(self, **span: Any) -> None:
-        """One timed step of a run (see timeline.py); wall-clock seconds since the epoch."""
+        """One timed step of a run (see timeline.py); wall-clock seconds since the epoch. Committed
+        without waiting for the disk (the WAL keeps it whatever ends the process; a power cut may take
+        the last steps of the timeline, never the run's or its stages' records)."""
         with closing(self._connect()) as db, db:
+            db.execute("PRAGMA synchronous=NORMAL")
             db.execute(f"INSERT INTO spans ({', '.join(SPAN_FIELDS)}) VALUES ({', '.join('?' * len(SPAN_FIELDS))})",
                        [span.get(f) for f in SPAN_FIELDS])
 

@@ -343,6 +343,28 @@ def test_a_sql_stage_runs_on_duckdb_with_its_params_bound(duck):
     assert published(duck, "sql", "big").column("id").to_pylist() == [3, 5]
 
 
+def test_a_run_of_sql_stages_never_imports_pandas(duck):
+    """pandas takes about half a second to import: a pipeline whose stages are all queries does without it
+    (a stage that returns a DataFrame has imported it itself)."""
+    duck.write("sql/big.sql", "SELECT id, amount FROM events WHERE amount >= 12\n")
+    duck.write("sql/total.sql", "SELECT CAST(SUM(amount) AS DOUBLE) AS total FROM big\n")
+    duck.pipeline('''
+    name: sql
+    root: .
+    datasets:
+      events: {path: data/events.parquet}
+    stages:
+      big: {run: sql/big.sql, backend: duckdb, inputs: [events], outputs: [big]}
+      total: {run: sql/total.sql, backend: duckdb, inputs: [big], outputs: [total]}
+    ''')
+    script = ("import sys, hybridflow; result = hybridflow.run('pipeline.yaml'); "
+              "print(result.status, 'pandas' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", script], cwd=duck.root, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.stdout.split() == ["success", "False"], done.stderr[-2000:]
+    assert published(duck, "sql", "total").column("total").to_pylist() == [37.5]
+
+
 def test_init_writes_a_duckdb_stage_that_runs(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     made = subprocess.run([sys.executable, "-m", "hybridflow.cli", "init", "proj", "--engines", "duckdb"],
