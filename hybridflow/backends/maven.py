@@ -109,39 +109,42 @@ class Repository:
         """`path` into the file `target` (created), once its checksum matches; else the file is left
         for the caller to delete. `progress(bytes so far, total or None)` follows the download."""
         algorithm, expected = self.published_checksum(path)
-        digest, done, total = hashlib.new(algorithm), 0, None
-        with open(target, "wb") as out:
+        with open(target, "w+b") as out:
             for attempt in range(self.retries + 1):
                 try:
-                    with self._open(path, start=done) as answer:
-                        if done and answer.status != 206:  # the range was ignored: the whole file again
-                            out.seek(0)
-                            out.truncate()
-                            digest, done = hashlib.new(algorithm), 0
-                        length = answer.headers.get("Content-Length")
-                        total = total if done else int(length) if length and length.isdigit() else None
-                        done = self._receive(path, answer, out, digest, done, progress, total)
+                    self._receive(path, out, progress)
                     break
                 except RepositoryError:
                     if attempt == self.retries:
                         raise
                     time.sleep(self.backoff * 2 ** attempt)
+            out.seek(0)
+            digest = hashlib.file_digest(out, algorithm)  # of what is on disk, resumed or not
         _check(digest.hexdigest(), expected, algorithm, path, self.host)
 
-    def _receive(self, path, answer, out, digest, done: int, progress, total: int | None) -> int:
-        """The rest of `answer` appended to `out` and `digest`; the bytes of `path` received so far."""
-        progress(done, total)
-        try:
-            while chunk := answer.read(CHUNK):
+    def _receive(self, path: str, out, progress) -> None:
+        """The rest of `path`, from the byte `out` holds up to, appended to `out`."""
+        done = out.tell()
+        with self._open(path, start=done) as answer:
+            if done and answer.status != 206:  # the range was ignored: the whole file again
+                out.seek(0)
+                out.truncate()
+                done = 0
+            length = answer.headers.get("Content-Length")  # of what is left
+            total = done + int(length) if length and length.isdigit() else None
+            progress(done, total)
+            while True:
+                try:
+                    chunk = answer.read(CHUNK)
+                except (OSError, http.client.HTTPException) as exc:
+                    raise RepositoryError(f"{self.host} broke off {path} after {done} bytes: {_reason(exc)}") from None
+                if not chunk:
+                    break
                 out.write(chunk)
-                digest.update(chunk)
                 done += len(chunk)
                 progress(done, total)
-        except (OSError, http.client.HTTPException) as exc:
-            raise RepositoryError(f"{self.host} broke off {path} after {done} bytes: {_reason(exc)}") from None
         if total is not None and done != total:  # http.client ends a cut-off body quietly
             raise RepositoryError(f"{self.host} broke off {path} after {done} of {total} bytes")
-        return done
 
 
 def _check(actual: str, expected: str, algorithm: str, path: str, host: str) -> None:
