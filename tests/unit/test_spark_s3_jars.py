@@ -18,7 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow.backends.spark_s3_jars import REPOSITORY_VARIABLE, ensure
+from hybridflow.backends.spark_s3_jars import (
+    CACHE_VARIABLE,
+    FOLDER_VARIABLE,
+    REPOSITORY_VARIABLE,
+    check,
+    ensure,
+    hadoop_version,
+)
 from hybridflow.errors import ExitCode, UnavailableError
 
 VERSION = "9.9.9"
@@ -123,7 +130,7 @@ class MavenHandler(BaseHTTPRequestHandler):
 @pytest.fixture
 def maven():
     server = MavenServer()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     yield server
     server.shutdown()
@@ -219,13 +226,17 @@ def test_two_first_fetches_at_once_download_once(maven, tmp_path):
     assert maven.downloads().count(BUNDLE) == 1
 
 
-def test_an_unreachable_repository_is_one_line_and_exit_69(tmp_path):
+def closed_port() -> int:
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+        return probe.getsockname()[1]
+
+
+def test_an_unreachable_repository_is_one_line_and_exit_69(tmp_path):
+    port = closed_port()
     env = {**os.environ, REPOSITORY_VARIABLE: f"http://127.0.0.1:{port}/maven2/",
-           "HYBRIDFLOW_JARS": str(tmp_path / "jars")}
-    env.pop("HYBRIDFLOW_SPARK_S3_JARS", None)
+           CACHE_VARIABLE: str(tmp_path / "jars")}
+    env.pop(FOLDER_VARIABLE, None)
     done = subprocess.run([sys.executable, "-m", "hybridflow.backends.spark_s3_jars"], env=env,
                           capture_output=True, text=True, timeout=60)
 
@@ -234,3 +245,22 @@ def test_an_unreachable_repository_is_one_line_and_exit_69(tmp_path):
     assert f"cannot reach 127.0.0.1:{port}" in done.stderr
     assert REPOSITORY_VARIABLE in done.stderr and "python -m hybridflow.backends.spark_s3_jars" in done.stderr
     assert not (tmp_path / "jars").exists() or cached_files(tmp_path / "jars") == []
+
+
+def test_doctor_names_the_repository_the_first_fetch_will_use_and_fails_when_it_does_not_answer(
+        maven, tmp_path, monkeypatch):
+    version = hadoop_version()  # pyspark's, read from its folder: pyspark is not imported
+    pom = f"org/apache/hadoop/hadoop-aws/{version}/hadoop-aws-{version}.pom"
+    maven.files[f"{pom}.sha1"] = hashlib.sha1(b"<project/>").hexdigest().encode()
+    monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "jars"))
+    monkeypatch.delenv(FOLDER_VARIABLE, raising=False)
+    monkeypatch.setenv(REPOSITORY_VARIABLE, maven.url)
+    said = check()
+    assert "not fetched yet" in said and f"127.0.0.1:{maven.server_address[1]}" in said
+    assert [path for path, _ in maven.requests if not path.endswith(".sha512") and not path.endswith(".sha256")] \
+        == [f"{pom}.sha1"]  # a checksum's few bytes, not the jars
+
+    port = closed_port()
+    monkeypatch.setenv(REPOSITORY_VARIABLE, f"http://127.0.0.1:{port}/")
+    with pytest.raises(UnavailableError, match=f"cannot reach 127.0.0.1:{port}"):
+        check()
