@@ -78,28 +78,25 @@ def _named_folder(folder: Path, version: str) -> list[Path]:
     jars = sorted(folder.glob("*.jar"))
     if not any(jar.name.startswith(f"hadoop-aws-{version}") for jar in jars):
         raise UnavailableError(f"Spark reads s3:// paths with hadoop-aws {version} and the AWS SDK, which are not "
-                               f"in {folder} ({FOLDER_VARIABLE})", hint=f"unset {FOLDER_VARIABLE} and they are "
-                               f"fetched on first use, or fill that folder with `{FETCH_COMMAND}` and "
-                               f"{CACHE_VARIABLE}={folder.parent}")
+                               f"in {folder} ({FOLDER_VARIABLE})", hint=f"unset {FOLDER_VARIABLE} to have them "
+                               f"fetched on first use, or copy there the jars `{FETCH_COMMAND}` fetches")
     return jars
 
 
 def check() -> str:
     """For `hybridflow doctor`: where the jars are, or that the repository to fetch them from answers
     (a small request: the 690 MB wait for the first Spark stage)."""
-    version = hadoop_version()
-    if os.environ.get(FOLDER_VARIABLE):
-        return f"hadoop-aws and the AWS SDK in {_named_folder(Path(os.environ[FOLDER_VARIABLE]), version)[0].parent}"
-    folder = cache_root() / f"hadoop-{version}"
-    if cached(folder):
+    version, named = hadoop_version(), os.environ.get(FOLDER_VARIABLE)
+    folder = Path(named) if named else cache_root() / f"hadoop-{version}"
+    if (named and _named_folder(folder, version)) or cached(folder):
         return f"hadoop-aws and the AWS SDK in {folder}"
-    repository = _repository(repository_url(), version)
+    repository = _repository(repository_url())
     try:
         repository.published_checksum(Artifact("org.apache.hadoop", "hadoop-aws", version).path("pom"))
     except RepositoryError as exc:
         raise _unavailable(exc, version) from None
     return (f"hadoop-aws {version} and the AWS SDK not fetched yet: the first Spark stage on s3:// fetches them "
-            f"(about 700 MB) from {repository.host} into {folder}")
+            f"(several hundred MB) from {repository.host} into {folder}")
 
 
 def ensure(version: str, repository: str, cache: Path, *, retries: int = 3, backoff: float = 2.0,
@@ -118,16 +115,16 @@ def ensure(version: str, repository: str, cache: Path, *, retries: int = 3, back
             jars = cached(folder)  # fetched by the process that held the lock
             if jars:
                 return jars
-            _fetch(_repository(repository, version, retries, backoff), version, cache, folder, stream)
+            _fetch(_repository(repository, retries, backoff), version, cache, folder, stream)
     except RepositoryError as exc:
         raise _unavailable(exc, version) from None
     except OSError as exc:
-        raise UnavailableError(f"cannot keep Spark's s3a jars in {cache}: {exc.strerror or exc}",
-                               hint=f"free space there, or set {CACHE_VARIABLE} to a folder with 700 MB free") from None
+        raise UnavailableError(f"cannot keep Spark's s3a jars in {cache}: {exc.strerror or exc}", hint="free "
+                               f"space there (about 700 MB), or set {CACHE_VARIABLE} to a folder with room") from None
     return cached(folder) or []
 
 
-def _repository(url: str, version: str, retries: int = 3, backoff: float = 2.0) -> Repository:
+def _repository(url: str, retries: int = 3, backoff: float = 2.0) -> Repository:
     try:
         return Repository(url, retries, backoff)
     except RepositoryError as exc:
