@@ -155,6 +155,7 @@ def _fetch(repository: Repository, version: str, cache: Path, folder: Path, stre
     for leftover in cache.glob(f"{FETCHING}*"):  # of a fetch that was killed (we hold the lock)
         shutil.rmtree(leftover, ignore_errors=True)
     work = Path(tempfile.mkdtemp(prefix=FETCHING, dir=cache))
+    work.chmod(0o755)  # mkdtemp's 0700 would hide the jars from the others sharing a cache ($HYBRIDFLOW_JARS)
     try:
         hadoop_aws = Artifact("org.apache.hadoop", "hadoop-aws", version)
         artifacts = [hadoop_aws, *compile_dependencies(repository, hadoop_aws)]
