@@ -38,7 +38,7 @@ from ..data.tables import TableSource, parquet_files
 from ..data.textfiles import csv_header
 from ..errors import DataError, UnavailableError, first_line
 from ..settings import EngineSection, GpuMode, Params
-from . import ClusterLaunch, Engine, GpuPlugin, spark_host
+from . import ClusterLaunch, Engine, GpuPlugin, spark_host, spark_s3_jars
 from .base import (
     Backend,
     case_collisions,
@@ -127,7 +127,7 @@ ENGINE = Engine(
     attached=_attached, sql_dialect="spark",
     result_settings=lambda settings: {"spark_conf": dict(settings.conf)},
     unrepresentable=lambda schema: unrepresentable(schema),
-    object_storage_check=lambda: f"hadoop-aws and the AWS SDK in {s3_jars()[0].parent}",
+    object_storage_check=lambda: spark_s3_jars.check(),
     cluster_launch=cluster_launch,
 )
 
@@ -250,9 +250,6 @@ def _property(text: str, is_key: bool) -> str:
     return "\\" + text if text.startswith(" ") else text
 
 
-S3_JARS_VARIABLE = "HYBRIDFLOW_SPARK_S3_JARS"  # a folder of hadoop-aws and the AWS SDK jars
-
-
 def spark_path(path: PurePath) -> str:
     """A file as Spark names it: s3a://bucket/key for an object (hadoop-aws's scheme), else the path."""
     return f"s3a://{path}" if isinstance(path, ObjectPath) else str(path)
@@ -266,33 +263,12 @@ def spark_s3_conf(store, own: dict[str, str], gpu_conf: dict[str, str]) -> dict[
     if any("hadoop-aws" in own.get(key, "") for key in ("spark.jars", "spark.jars.packages",
                                                           "spark.driver.extraClassPath")):
         return conf
-    jars = [str(jar) for jar in s3_jars()]
+    jars = [str(jar) for jar in spark_s3_jars.s3_jars()]  # fetched here the first time
     # on the classpath where they lie (on a cluster, every worker has them under the same path: `python
     # -m hybridflow.backends.spark_s3_jars` there): spark.jars would copy 700 MB to each executor
     for key in ("spark.driver.extraClassPath", "spark.executor.extraClassPath"):
         conf[key] = ":".join([*filter(None, [gpu_conf.get(key)]), *jars])
     return conf
-
-
-def s3_jars() -> list[Path]:
-    """hadoop-aws and the AWS SDK at the Hadoop version pyspark ships: the folder HYBRIDFLOW_SPARK_S3_JARS
-    names, else the cache `python -m hybridflow.backends.spark_s3_jars` fills
-    (~/.cache/hybridflow/jars/hadoop-VERSION)."""
-    import importlib.util
-
-    found = importlib.util.find_spec("pyspark")  # its folder, without starting to import it (doctor asks too)
-    folders = list(found.submodule_search_locations or []) if found else []
-    shipped = sorted(jar for folder in folders for jar in (Path(folder) / "jars").glob("hadoop-client-api-*.jar"))
-    version = shipped[0].stem.removeprefix("hadoop-client-api-") if shipped else "unknown"
-    cache = Path(os.environ.get("HYBRIDFLOW_JARS") or Path.home() / ".cache" / "hybridflow" / "jars")
-    folder = Path(os.environ.get(S3_JARS_VARIABLE) or cache / f"hadoop-{version}")
-    jars = sorted(folder.glob("*.jar"))
-    if not any(jar.name.startswith(f"hadoop-aws-{version}") for jar in jars):
-        raise UnavailableError(f"Spark reads s3:// paths with hadoop-aws {version} and the AWS SDK, which are not "
-                               f"in {folder}", hint="fetch them once from Maven Central (needs mvn): python -m "
-                                                    "hybridflow.backends.spark_s3_jars; or set "
-                                                    f"{S3_JARS_VARIABLE} to a folder holding them")
-    return jars
 
 
 def spark_gpu_conf(settings, jar: Path) -> dict[str, str]:
