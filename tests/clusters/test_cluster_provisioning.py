@@ -130,7 +130,8 @@ def provisioned(tmp_path):
     (project.root / "up.sh").write_text(UP)
     (project.root / "down.sh").write_text(ALIVE + DOWN)
     (project.root / "hang.sh").write_text("sleep 600\n")
-    (project.root / "fail.sh").write_text('echo "quota exceeded for m5.xlarge in eu-west-1" >&2\n'
+    (project.root / "fail.sh").write_text('echo "signing in with $CLOUD_TOKEN"; ps -eo args > "$STATE/ps"\n'
+                                          'echo "quota exceeded for m5.xlarge in eu-west-1" >&2\n'
                                           'touch "$STATE/up-failed"; exit 3\n')
     (project.root / "down-after-failure.sh").write_text('touch "$STATE/down-after-failure"\n')
     started: list[subprocess.Popen] = []
@@ -236,12 +237,20 @@ def scheduler_log(state: Path) -> str:
 
 
 def test_an_up_that_fails_is_one_line_exit_69_and_leaves_nothing_behind(provisioned):
+    """Its command, a credential expanded in it, is on no command line (`ps` while it ran) and, with
+    what it printed, in no log."""
     project, state, hf = provisioned
-    pipeline(project, up="fail.sh", down="down-after-failure.sh")
-    run = hf("run", "pipeline.yaml")
+    token = "cloud-token-8f2e61c0d9"
+    project.pipeline(PIPELINE.format(up="fail.sh", down="down-after-failure.sh", down_timeout=30, double="double",
+                                     timeout="").replace("up: bash fail.sh",
+                                                         "up: CLOUD_TOKEN=${env:CLOUD_TOKEN} bash fail.sh"))
+    run = hf("run", "pipeline.yaml", env={"CLOUD_TOKEN": token})
     assert run.returncode == ExitCode.UNAVAILABLE, run.stdout
     assert "the dask cluster's `up` exited 3: quota exceeded for m5.xlarge in eu-west-1" in run.stdout
     assert "Traceback" not in run.stdout
+    assert "bash fail.sh" in (state / "ps").read_text() and token not in (state / "ps").read_text()
+    logs = next(project.root.rglob("cluster-dask.log")).read_text()
+    assert "signing in with" in logs and token not in logs and token not in run.stdout
     assert (state / "up-failed").exists() and (state / "down-after-failure").exists()  # down cleans up after it
     assert records(project) == []
     assert Catalog(project.home("provisioned")).current("doubled") is None
