@@ -243,14 +243,14 @@ def test_an_up_that_fails_is_one_line_exit_69_and_leaves_nothing_behind(provisio
     token = "cloud-token-8f2e61c0d9"
     project.pipeline(PIPELINE.format(up="fail.sh", down="down-after-failure.sh", down_timeout=30, double="double",
                                      timeout="").replace("up: bash fail.sh",
-                                                         "up: CLOUD_TOKEN=${env:CLOUD_TOKEN} bash fail.sh"))
+                                                         "up: CLOUD_TOKEN=${env:CLOUD_TOKEN} bash fail.sh || exit $?"))
     run = hf("run", "pipeline.yaml", env={"CLOUD_TOKEN": token})
     assert run.returncode == ExitCode.UNAVAILABLE, run.stdout
     assert "the dask cluster's `up` exited 3: quota exceeded for m5.xlarge in eu-west-1" in run.stdout
     assert "Traceback" not in run.stdout
-    assert "bash fail.sh" in (state / "ps").read_text() and token not in (state / "ps").read_text()
     logs = next(project.root.rglob("cluster-dask.log")).read_text()
     assert "signing in with" in logs and token not in logs and token not in run.stdout
+    assert "bash fail.sh" in (state / "ps").read_text() and token not in (state / "ps").read_text()
     assert (state / "up-failed").exists() and (state / "down-after-failure").exists()  # down cleans up after it
     assert records(project) == []
     assert Catalog(project.home("provisioned")).current("doubled") is None
