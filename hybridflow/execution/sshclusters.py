@@ -101,7 +101,8 @@ def ssh_up(engine: str, spec, record: dict[str, Any], log_file: Path,
     if tethers is not None:
         tethers += [_tether(spec, host.host, record["name"], launch, log_file) for host in spec.hosts]
     start = _Start(engine, spec, record["name"], launch.files, log_file, redact)
-    start(spec.head, [*launch.head, *spec.head_args], "head")
+    head = start(spec.head, [*launch.head, *spec.head_args], "head")
+    _prove_head(engine, spec, record["name"], head, launch.port, deadline, log_file, redact)
     _wait_for_port(engine, spec.head, launch.port, deadline, log_file)
     with ThreadPoolExecutor(max_workers=len(spec.workers)) as pool:  # side by side; a failure is raised here
         list(pool.map(lambda host: start(host, [*launch.worker(host), *spec.worker_args], f"worker-{host}"),
@@ -199,13 +200,15 @@ class _Start:
     log_file: Path
     redact: Redact
 
-    def __call__(self, host: str, argv: list[str], role: str) -> None:
+    def __call__(self, host: str, argv: list[str], role: str) -> int:
+        """The process's id on the host."""
         import shlex
 
         folder = scratch(self.name)
         exports = "".join(f"export {key}={shlex.quote(value)}\n" for key, value in self.spec.env.items())
-        files = "".join(f"cat > {shlex.quote(f'{folder}/{file}')} <<'HYBRIDFLOW_EOF'\n{content.rstrip()}\n"
-                        f"HYBRIDFLOW_EOF\n" for file, content in self.files.items())
+        # printf is bash's own: no process of its own whose command line would show the content
+        files = "".join(f"printf %s {shlex.quote(content)} > {shlex.quote(f'{folder}/{file}')}\n"
+                        for file, content in self.files.items())
         log = shlex.quote(f"{folder}/{role}.log")
         script = (f"export {TAG}={shlex.quote(self.name)}\n{exports}"
                   f"{_PRIVATE % {'scratch': shlex.quote(folder)}}{files}"
@@ -218,6 +221,54 @@ class _Start:
             raise UnavailableError(f"the {self.engine} cluster: starting its {role.split('-')[0]} on {host} over "
                                    f"SSH {ended(outcome)}: {first_line(said[-1]) if said else 'it said nothing'}",
                                    hint=f"see {self.log_file}")
+        started = [line.split()[1] for line in outcome.output.splitlines() if line.startswith("started ")]
+        return int(started[-1]) if started and started[-1].isdigit() else 0
+
+
+def _prove_head(engine: str, spec, name: str, pid: int, port: int, deadline: float, log_file: Path,
+                redact: Redact) -> None:
+    """Wait, on the head's host, until the head process started there holds its port, before anything
+    attaches to that port: a head that exited (a wrong `python:`, a port it could not bind) fails with
+    what it said, at once; a port held by a process not of this cluster (another run's cluster, a
+    stranger's service) fails naming host and port, instead of attaching to it."""
+    import shlex
+
+    script = _PROOF % {"name": shlex.quote(name), "pid": pid, "port": port,
+                       "log": shlex.quote(f"{scratch(name)}/head.log"),
+                       "tries": max(1, round((deadline - time.monotonic()) / 0.2))}
+    outcome = _ssh_run(spec, spec.head, script, max(1.0, deadline - time.monotonic()) + 10, name)
+    said = [redact(line) for line in outcome.output.splitlines() if line.strip()]
+    if outcome.returncode == 0:
+        return
+    _append(log_file, f"--- the head on {spec.head}: {ended(outcome)}\n" + "".join(f"{line}\n" for line in said),
+            _verbatim)
+    if outcome.returncode == _TAKEN:
+        raise UnavailableError(f"the {engine} cluster's head on {spec.head}: port {port} there is held by a process "
+                               f"not of this cluster (another run's cluster, or another service)",
+                               hint=f"free the port, or set backends.{engine}.cluster.head_port to a free one")
+    if outcome.returncode == _EXITED:
+        raise UnavailableError(f"the {engine} cluster's head on {spec.head} exited at once: "
+                               f"{first_line(said[-1]) if said else 'it said nothing'}", hint=f"see {log_file}")
+    raise UnavailableError(f"the {engine} cluster's head on {spec.head} did not answer on port {port} within "
+                           f"{spec.up_timeout:g} s", hint=f"see {log_file}")
+
+
+_TAKEN, _EXITED = 3, 4
+# run on the head's host: the head process alive, and the holder of its port one of the cluster's processes
+_PROOF = r'''name=%(name)s
+for _ in $(seq %(tries)d); do
+  holders=$(ss -Hltnp "sport = :%(port)d" 2>/dev/null)
+  if [ -n "$holders" ]; then
+    for holder in $(echo "$holders" | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u); do
+      if grep -qxzF "HYBRIDFLOW_CLUSTER_NAME=$name" /proc/"$holder"/environ 2>/dev/null; then exit 0; fi
+    done
+    echo "$holders"; exit 3
+  fi
+  if ! kill -0 %(pid)d 2>/dev/null; then tail -n 20 %(log)s 2>/dev/null; exit 4; fi
+  sleep 0.2
+done
+exit 5
+'''
 
 
 def _ssh_command(spec, host: str, options: list[str] = ()) -> list[str]:
