@@ -7,7 +7,8 @@ What in-process teardown cannot survive (a kill -9, an OOM kill) the workdir rec
 recorded there before it is brought up and the record removed once it is down, and every run starts
 by taking down the clusters recorded by runs that are no longer alive (`hybridflow clusters reap`
 does the same on demand). Under the pipeline's lock no other run is alive, so every record found
-then belongs to a dead one.
+then belongs to a dead one, except a `--watch` session's: it keeps its clusters up between its runs,
+outside the lock, and its records name it (host, pid, start time) as alive.
 
 Two providers say how: `ssh` (sshclusters: the engine's own cluster processes on the team's hosts),
 and `command`: the team's own `up` and `down` commands, which is how Terraform, `kubectl apply`, `ray
@@ -67,7 +68,7 @@ class RunClusters:
         key = f"{self.run_id}-{engine}"
         record = {"run_id": self.run_id, "pipeline": self.pipeline.name, "engine": engine, "provider": spec.provider,
                   "name": cluster_name(self.pipeline.name, self.run_id, engine), "state": "starting",
-                  "runner": {"host": socket.gethostname(), "pid": os.getpid()}, "created_at": now_text()}
+                  "runner": this_runner(), "created_at": now_text()}
         self.records.put(key, record)
         with self._lock:
             self.up_clusters[engine] = record
@@ -136,6 +137,32 @@ class RunClusters:
 
     def _log(self, engine: str) -> Path:
         return self.log_dir / f"cluster-{engine}.log"
+
+
+def this_runner() -> dict[str, Any]:
+    """What says which process brought a cluster up: its host, its pid, and when it started (a pid
+    reused by another process since is not it)."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "started": _started(os.getpid())}
+
+
+def runner_alive(runner: Any) -> bool:
+    """Whether the process that brought a cluster up still runs (on this host: one elsewhere cannot
+    be asked, and its tethers end its clusters if it died)."""
+    if not isinstance(runner, dict) or runner.get("host") != socket.gethostname():
+        return False
+    pid = runner.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    started = _started(pid)
+    return started is not None and runner.get("started", started) == started
+
+
+def _started(pid: int) -> int | None:
+    """A process's start time (clock ticks after boot), None when it is gone."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def cluster_nodes(cluster: dict[str, Any]) -> int | None:
@@ -271,13 +298,14 @@ def cluster_spec(pipeline, engine: str):
 
 
 def reap(pipeline, records, log_file: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """Take down every cluster recorded in the workdir; only ever under the pipeline's lock, where no
-    run is alive, so each belongs to a run that died. Returns the records taken down, and what could
-    not be (their records stay, for the next try)."""
+    """Take down every cluster recorded in the workdir by a process no longer alive; only ever under the
+    pipeline's lock, where no run is, so each belongs to a run that died (a live watch session's, kept
+    between its runs, are left alone). Returns the records taken down, and what could not be (their
+    records stay, for the next try)."""
     reaped, problems = [], []
     for key, record in records.all().items():
-        if record.get("runner") == {"host": socket.gethostname(), "pid": os.getpid()}:
-            continue  # this process's own (a watch session keeps its clusters between runs)
+        if runner_alive(record.get("runner")):
+            continue  # this process's own, or a live watch session's, which keeps its clusters between runs
         spec = cluster_spec(pipeline, record.get("engine", ""))
         if spec is None:
             problems.append(f"the {record.get('engine')} cluster of run {record.get('run_id')}: the pipeline no "

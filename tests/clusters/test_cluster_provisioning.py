@@ -337,7 +337,8 @@ def test_a_cluster_section_is_checked_where_it_is_written(tmp_path):
 
 
 def test_a_watch_session_takes_the_old_cluster_down_when_it_restarts_its_engine(provisioned, tmp_path, monkeypatch):
-    """A watch session keeps its engines (and their clusters) between runs; one whose settings changed
+    """A watch session keeps its engines (and their clusters) between runs, which `clusters reap` (as
+    every other run of the pipeline) leaves alone while the session lives; one whose settings changed
     restarts with a fresh cluster, and the old one goes down then, not at the session's end."""
     from hybridflow.api import load
     from hybridflow.execution.provisioning import RunClusters
@@ -345,7 +346,7 @@ def test_a_watch_session_takes_the_old_cluster_down_when_it_restarts_its_engine(
     from hybridflow.execution.warmpool import WarmPool
     from hybridflow.store.clusterrecords import open_records
 
-    project, state, _ = provisioned
+    project, state, hf = provisioned
     monkeypatch.setenv("STATE", str(state))
     monkeypatch.setenv("BIN", str(BIN))
     pipeline(project)
@@ -358,6 +359,9 @@ def test_a_watch_session_takes_the_old_cluster_down_when_it_restarts_its_engine(
         warm.for_run(loaded, list(loaded.stages), logs, signals=SignalState(), clusters=clusters).get("dask")
         cluster = Path((state / "latest").read_text().strip())
         first = [int((cluster / f"{name}.pid").read_text()) for name in ("scheduler", "worker")]
+        reaped = hf("clusters", "reap", "pipeline.yaml")  # between the session's runs: the lock is free
+        assert reaped.returncode == 0 and "took down" not in reaped.stdout, reaped.stdout
+        assert all(alive(pid) for pid in first) and len(records(project)) == 1
         pipeline(project, down_timeout=31)  # the cluster section changed: a fresh engine and cluster
         changed = load(project.root / "pipeline.yaml")
         warm.for_run(changed, list(changed.stages), tmp_path / "logs", signals=SignalState()).get("dask")
