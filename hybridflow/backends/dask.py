@@ -88,12 +88,16 @@ def features({input}: dd.DataFrame) -> dd.DataFrame:
     return {input}.assign(big_spender={input}["amount"] > {input}["amount"].mean())
 '''
 
+LOOPBACK_HTTP = ["--no-dashboard", "--dashboard-address", "127.0.0.1:0"]
+
+
 def cluster_launch(python: str, head: str, port: int | None, name: str, idle_timeout: float,
                    scratch: str = "") -> ClusterLaunch:
     """A scheduler that ends itself after `idle_timeout` seconds without work, and workers that end
     themselves a minute after they lose it: a cluster whose runner died goes away on its own. TLS
     everywhere, with a key and certificate made for the cluster (client, scheduler and workers):
-    no one without them connects."""
+    no one without them connects. The HTTP servers they always run (health, metrics), no dashboard,
+    on loopback."""
     from distributed.security import Security
 
     port = port or 8786
@@ -104,9 +108,9 @@ def cluster_launch(python: str, head: str, port: int | None, name: str, idle_tim
     return ClusterLaunch(
         address, port,
         [python, "-m", "distributed.cli.dask_scheduler", "--protocol", "tls", "--host", head, "--port", str(port),
-         *tls, "--no-dashboard", "--dashboard-address", f"{head}:0", "--idle-timeout", f"{idle_timeout:g}s"],
-        lambda host: [python, "-m", "distributed.cli.dask_worker", address, "--host", host, *tls, "--no-dashboard",
-                      "--dashboard-address", f"{host}:0", "--death-timeout", "60"],
+         *tls, *LOOPBACK_HTTP, "--idle-timeout", f"{idle_timeout:g}s"],
+        lambda host: [python, "-m", "distributed.cli.dask_worker", address, "--host", host, *tls, *LOOPBACK_HTTP,
+                      "--death-timeout", "60"],
         files={"dask-ca.pem": made.tls_ca_file, "dask-cert.pem": made.tls_scheduler_cert,
                "dask-key.pem": made.tls_scheduler_key},
         attach={"tls": DaskTls(ca=made.tls_ca_file, cert=made.tls_client_cert, key=made.tls_client_key)},
