@@ -163,13 +163,10 @@ def _tries(grace: float) -> int:
 
 
 def _with_secrets(redact: Redact, secrets: tuple[str, ...]) -> Redact:
-    ordered = sorted(filter(None, secrets), key=len, reverse=True)
+    from ..spec.pipeline import Pipeline
 
-    def both(text: str) -> str:
-        for secret in ordered:
-            text = text.replace(secret, "***")
-        return redact(text)
-    return both
+    made = Pipeline.redact_with(secrets)
+    return lambda text: redact(made(text))
 
 
 def _append(log_file: Path, text: str, redact: Redact) -> None:
