@@ -396,8 +396,9 @@ def test_a_dask_cluster_nobody_uses_ends_itself_at_its_idle_timeout(hosts, sshd,
     assert tagged("hf-idle-test-") == []
 
 
-LISTENER = "import socket, sys, time; s = socket.socket(); s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(); " \
-           "time.sleep(600)"
+# a stranger's service (SO_REUSEADDR: an earlier test's connections to the port may linger in TIME_WAIT)
+LISTENER = ("import socket, sys, time; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+            "s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(); time.sleep(600)")
 
 
 def test_a_head_that_cannot_be_the_clusters_own_fails_at_once_and_is_never_attached_to(hosts, sshd, tmp_path):
