@@ -4,8 +4,12 @@ openssh-server, started here on the host's address with a key made for the test)
 where an empty tmpfs covers PRIVATE, where the project and hybridflow's local cache lie: the hosts share
 no filesystem with the runner, and the workdir is on an S3 server at 10.213.0.1. A python -> Spark ->
 Dask -> Ray pipeline brings all three clusters up over SSH and gives the embedded run's answer; Spark's
-cluster is gone while the Ray stage runs; after the run no process tagged with its clusters' names is
-left on any host and no listener was on a wildcard address (Ray's exception aside). After a kill -9 of
+cluster is gone while the Ray stage runs; while each engine's stage runs, a client on another host
+without the run's credentials is refused by its cluster, whose folder on the hosts is 0700 (its
+credentials 0600); no credential is in any command line, output, local file or the workdir; after the
+run no process tagged with its clusters' names is left on any host, their folders are gone, and no
+listener was on a wildcard address (Ray's exception aside). A head that cannot be the cluster's own (a
+wrong python, a port a stranger holds, a folder another user holds) fails at once. After a kill -9 of
 the runner, each host's tether ends the Dask and Spark clusters there, and `clusters reap` takes their
 records and brings their logs back; a Dask cluster nobody uses ends itself at its idle timeout, with
 no runner, tether or reaper. Needs root and openssh-server."""
