@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from .errors import UnavailableError
@@ -39,6 +39,11 @@ class ClusterLaunch:
     head: list[str]
     worker: Callable[[str], list[str]]  # a worker host -> its command
     grace: float = 10.0  # seconds its processes are given to end on SIGTERM before SIGKILL
+    # the run's own credentials for the cluster: files written (mode 0600, over ssh's input) into the
+    # cluster's private folder on each host before anything starts there, by file name
+    files: dict[str, str] = field(default_factory=dict)
+    attach: dict[str, Any] = field(default_factory=dict)  # what the driver's settings get to attach with them
+    secrets: tuple[str, ...] = ()  # the credentials' values: redacted wherever they could be written
 
 
 @dataclass(frozen=True)
@@ -92,9 +97,10 @@ class Engine:
     # starting it (doctor): returns where it found it, raises UnavailableError saying how to get it
     object_storage_check: Callable[[], str] | None = None
     # the engine's own cluster processes on hosts, for `cluster: {provider: ssh}`: (python, head, port or
-    # None for the engine's own, the cluster's name, its idle timeout in seconds) -> ClusterLaunch; None:
-    # the engine has no cluster of its own to start
-    cluster_launch: Callable[[str, str, int | None, str, float], ClusterLaunch] | None = None
+    # None for the engine's own, the cluster's name, its idle timeout in seconds, the cluster's private
+    # folder on each host) -> ClusterLaunch, with credentials made afresh; None: the engine has no
+    # cluster of its own to start
+    cluster_launch: Callable[[str, str, int | None, str, float, str], ClusterLaunch] | None = None
 
     @property
     def install(self) -> str:

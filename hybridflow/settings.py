@@ -131,6 +131,7 @@ class EngineSection(Section):
                              f"running: keep one of them")
         return self
 
-    def attached_to(self, address: str):
-        """These settings, attached to the cluster at `address` (one brought up for the run)."""
-        return self.model_copy(update={self.cluster_address_field: address, "cluster": None})
+    def attached_to(self, address: str, **credentials: Any):
+        """These settings, attached to the cluster at `address` (one brought up for the run) with
+        `credentials` (the run's own: settings of the engine, by name)."""
+        return self.model_copy(update={self.cluster_address_field: address, "cluster": None, **credentials})

@@ -33,9 +33,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from hybridflow import backends  # noqa: E402
 from hybridflow.api import load  # noqa: E402
-from hybridflow.execution.sshclusters import ssh_down, ssh_up  # noqa: E402
+from hybridflow.execution.sshclusters import launch_for, ssh_down, ssh_up  # noqa: E402
 from hybridflow.reporting.clusterusage import cluster_usage  # noqa: E402
 from hybridflow.reporting.timeline import ENGINE_START  # noqa: E402
 from hybridflow.settings import ClusterSection  # noqa: E402
@@ -56,14 +55,20 @@ STAGE_LINES = '''stages:
 SPARK_CONF = "conf: {spark.executor.memory: 512m, spark.cores.max: 2, spark.sql.shuffle.partitions: 2}"
 
 
-def write_pipelines(project: Project, bucket: str, sections: dict[str, dict], addresses: dict[str, str]) -> None:
+def write_pipelines(project: Project, bucket: str, sections: dict[str, dict], addresses: dict[str, str],
+                    credentials: Path) -> None:
+    """`credentials`: where the attached clusters' Dask certificates are (their other credentials are
+    in the environment)."""
     import json
 
     head = f"workdir: s3://{bucket}/wd\nbackends:\n"
     per_run = "".join(f"  {e}:\n" + (f"    {SPARK_CONF}\n" if e == "spark" else "") +
                       f"    cluster: {json.dumps(sections[e])}\n" for e in ENGINES)
-    attached = (f"  spark: {{master: \"{addresses['spark']}\", {SPARK_CONF}}}\n"
-                f"  dask: {{address: \"{addresses['dask']}\"}}\n  ray: {{address: \"{addresses['ray']}\"}}\n")
+    tls = ", ".join(f"{name}: {credentials / f'dask-{name}.pem'}" for name in ("ca", "cert", "key"))
+    attached = (f"  spark: {{master: \"{addresses['spark']}\", auth_secret: \"${{env:HF_BENCH_SPARK_SECRET}}\", "
+                f"{SPARK_CONF}}}\n"
+                f"  dask: {{address: \"{addresses['dask']}\", tls: {{{tls}}}}}\n"
+                f"  ray: {{address: \"{addresses['ray']}\", auth_token: \"${{env:HF_BENCH_RAY_TOKEN}}\"}}\n")
     project.pipeline(f"name: perrun\n{head}{per_run}{STAGE_LINES}", "perrun.yaml")
     project.pipeline(f"name: attached\n{head}{attached}{STAGE_LINES}", "attached.yaml")
     project.pipeline(f"name: embedded\nworkdir: s3://{bucket}/wd\n{EMBEDDED}\n{STAGE_LINES}", "embedded.yaml")
@@ -118,17 +123,21 @@ def main() -> None:  # noqa: C901 - a benchmark's script, read top to bottom
         # the attached runs' clusters: the same launch commands, untethered; up before each attached run and
         # down after it, untimed (two Ray clusters on one host would contend for its fixed ports)
         specs = {engine: ClusterSection(**{**section, "env": {**section["env"], **{
-            name: env[name] for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "RAY_AUTH_TOKEN")}}})
+            name: env[name] for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}}})
             for engine, section in sections.items()}
-        # where each is reached: what the engine's own launch says for its head
-        addresses = {engine: backends.engine(engine).cluster_launch(
-            sys.executable, spec.head, spec.head_port, f"hf-bench-attached-{engine}", spec.idle_timeout).address
-            for engine, spec in specs.items()}
+        # how each is started and reached, with credentials made once and given to the attached pipeline
+        launches = {engine: launch_for(engine, spec, f"hf-bench-attached-{engine}") for engine, spec in specs.items()}
+        addresses = {engine: launch.address for engine, launch in launches.items()}
+        for name, pem in (("ca", launches["dask"].attach["tls"].ca), ("cert", launches["dask"].attach["tls"].cert),
+                          ("key", launches["dask"].attach["tls"].key)):
+            (scratch / f"dask-{name}.pem").write_text(pem)
+        env.update(HF_BENCH_SPARK_SECRET=launches["spark"].attach["auth_secret"],
+                   HF_BENCH_RAY_TOKEN=launches["ray"].attach["auth_token"])
 
         def bring_up_attached() -> None:
             for engine, spec in specs.items():
                 record = {"name": f"hf-bench-attached-{engine}", "run_id": "bench", "engine": engine}
-                ssh_up(engine, spec, record, scratch / f"attached-{engine}.log")
+                ssh_up(engine, spec, record, scratch / f"attached-{engine}.log", launch=launches[engine])
                 attached.append((record, spec, scratch / f"attached-{engine}.log"))
 
         def take_down_attached() -> None:
@@ -137,7 +146,7 @@ def main() -> None:  # noqa: C901 - a benchmark's script, read top to bottom
 
         project = Project(private / "flow")
         project.stages(STAGES)
-        write_pipelines(project, s3.bucket("benchclusters"), sections, addresses)
+        write_pipelines(project, s3.bucket("benchclusters"), sections, addresses, scratch)
         run(project, "embedded", env)  # warm-up: imports, the JVM's class data, the store's bucket
         times: dict[str, list[float]] = {"perrun": [], "attached": [], "embedded": []}
         ups: dict[str, list[float]] = {e: [] for e in ENGINES}

@@ -36,7 +36,7 @@ from ..data.tables import (
     rows_per_file,
 )
 from ..errors import DataError, UnavailableError
-from ..settings import EngineSection, GpuMode
+from ..settings import EngineSection, GpuMode, Section
 from . import ClusterLaunch, Engine
 from .base import (
     Backend,
@@ -55,6 +55,14 @@ if TYPE_CHECKING:  # imported where used: validate and a skipped run never load 
     import pyarrow as pa
 
 
+class DaskTls(Section):
+    """A client's TLS credentials for a scheduler at tls://: PEM text, or paths of PEM files."""
+
+    ca: str = Field(description="the certificate authority the scheduler's certificate is signed by")
+    cert: str = Field(description="the client's certificate")
+    key: str = Field(description="the client's private key")
+
+
 # The scheduler always serves HTTP (health, metrics), on 8787 unless told otherwise, even with no
 # dashboard address: keep it off the dashboard's port, on a free loopback port, with no dashboard.
 class DaskSettings(EngineSection):
@@ -69,6 +77,7 @@ class DaskSettings(EngineSection):
     advertise_address: str | None = Field(
         None, description="attached to a scheduler on another host: the address of this host the client "
                           "connects from (default: the one that routes to the scheduler)")
+    tls: DaskTls | None = Field(None, description="attached to a scheduler at tls://: the client's credentials")
 
 
 # the stage `hybridflow init` writes for this engine ({input}: the dataset it reads)
@@ -81,17 +90,33 @@ def features({input}: dd.DataFrame) -> dd.DataFrame:
     return {input}.assign(big_spender={input}["amount"] > {input}["amount"].mean())
 '''
 
-def cluster_launch(python: str, head: str, port: int | None, name: str, idle_timeout: float) -> ClusterLaunch:
+LOOPBACK_HTTP = ["--no-dashboard", "--dashboard-address", "127.0.0.1:0"]
+
+
+def cluster_launch(python: str, head: str, port: int | None, name: str, idle_timeout: float,
+                   scratch: str = "") -> ClusterLaunch:
     """A scheduler that ends itself after `idle_timeout` seconds without work, and workers that end
-    themselves a minute after they lose it: a cluster whose runner died goes away on its own."""
+    themselves a minute after they lose it: a cluster whose runner died goes away on its own. TLS
+    everywhere, with a key and certificate made for the cluster (client, scheduler and workers):
+    no one without them connects. The HTTP servers they always run (health, metrics), no dashboard,
+    on loopback."""
+    from distributed.security import Security
+
     port = port or 8786
-    address = f"tcp://{head}:{port}"
+    address = f"tls://{head}:{port}"
+    made = Security.temporary()  # one self-signed certificate, its own authority, for every role
+    tls = ["--tls-ca-file", f"{scratch}/dask-ca.pem", "--tls-cert", f"{scratch}/dask-cert.pem",
+           "--tls-key", f"{scratch}/dask-key.pem"]
     return ClusterLaunch(
         address, port,
-        [python, "-m", "distributed.cli.dask_scheduler", "--host", head, "--port", str(port), "--no-dashboard",
-         "--dashboard-address", f"{head}:0", "--idle-timeout", f"{idle_timeout:g}s"],
-        lambda host: [python, "-m", "distributed.cli.dask_worker", address, "--host", host, "--no-dashboard",
-                      "--dashboard-address", f"{host}:0", "--death-timeout", "60"])
+        [python, "-m", "distributed.cli.dask_scheduler", "--protocol", "tls", "--host", head, "--port", str(port),
+         *tls, *LOOPBACK_HTTP, "--idle-timeout", f"{idle_timeout:g}s"],
+        lambda host: [python, "-m", "distributed.cli.dask_worker", address, "--host", host, *tls, *LOOPBACK_HTTP,
+                      "--death-timeout", "60"],
+        files={"dask-ca.pem": made.tls_ca_file, "dask-cert.pem": made.tls_scheduler_cert,
+               "dask-key.pem": made.tls_scheduler_key},
+        attach={"tls": DaskTls(ca=made.tls_ca_file, cert=made.tls_client_cert, key=made.tls_client_key)},
+        secrets=(made.tls_client_key,))
 
 
 ENGINE = Engine(
@@ -151,7 +176,7 @@ class DaskBackend(Backend):
                 host, port = split_host_port(self.settings.address, 8786)
                 self._driver = driver_address(host, port, self.settings.advertise_address)
                 check_reachable("dask", self.settings.address, host, port, source=self._driver)
-                self.client = Client(self.settings.address, timeout="15s")
+                self.client = Client(self.settings.address, timeout="15s", security=_security(self.settings.tls))
             elif self.gpu is not None:
                 from dask_cuda import LocalCUDACluster
 
@@ -493,6 +518,15 @@ def _escape_columns(frame, names: list[str]):
 
 def _is_cudf_meta(meta) -> bool:
     return type(meta).__module__.split(".")[0] == "cudf"
+
+
+def _security(tls: DaskTls | None):
+    """The client's Security: TLS and nothing unencrypted with credentials, else Dask's defaults."""
+    if tls is None:
+        return None
+    from distributed.security import Security
+
+    return Security(tls_ca_file=tls.ca, tls_client_cert=tls.cert, tls_client_key=tls.key, require_encryption=True)
 
 
 def _require_gpu_workers(client, address: str) -> None:

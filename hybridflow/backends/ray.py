@@ -61,6 +61,8 @@ class RaySettings(EngineSection):
     advertise_address: str | None = Field(
         None, description="attached to a head on another host: the address of this host the cluster "
                           "connects back to (default: the one that routes to the head)")
+    auth_token: str | None = Field(None, description="attached to a head with token authentication: its token "
+                                                     "(from ${env:...})")
 
 
 # the stage `hybridflow init` writes for this engine ({input}: the dataset it reads)
@@ -77,23 +79,27 @@ def score({input}: ray.data.Dataset) -> ray.data.Dataset:
     return {input}.map_batches(add_score, batch_format="pandas")
 '''
 
-def cluster_launch(python: str, head: str, port: int | None, name: str, idle_timeout: float) -> ClusterLaunch:
-    """`ray start` of a head and of worker nodes, each bound to its host's address, no dashboard; each
-    node's session files in a folder of its own (short: Ray's socket paths must fit in 107 bytes)."""
-    import hashlib
+def cluster_launch(python: str, head: str, port: int | None, name: str, idle_timeout: float,
+                   scratch: str = "") -> ClusterLaunch:
+    """`ray start` of a head and of worker nodes, each bound to its host's address, no dashboard, with
+    token authentication (a token made for the cluster, read from a file in its private folder); the
+    nodes' session files in that folder (short: Ray's socket paths must fit in 107 bytes)."""
+    import secrets
 
     port = port or 6379
+    token = secrets.token_hex(32)
 
     def start(host: str, *args: str) -> list[str]:
-        temp = f"/tmp/hfr-{hashlib.sha256(f'{name} {host}'.encode()).hexdigest()[:10]}"
-        return [python, "-m", "ray.scripts.scripts", "start", "--block", "--node-ip-address", host,
-                "--disable-usage-stats", "--temp-dir", temp, *args]
+        return ["env", "-u", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE=token", f"RAY_AUTH_TOKEN_PATH={scratch}/ray-token",
+                python, "-m", "ray.scripts.scripts", "start", "--block", "--node-ip-address", host,
+                "--disable-usage-stats", "--temp-dir", f"{scratch}/ray", *args]
 
     # Ray's daemons outlive a SIGTERM by more than 10 s, so any grace is spent in full (2 s was the
     # run's last 2 s); by the time a cluster goes down its work is in the store: half a second
     return ClusterLaunch(f"{head}:{port}", port,
                          start(head, "--head", "--port", str(port), "--include-dashboard=false"),
-                         lambda host: start(host, "--address", f"{head}:{port}"), grace=0.5)
+                         lambda host: start(host, "--address", f"{head}:{port}"), grace=0.5,
+                         files={"ray-token": token}, attach={"auth_token": token}, secrets=(token,))
 
 
 ENGINE = Engine(
@@ -105,7 +111,8 @@ ENGINE = Engine(
 
 
 
-VERSIONED = ("pyarrow", "pandas", "ray")  # what a node must run as the driver does
+VERSIONED = ("pyarrow", "pandas", "ray")
+AUTH_VARIABLES = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")  # what a node must run as the driver does
 
 
 def gpu_init_options(settings, devices) -> dict[str, Any]:
@@ -139,6 +146,7 @@ class RayBackend(Backend):
         self._node = None  # the raynode.DriverNode started for that, if this host had none
         self._tune_callbacks: str | None = None  # RAY_TUNE_CALLBACKS before start() named ours
         self._set_single_node = False  # start() set SINGLE_NODE in this process's environment
+        self._auth_before: dict[str, str | None] | None = None  # AUTH_VARIABLES before start() set them
         self._counting = False  # Ray Data's executions are counted (see _count_executions)
         # A progress poll (its own thread, and it may outlive its stage) and stop() never overlap: Ray
         # ends this whole process when its worker is used after ray.shutdown()
@@ -183,6 +191,9 @@ class RayBackend(Backend):
             self._set_single_node = True
         import ray
 
+        if self.settings.auth_token:  # ray.init and this host's node read it from the environment
+            self._auth_before = {name: os.environ.pop(name, None) for name in AUTH_VARIABLES}
+            os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=self.settings.auth_token)
         options = self._init_options(code)
         try:
             ray.init(**options)
@@ -381,6 +392,14 @@ class RayBackend(Backend):
         with self._calls:  # waits for a poll under way (its call into Ray times out in 2 s)
             self._stop()
 
+    def _put_back_auth(self) -> None:
+        """The Ray variables as they were before start(): a cluster's token leaves with it."""
+        for name, value in (self._auth_before or {}).items():
+            os.environ.pop(name, None)
+            if value is not None:
+                os.environ[name] = value
+        self._auth_before = None
+
     def _stop(self) -> None:
         if self.ray is not None:
             if not self.settings.address:
@@ -390,6 +409,7 @@ class RayBackend(Backend):
         if self._set_single_node:
             os.environ.pop(SINGLE_NODE, None)
             self._set_single_node = False
+        self._put_back_auth()
         if self._tune_callbacks is not None:
             if self._tune_callbacks:
                 os.environ[CALLBACKS_VARIABLE] = self._tune_callbacks

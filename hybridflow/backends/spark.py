@@ -69,6 +69,8 @@ class SparkSettings(EngineSection):
                                                  "clusters, Databricks); instead of master")
     token: str | None = Field(None, description="the Spark Connect bearer token (from ${env:...}); over TLS "
                                                 "unless the server is on localhost")
+    auth_secret: str | None = Field(None, description="attached to a master with spark.authenticate: its shared "
+                                                      "secret (from ${env:...}); traffic encrypted with it")
 
     @model_validator(mode="after")
     def _one_way_to_spark(self):
@@ -102,19 +104,36 @@ _SPARK_CLASS = ("import os, sys, pyspark; bin = os.path.join(os.path.dirname(pys
                 "os.execv(os.path.join(bin, 'spark-class'), ['spark-class', *sys.argv[1:]])")
 
 
-def cluster_launch(python: str, head: str, port: int | None, name: str, idle_timeout: float) -> ClusterLaunch:
-    """A standalone master and workers, each bound to its host's address (SPARK_LOCAL_IP: their web UIs
-    too), the workers' scratch in a folder of the cluster's own."""
-    port = port or 7077
+def cluster_launch(python: str, head: str, port: int | None, name: str, idle_timeout: float,
+                   scratch: str = "") -> ClusterLaunch:
+    """A standalone master and workers, each bound to its host's address, authenticated with a secret
+    made for the cluster (spark.authenticate, its traffic encrypted), the web UIs, which cannot be
+    turned off, bound to loopback (SPARK_LOCAL_IP) on a free port, the workers' scratch in the
+    cluster's private folder."""
+    import secrets
 
-    def spark_class(host: str, *args: str) -> list[str]:
-        return ["env", f"SPARK_LOCAL_IP={host}", f"PYSPARK_PYTHON={python}", python, "-c", _SPARK_CLASS, *args]
+    port = port or 7077
+    secret = secrets.token_hex(32)
+    properties = f"{scratch}/spark-auth.properties"
+
+    def spark_class(*args: str) -> list[str]:
+        return ["env", "SPARK_LOCAL_IP=127.0.0.1", f"SPARK_LOCAL_DIRS={scratch}/spark-local",
+                f"PYSPARK_PYTHON={python}", python, "-c", _SPARK_CLASS, *args, "--webui-port", "0",
+                "--properties-file", properties]
 
     return ClusterLaunch(
         f"spark://{head}:{port}", port,
-        spark_class(head, "org.apache.spark.deploy.master.Master", "--host", head, "--port", str(port)),
-        lambda host: spark_class(host, "org.apache.spark.deploy.worker.Worker", f"spark://{head}:{port}",
-                                 "--host", host, "--work-dir", f"/tmp/hybridflow-clusters/{name}-work"))
+        spark_class("org.apache.spark.deploy.master.Master", "--host", head, "--port", str(port)),
+        lambda host: spark_class("org.apache.spark.deploy.worker.Worker", f"spark://{head}:{port}",
+                                 "--host", host, "--work-dir", f"{scratch}/spark-work"),
+        files={"spark-auth.properties": "".join(f"{key}={value}\n" for key, value in auth_conf(secret).items())},
+        attach={"auth_secret": secret}, secrets=(secret,))
+
+
+def auth_conf(secret: str) -> dict[str, str]:
+    """What a master, its workers and the application share: the secret, and encryption with it."""
+    return {"spark.authenticate": "true", "spark.authenticate.secret": secret,
+            "spark.network.crypto.enabled": "true", "spark.master.rest.enabled": "false"}
 
 
 ENGINE = Engine(
@@ -341,6 +360,8 @@ class SparkBackend(Backend):
         own = {k: str(v) for k, v in self.settings.conf.items()}
         s3 = spark_s3_conf(self.store, own, gpu_conf) if self.store is not None else {}
         conf = {**default_conf(self.master, self._driver or "127.0.0.1"), **gpu_conf, **s3, **own}
+        if self.settings.auth_secret:  # never in the conf of result_settings: a secret made per run
+            conf.update(auth_conf(self.settings.auth_secret))
         conf.update(redaction_conf(conf, self.secrets))
         driver = "spark.driver.extraJavaOptions"  # before the pipeline's own: the JVM takes the last of a flag
         conf[driver] = f"{DRIVER_JIT} {conf.get(driver, '')}".strip()
@@ -365,7 +386,8 @@ class SparkBackend(Backend):
             raise UnavailableError("a SparkSession is already running in this process",
                                    hint="stop it before running a pipeline with backend: spark")
         conf = self._session_conf()
-        secret = {k: v for k, v in conf.items() if any(value in v for value in self.secrets)}
+        hidden = [*self.secrets, *filter(None, [self.settings.auth_secret])]
+        secret = {k: v for k, v in conf.items() if any(value in v for value in hidden)}
         builder = SparkSession.builder.master(self.master)
         for key, value in conf.items():
             if key not in secret:  # pyspark puts these on the JVM's command line, which anyone can read

@@ -206,13 +206,15 @@ class EnginePool:
         settings = self._settings(name)
         cluster = cluster_spec(self.pipeline, name)
         clock = time.monotonic()
+        made: tuple[str, ...] = ()
         if cluster is not None:
             with self.timeline.span(CLUSTER_UP, detail=name) as facts:
                 brought = self.clusters.bring_up(name, cluster, niceness=BACKGROUND_NICENESS if behind else 0)
                 facts["nodes"] = cluster_nodes(brought)
-                settings = settings.attached_to(brought["address"])
+                attach, made = self.clusters.credentials(name)  # the run's own, for its own cluster
+                settings = settings.attached_to(brought["address"], **attach)
         engine = registry.create(name, settings, self.log_dir,
-                                 gpu=self.gpu(name), secrets=self.pipeline.secrets,
+                                 gpu=self.gpu(name), secrets=[*self.pipeline.secrets, *made],
                                  store=self.pipeline.store if self.pipeline.uses_object_storage else None)
         self._started[name] = engine  # stopped at the end even if it only half started
         try:

@@ -7,7 +7,8 @@ What in-process teardown cannot survive (a kill -9, an OOM kill) the workdir rec
 recorded there before it is brought up and the record removed once it is down, and every run starts
 by taking down the clusters recorded by runs that are no longer alive (`hybridflow clusters reap`
 does the same on demand). Under the pipeline's lock no other run is alive, so every record found
-then belongs to a dead one.
+then belongs to a dead one, except a `--watch` session's: it keeps its clusters up between its runs,
+outside the lock, and its records name it (host, pid, start time) as alive.
 
 Two providers say how: `ssh` (sshclusters: the engine's own cluster processes on the team's hosts),
 and `command`: the team's own `up` and `down` commands, which is how Terraform, `kubectl apply`, `ray
@@ -41,6 +42,10 @@ from ..errors import UnavailableError, first_line
 from .clustercommands import TAG, Outcome, ended
 
 log = logging.getLogger("hybridflow")
+_COMMAND = "HYBRIDFLOW_CLUSTER_COMMAND"
+# bash runs the command held in the environment, which the processes it starts do not inherit
+_FROM_ENVIRONMENT = f'command=${_COMMAND}; unset {_COMMAND}; eval "$command"'
+
 @dataclass
 class RunClusters:
     """The clusters of one run, by engine."""
@@ -52,6 +57,7 @@ class RunClusters:
     up_clusters: dict[str, dict[str, Any]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # teardowns that failed: said at the run's end
     tethers: dict[str, list] = field(default_factory=dict)  # ssh provider: each engine's hosts' tethers
+    launches: dict[str, Any] = field(default_factory=dict)  # ssh provider: each engine's ClusterLaunch (credentials)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def bring_up(self, engine: str, spec, niceness: int = 0) -> dict[str, Any]:
@@ -62,20 +68,22 @@ class RunClusters:
         key = f"{self.run_id}-{engine}"
         record = {"run_id": self.run_id, "pipeline": self.pipeline.name, "engine": engine, "provider": spec.provider,
                   "name": cluster_name(self.pipeline.name, self.run_id, engine), "state": "starting",
-                  "runner": {"host": socket.gethostname(), "pid": os.getpid()}, "created_at": now_text()}
+                  "runner": this_runner(), "created_at": now_text()}
         self.records.put(key, record)
         with self._lock:
             self.up_clusters[engine] = record
         try:
             if spec.provider == "ssh":
-                from .sshclusters import ssh_up
+                from .sshclusters import launch_for, ssh_up
 
+                launch = launch_for(engine, spec, record["name"])  # credentials made for this cluster
                 with self._lock:
                     tethers = self.tethers.setdefault(engine, [])
-                cluster = ssh_up(engine, spec, record, self._log(engine), tethers, niceness)
+                    self.launches[engine] = launch
+                cluster = ssh_up(engine, spec, record, self._log(engine), tethers, niceness, self.redact, launch)
             else:
                 outcome = run_command(spec.up, cluster_env(record), spec.up_timeout, self._log(engine), "up",
-                                      self.pipeline.root)
+                                      self.pipeline.root, self.redact)
                 cluster = parsed_cluster(engine, outcome, spec.up_timeout, self._log(engine))
         except BaseException:  # a failed `up`, a timeout, a stop request: whatever it got as far as making
             self.take_down(engine, spec)
@@ -84,6 +92,19 @@ class RunClusters:
         record.update(state="up", cluster=cluster, up_at=now_text())
         self.records.put(key, record)
         return cluster
+
+    def credentials(self, engine: str) -> tuple[dict[str, Any], tuple[str, ...]]:
+        """What the engine's settings get to attach to the cluster brought up for it (beside its
+        address), and the values among them to redact: none for a `command` provider's."""
+        with self._lock:
+            launch = self.launches.get(engine)
+        return (dict(launch.attach), launch.secrets) if launch is not None else ({}, ())
+
+    def redact(self, text: str) -> str:
+        """The pipeline's redaction, and the credentials made for this run's clusters."""
+        with self._lock:
+            made = [secret for launch in self.launches.values() for secret in launch.secrets]
+        return self.pipeline.redact_with([*self.pipeline.secrets, *made])(text)
 
     def take_down(self, engine: str, spec) -> None:
         """Run `down` for the engine's cluster (bounded by its timeout). Done: the record goes. Failed or
@@ -96,12 +117,15 @@ class RunClusters:
         with self._lock:
             record = self.up_clusters.pop(engine, None)
             tethers = self.tethers.pop(engine, [])
+            self.launches.pop(engine, None)
+
+        redact = self.redact  # with this cluster's credentials, which the engine no longer holds
 
         def down() -> None:
             if record is None:
                 return
             try:
-                problem = tear_down(record, spec, self._log(engine), self.pipeline.root, self.records)
+                problem = tear_down(record, spec, self._log(engine), self.pipeline.root, self.records, redact)
             finally:
                 if tethers:
                     from .sshclusters import untether
@@ -113,6 +137,32 @@ class RunClusters:
 
     def _log(self, engine: str) -> Path:
         return self.log_dir / f"cluster-{engine}.log"
+
+
+def this_runner() -> dict[str, Any]:
+    """What says which process brought a cluster up: its host, its pid, and when it started (a pid
+    reused by another process since is not it)."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "started": _started(os.getpid())}
+
+
+def runner_alive(runner: Any) -> bool:
+    """Whether the process that brought a cluster up still runs (on this host: one elsewhere cannot
+    be asked, and its tethers end its clusters if it died)."""
+    if not isinstance(runner, dict) or runner.get("host") != socket.gethostname():
+        return False
+    pid = runner.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    started = _started(pid)
+    return started is not None and runner.get("started", started) == started
+
+
+def _started(pid: int) -> int | None:
+    """A process's start time (clock ticks after boot), None when it is gone."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def cluster_nodes(cluster: dict[str, Any]) -> int | None:
@@ -137,14 +187,17 @@ def cluster_env(record: dict[str, Any]) -> dict[str, str]:
     return env
 
 
-def tear_down(record: dict[str, Any], spec, log_file: Path, cwd: Path, records) -> str | None:
-    """`down` for a recorded cluster; None when it is down (and its record removed), else what went wrong."""
+def tear_down(record: dict[str, Any], spec, log_file: Path, cwd: Path, records,
+              redact: Callable[[str], str] | None = None) -> str | None:
+    """`down` for a recorded cluster; None when it is down (and its record removed), else what went
+    wrong. What it writes to `log_file` passes through `redact` (default the records' own redaction)."""
+    redact = redact or records.redact
     if spec.provider == "ssh":
         from .sshclusters import ssh_down
 
-        problem = ssh_down(record, spec, log_file)
+        problem = ssh_down(record, spec, log_file, redact)
     else:
-        problem = _command_down(record, spec, log_file, cwd)
+        problem = _command_down(record, spec, log_file, cwd, redact)
     key = f"{record['run_id']}-{record['engine']}"
     if problem is None:
         records.delete(key)
@@ -154,16 +207,17 @@ def tear_down(record: dict[str, Any], spec, log_file: Path, cwd: Path, records) 
     return problem
 
 
-def _command_down(record: dict[str, Any], spec, log_file: Path, cwd: Path) -> str | None:
-    outcome = run_command(spec.down, cluster_env(record), spec.down_timeout, log_file, "down", cwd)
+def _command_down(record: dict[str, Any], spec, log_file: Path, cwd: Path, redact) -> str | None:
+    outcome = run_command(spec.down, cluster_env(record), spec.down_timeout, log_file, "down", cwd, redact)
     if outcome.returncode == 0:
         return None
     if outcome.returncode is None:
         return (f"the {record['engine']} cluster of run {record['run_id']}: `down` did not finish within "
                 f"{spec.down_timeout:g} s and was killed; the cluster may still be up (see {log_file}; "
                 f"hybridflow clusters reap tries again)")
+    said = outcome.output.strip().splitlines()
     return (f"the {record['engine']} cluster of run {record['run_id']}: `down` exited {outcome.returncode}: "
-            f"{first_line(outcome.output.strip().splitlines()[-1] if outcome.output.strip() else '')} (see {log_file}; "
+            f"{first_line(redact(said[-1]) if said else '')} (see {log_file}; "
             f"hybridflow clusters reap tries again)")
 
 
@@ -187,13 +241,16 @@ def parsed_cluster(engine: str, outcome: Outcome, timeout: float, log_file: Path
     return cluster
 
 
-def run_command(command: str, env: dict[str, str], timeout: float, log_file: Path, what: str, cwd: Path) -> Outcome:
+def run_command(command: str, env: dict[str, str], timeout: float, log_file: Path, what: str, cwd: Path,
+                redact: Callable[[str], str] = lambda text: text) -> Outcome:
     """`command` with bash, in a session of its own (a timeout kills all of it), its output appended to
-    `log_file` and returned."""
+    `log_file` (through `redact`) and returned. The command, its ${env:...} values expanded, reaches
+    bash through the environment: on a command line anyone on this machine could read it in `ps`."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as out:
-        out.write(f"--- {what} at {now_text()}: {command}\n".encode())
-    process = subprocess.Popen(["bash", "-c", command], cwd=cwd, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
+        out.write(redact(f"--- {what} at {now_text()}: {command}\n").encode())
+    process = subprocess.Popen(["bash", "-c", _FROM_ENVIRONMENT], cwd=cwd,
+                               env={**os.environ, **env, _COMMAND: command}, stdin=subprocess.DEVNULL,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     chunks: list[bytes] = []
     reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: process.stdout.read(65536), b"")),
@@ -210,7 +267,7 @@ def run_command(command: str, env: dict[str, str], timeout: float, log_file: Pat
     reader.join(1)  # a daemon it started may hold the pipe open: what it printed by its exit is read
     outcome = Outcome(returncode, b"".join(chunks).decode(errors="replace"))
     with open(log_file, "ab") as out:
-        out.write(f"{outcome.output}--- {what} {ended(outcome)}\n".encode())
+        out.write(redact(f"{outcome.output}--- {what} {ended(outcome)}\n").encode())
     return outcome
 
 
@@ -241,13 +298,14 @@ def cluster_spec(pipeline, engine: str):
 
 
 def reap(pipeline, records, log_file: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """Take down every cluster recorded in the workdir; only ever under the pipeline's lock, where no
-    run is alive, so each belongs to a run that died. Returns the records taken down, and what could
-    not be (their records stay, for the next try)."""
+    """Take down every cluster recorded in the workdir by a process no longer alive; only ever under the
+    pipeline's lock, where no run is, so each belongs to a run that died (a live watch session's, kept
+    between its runs, are left alone). Returns the records taken down, and what could not be (their
+    records stay, for the next try)."""
     reaped, problems = [], []
     for key, record in records.all().items():
-        if record.get("runner") == {"host": socket.gethostname(), "pid": os.getpid()}:
-            continue  # this process's own (a watch session keeps its clusters between runs)
+        if runner_alive(record.get("runner")):
+            continue  # this process's own, or a live watch session's, which keeps its clusters between runs
         spec = cluster_spec(pipeline, record.get("engine", ""))
         if spec is None:
             problems.append(f"the {record.get('engine')} cluster of run {record.get('run_id')}: the pipeline no "

@@ -1,11 +1,14 @@
 """The `ssh` cluster provider: the engine's own cluster processes (the engine plugin's cluster_launch
 says which: a Dask scheduler and workers, a Spark master and workers, a Ray head and nodes) started on
 the team's hosts over SSH, each bound to its host's address, in a session of its own, with its output
-to /tmp/hybridflow-clusters/<name>-<role>.log there and HYBRIDFLOW_CLUSTER_NAME in its environment.
+in the cluster's private folder there (scratch(): mode 0700, made for the cluster, refused when another
+user holds it) and HYBRIDFLOW_CLUSTER_NAME in its environment. The cluster is authenticated with
+credentials made for the run (the engine's ClusterLaunch: files written into that folder, mode 0600).
 
 Taking a cluster down ends every process on each host whose environment carries the cluster's name
-(what the launched processes started too), and brings their logs into the run's cluster-<engine>.log.
-The script each host runs is sent on ssh's input: `env:` values (credentials) are on no command line.
+(what the launched processes started too), brings their logs into the run's cluster-<engine>.log
+(redacted, like every log) and removes the folder. The script each host runs is sent on ssh's input:
+`env:` values and the credentials are on no command line.
 
 Each host is also tethered to the runner before anything starts there: an SSH session whose remote end
 reads until the runner's end closes, then ends the cluster's processes on that host. The runner closes
@@ -26,12 +29,23 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import UnavailableError, first_line
 from .clustercommands import TAG, Outcome, ended
 
-REMOTE_LOGS = "/tmp/hybridflow-clusters"
+SCRATCH_ROOT = "/tmp"
+
+# what every script run for a cluster on a host starts with: its private folder, this user's own
+_PRIVATE = r'''umask 077
+scratch=%(scratch)s
+mkdir -p "$scratch" 2>/dev/null
+if [ -L "$scratch" ] || [ ! -O "$scratch" ]; then
+  echo "$scratch on $(hostname) is not a folder of this user's own (another user's, or a link): refusing it" >&2
+  exit 1
+fi
+chmod 700 "$scratch"
+'''
 
 # what a host runs to end a cluster's processes: every one whose environment carries its name, TERM then KILL
 _END = r'''name=%(name)s
@@ -43,49 +57,72 @@ if [ -n "$pids" ]; then kill -TERM $pids 2>/dev/null || true; fi
 for _ in $(seq %(tries)d); do pids=$(tagged); [ -z "$pids" ] && break; sleep 0.2; done
 if [ -n "$pids" ]; then kill -KILL $pids 2>/dev/null || true; fi
 '''
-# a teardown: the processes ended, then their logs printed (and removed), and their scratch removed
-_SWEEP = _END + r'''for log in %(logs)s/"$name"-*.log; do
-  if [ -e "$log" ]; then echo "=== $(hostname): $log"; tail -c 200000 "$log"; rm -f "$log"; fi
-done
-rm -rf %(logs)s/"$name"-work
+# a teardown: the processes ended, then their logs printed, and the cluster's folder removed
+_SWEEP = _END + r'''scratch=%(scratch)s
+if [ -d "$scratch" ] && [ -O "$scratch" ] && [ ! -L "$scratch" ]; then
+  for log in "$scratch"/*.log; do
+    if [ -e "$log" ]; then echo "=== $(hostname): $log"; tail -c 200000 "$log"; fi
+  done
+  rm -rf "$scratch"
+fi
 '''
 
 
+Redact = Callable[[str], str]
+
+
+def _verbatim(text: str) -> str:
+    return text
+
+
+def scratch(name: str) -> str:
+    """The cluster's private folder on each of its hosts: named after the cluster (two pipelines', two
+    runs' never meet), short (Ray's socket paths under it must fit in 107 bytes)."""
+    import hashlib
+
+    return f"{SCRATCH_ROOT}/hf-{hashlib.sha256(name.encode()).hexdigest()[:12]}"
+
+
 def ssh_up(engine: str, spec, record: dict[str, Any], log_file: Path,
-           tethers: list[subprocess.Popen] | None = None, niceness: int = 0) -> dict[str, Any]:
+           tethers: list[subprocess.Popen] | None = None, niceness: int = 0,
+           redact: Redact = _verbatim, launch=None) -> dict[str, Any]:
     """Start the engine's head on the head host, wait until it answers, then its workers. `tethers`:
     where the hosts' tethers go, each started before anything else on its host (None: untethered).
     `niceness`: the processes' CPU priority, lowered for a cluster brought up behind a running stage
-    (Dask's and Ray's clusters coming up took the Spark stage's read from 2.3 s to 9.4 s)."""
-    launch = _launch(engine, spec, record["name"])
+    (Dask's and Ray's clusters coming up took the Spark stage's read from 2.3 s to 9.4 s). `redact`:
+    what every line written to `log_file` passes through. `launch`: the engine's ClusterLaunch for
+    it (launch_for(); default a fresh one), whose credentials the driver attaches with."""
+    launch = launch or launch_for(engine, spec, record["name"])
+    redact = _with_secrets(redact, launch.secrets)
     deadline = time.monotonic() + spec.up_timeout
     if niceness > 0:
         launch = dataclasses.replace(launch, head=["nice", "-n", str(niceness), *launch.head],
                                      worker=lambda host, of=launch.worker: ["nice", "-n", str(niceness), *of(host)])
     if tethers is not None:
         tethers += [_tether(spec, host.host, record["name"], launch, log_file) for host in spec.hosts]
-    _ssh_start(engine, spec, spec.head, [*launch.head, *spec.head_args], record["name"], "head", log_file)
+    start = _Start(engine, spec, record["name"], launch.files, log_file, redact)
+    head = start(spec.head, [*launch.head, *spec.head_args], "head")
+    _prove_head(engine, spec, record["name"], head, launch.port, deadline, log_file, redact)
     _wait_for_port(engine, spec.head, launch.port, deadline, log_file)
     with ThreadPoolExecutor(max_workers=len(spec.workers)) as pool:  # side by side; a failure is raised here
-        list(pool.map(lambda host: _ssh_start(engine, spec, host, [*launch.worker(host), *spec.worker_args],
-                                              record["name"], f"worker-{host}", log_file), spec.workers))
+        list(pool.map(lambda host: start(host, [*launch.worker(host), *spec.worker_args], f"worker-{host}"),
+                      spec.workers))
     return {"address": launch.address, "hosts": [h.host for h in spec.hosts]}
 
 
-def ssh_down(record: dict[str, Any], spec, log_file: Path) -> str | None:
+def ssh_down(record: dict[str, Any], spec, log_file: Path, redact: Redact = _verbatim) -> str | None:
     """End the cluster's processes on each of its hosts, side by side; None when every host did."""
     import shlex
 
     hosts = (record.get("cluster") or {}).get("hosts") or [h.host for h in spec.hosts]
-    script = _SWEEP % {"name": shlex.quote(record["name"]), "logs": REMOTE_LOGS,
-                       "tries": _tries(_launch(record["engine"], spec, record["name"]))}
+    script = _SWEEP % {"name": shlex.quote(record["name"]), "scratch": shlex.quote(scratch(record["name"])),
+                       "tries": _tries(launch_for(record["engine"], spec, record["name"]).grace)}
     hosts = list(dict.fromkeys(hosts))
     with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
         outcomes = dict(zip(hosts, pool.map(lambda host: _ssh_run(spec, host, script, spec.down_timeout,
                                                                    record["name"]), hosts)))
-    with open(log_file, "ab") as out:
-        for host, outcome in outcomes.items():
-            out.write(f"--- down on {host}: {ended(outcome)}\n{outcome.output}".encode())
+    for host, outcome in outcomes.items():
+        _append(log_file, f"--- down on {host}: {ended(outcome)}\n{outcome.output}", redact)
     failed = [host for host, outcome in outcomes.items() if outcome.returncode != 0]
     if not failed:
         return None
@@ -109,26 +146,38 @@ def untether(tethers: list[subprocess.Popen], timeout: float = 30) -> None:
             tether.wait()
 
 
-def _launch(engine: str, spec, name: str):
-    """How the engine's cluster processes are started (backends.ClusterLaunch)."""
+def launch_for(engine: str, spec, name: str):
+    """How the engine's cluster processes are started (backends.ClusterLaunch), with credentials made now."""
     from .. import registry
 
     launch_of = registry.engine(engine).cluster_launch
     if launch_of is None:
         raise UnavailableError(f"the {engine} engine has no cluster of its own to start over SSH",
                                hint=f"bring it up with backends.{engine}.cluster.provider: command")
-    return launch_of(spec.python or sys.executable, spec.head, spec.head_port, name, spec.idle_timeout)
+    return launch_of(spec.python or sys.executable, spec.head, spec.head_port, name, spec.idle_timeout, scratch(name))
 
 
-def _tries(launch) -> int:
+def _tries(grace: float) -> int:
     """How many 0.2 s waits for the processes to end on SIGTERM, before SIGKILL."""
-    return max(1, round(launch.grace / 0.2))
+    return max(1, round(grace / 0.2))
+
+
+def _with_secrets(redact: Redact, secrets: tuple[str, ...]) -> Redact:
+    from ..spec.pipeline import Pipeline
+
+    made = Pipeline.redact_with(secrets)
+    return lambda text: redact(made(text))
+
+
+def _append(log_file: Path, text: str, redact: Redact) -> None:
+    with open(log_file, "ab") as out:
+        out.write(redact(text).encode())
 
 
 def _tether(spec, host: str, name: str, launch, log_file: Path) -> subprocess.Popen:
     import shlex
 
-    script = "cat > /dev/null\n" + _END % {"name": shlex.quote(name), "tries": _tries(launch)}
+    script = "cat > /dev/null\n" + _END % {"name": shlex.quote(name), "tries": _tries(launch.grace)}
     command = _ssh_command(spec, host, ["-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4"])
     with open(log_file, "ab") as out:  # its end: `cat` returned on the host and the processes ended there
         out.write(f"--- tethered to {host}\n".encode())
@@ -136,21 +185,87 @@ def _tether(spec, host: str, name: str, launch, log_file: Path) -> subprocess.Po
                                 stderr=subprocess.STDOUT, start_new_session=True, env=_helper_env(name))
 
 
-def _ssh_start(engine: str, spec, host: str, argv: list[str], name: str, role: str, log_file: Path) -> None:
+@dataclasses.dataclass
+class _Start:
+    """Starts one of a cluster's processes on a host: its private folder made (or found this user's
+    own), the credentials written there, the process started with its output in a log there."""
+
+    engine: str
+    spec: Any
+    name: str
+    files: dict[str, str]
+    log_file: Path
+    redact: Redact
+
+    def __call__(self, host: str, argv: list[str], role: str) -> int:
+        """The process's id on the host."""
+        import shlex
+
+        folder = scratch(self.name)
+        exports = "".join(f"export {key}={shlex.quote(value)}\n" for key, value in self.spec.env.items())
+        # printf is bash's own: no process of its own whose command line would show the content
+        files = "".join(f"printf %s {shlex.quote(content)} > {shlex.quote(f'{folder}/{file}')}\n"
+                        for file, content in self.files.items())
+        log = shlex.quote(f"{folder}/{role}.log")
+        script = (f"export {TAG}={shlex.quote(self.name)}\n{exports}"
+                  f"{_PRIVATE % {'scratch': shlex.quote(folder)}}{files}"
+                  f"setsid nohup {shlex.join(argv)} > {log} 2>&1 < /dev/null &\necho started $!\n")
+        outcome = _ssh_run(self.spec, host, script, self.spec.up_timeout, self.name)
+        _append(self.log_file, f"--- {role} on {host}: {shlex.join(argv)}: {ended(outcome)}\n{outcome.output}",
+                self.redact)
+        if outcome.returncode != 0:
+            said = [self.redact(line) for line in outcome.output.splitlines() if line.strip()]
+            raise UnavailableError(f"the {self.engine} cluster: starting its {role.split('-')[0]} on {host} over "
+                                   f"SSH {ended(outcome)}: {first_line(said[-1]) if said else 'it said nothing'}",
+                                   hint=f"see {self.log_file}")
+        started = [line.split()[1] for line in outcome.output.splitlines() if line.startswith("started ")]
+        return int(started[-1]) if started and started[-1].isdigit() else 0
+
+
+def _prove_head(engine: str, spec, name: str, pid: int, port: int, deadline: float, log_file: Path,
+                redact: Redact) -> None:
+    """Wait, on the head's host, until the head process started there holds its port, before anything
+    attaches to that port: a head that exited (a wrong `python:`, a port it could not bind) fails with
+    what it said, at once; a port held by a process not of this cluster (another run's cluster, a
+    stranger's service) fails naming host and port, instead of attaching to it."""
     import shlex
 
-    exports = "".join(f"export {key}={shlex.quote(value)}\n" for key, value in spec.env.items())
-    log = f"{REMOTE_LOGS}/{name}-{role}.log"
-    script = (f"export {TAG}={shlex.quote(name)}\n{exports}mkdir -p {REMOTE_LOGS} && chmod 700 {REMOTE_LOGS}\n"
-              f"setsid nohup {shlex.join(argv)} > {shlex.quote(log)} 2>&1 < /dev/null &\necho started $!\n")
-    outcome = _ssh_run(spec, host, script, spec.up_timeout, name)
-    with open(log_file, "ab") as out:
-        out.write(f"--- {role} on {host}: {shlex.join(argv)}: {ended(outcome)}\n{outcome.output}".encode())
-    if outcome.returncode != 0:
-        said = [line for line in outcome.output.splitlines() if line.strip()]
-        raise UnavailableError(f"the {engine} cluster: starting its {role.split('-')[0]} on {host} over SSH "
-                               f"{ended(outcome)}: {first_line(said[-1]) if said else 'it said nothing'}",
-                               hint=f"see {log_file}")
+    script = _PROOF % {"name": shlex.quote(name), "pid": pid, "port": port,
+                       "log": shlex.quote(f"{scratch(name)}/head.log"),
+                       "tries": max(1, round((deadline - time.monotonic()) / 0.2))}
+    outcome = _ssh_run(spec, spec.head, script, max(1.0, deadline - time.monotonic()) + 10, name)
+    said = [redact(line) for line in outcome.output.splitlines() if line.strip()]
+    if outcome.returncode == 0:
+        return
+    _append(log_file, f"--- the head on {spec.head}: {ended(outcome)}\n" + "".join(f"{line}\n" for line in said),
+            _verbatim)
+    if outcome.returncode == _TAKEN:
+        raise UnavailableError(f"the {engine} cluster's head on {spec.head}: port {port} there is held by a process "
+                               f"not of this cluster (another run's cluster, or another service)",
+                               hint=f"free the port, or set backends.{engine}.cluster.head_port to a free one")
+    if outcome.returncode == _EXITED:
+        raise UnavailableError(f"the {engine} cluster's head on {spec.head} exited at once: "
+                               f"{first_line(said[-1]) if said else 'it said nothing'}", hint=f"see {log_file}")
+    raise UnavailableError(f"the {engine} cluster's head on {spec.head} did not answer on port {port} within "
+                           f"{spec.up_timeout:g} s", hint=f"see {log_file}")
+
+
+_TAKEN, _EXITED = 3, 4
+# run on the head's host: the head process alive, and the holder of its port one of the cluster's processes
+_PROOF = r'''name=%(name)s
+for _ in $(seq %(tries)d); do
+  holders=$(ss -Hltnp "sport = :%(port)d" 2>/dev/null)
+  if [ -n "$holders" ]; then
+    for holder in $(echo "$holders" | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u); do
+      if grep -qxzF "HYBRIDFLOW_CLUSTER_NAME=$name" /proc/"$holder"/environ 2>/dev/null; then exit 0; fi
+    done
+    echo "$holders"; exit 3
+  fi
+  if ! kill -0 %(pid)d 2>/dev/null; then tail -n 20 %(log)s 2>/dev/null; exit 4; fi
+  sleep 0.2
+done
+exit 5
+'''
 
 
 def _ssh_command(spec, host: str, options: list[str] = ()) -> list[str]:
@@ -186,5 +301,6 @@ def _wait_for_port(engine: str, host: str, port: int, deadline: float, log_file:
         except OSError:
             if time.monotonic() > deadline:
                 raise UnavailableError(f"the {engine} cluster's head on {host} did not answer on port {port}",
-                                       hint=f"see {log_file}, and the head's log in {REMOTE_LOGS} there") from None
+                                       hint=f"see {log_file}, and the head's log in the cluster's folder "
+                                            f"{SCRATCH_ROOT}/hf-* there") from None
             time.sleep(0.2)

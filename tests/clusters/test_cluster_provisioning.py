@@ -130,7 +130,8 @@ def provisioned(tmp_path):
     (project.root / "up.sh").write_text(UP)
     (project.root / "down.sh").write_text(ALIVE + DOWN)
     (project.root / "hang.sh").write_text("sleep 600\n")
-    (project.root / "fail.sh").write_text('echo "quota exceeded for m5.xlarge in eu-west-1" >&2\n'
+    (project.root / "fail.sh").write_text('echo "signing in with $CLOUD_TOKEN"; ps -eo args > "$STATE/ps"\n'
+                                          'echo "quota exceeded for m5.xlarge in eu-west-1" >&2\n'
                                           'touch "$STATE/up-failed"; exit 3\n')
     (project.root / "down-after-failure.sh").write_text('touch "$STATE/down-after-failure"\n')
     started: list[subprocess.Popen] = []
@@ -236,12 +237,20 @@ def scheduler_log(state: Path) -> str:
 
 
 def test_an_up_that_fails_is_one_line_exit_69_and_leaves_nothing_behind(provisioned):
+    """Its command, a credential expanded in it, is on no command line (`ps` while it ran) and, with
+    what it printed, in no log."""
     project, state, hf = provisioned
-    pipeline(project, up="fail.sh", down="down-after-failure.sh")
-    run = hf("run", "pipeline.yaml")
+    token = "cloud-token-8f2e61c0d9"
+    project.pipeline(PIPELINE.format(up="fail.sh", down="down-after-failure.sh", down_timeout=30, double="double",
+                                     timeout="").replace("up: bash fail.sh",
+                                                         "up: CLOUD_TOKEN=${env:CLOUD_TOKEN} bash fail.sh || exit $?"))
+    run = hf("run", "pipeline.yaml", env={"CLOUD_TOKEN": token})
     assert run.returncode == ExitCode.UNAVAILABLE, run.stdout
     assert "the dask cluster's `up` exited 3: quota exceeded for m5.xlarge in eu-west-1" in run.stdout
     assert "Traceback" not in run.stdout
+    logs = next(project.root.rglob("cluster-dask.log")).read_text()
+    assert "signing in with" in logs and token not in logs and token not in run.stdout
+    assert "bash fail.sh" in (state / "ps").read_text() and token not in (state / "ps").read_text()
     assert (state / "up-failed").exists() and (state / "down-after-failure").exists()  # down cleans up after it
     assert records(project) == []
     assert Catalog(project.home("provisioned")).current("doubled") is None
@@ -328,7 +337,8 @@ def test_a_cluster_section_is_checked_where_it_is_written(tmp_path):
 
 
 def test_a_watch_session_takes_the_old_cluster_down_when_it_restarts_its_engine(provisioned, tmp_path, monkeypatch):
-    """A watch session keeps its engines (and their clusters) between runs; one whose settings changed
+    """A watch session keeps its engines (and their clusters) between runs, which `clusters reap` (as
+    every other run of the pipeline) leaves alone while the session lives; one whose settings changed
     restarts with a fresh cluster, and the old one goes down then, not at the session's end."""
     from hybridflow.api import load
     from hybridflow.execution.provisioning import RunClusters
@@ -336,7 +346,7 @@ def test_a_watch_session_takes_the_old_cluster_down_when_it_restarts_its_engine(
     from hybridflow.execution.warmpool import WarmPool
     from hybridflow.store.clusterrecords import open_records
 
-    project, state, _ = provisioned
+    project, state, hf = provisioned
     monkeypatch.setenv("STATE", str(state))
     monkeypatch.setenv("BIN", str(BIN))
     pipeline(project)
@@ -349,6 +359,9 @@ def test_a_watch_session_takes_the_old_cluster_down_when_it_restarts_its_engine(
         warm.for_run(loaded, list(loaded.stages), logs, signals=SignalState(), clusters=clusters).get("dask")
         cluster = Path((state / "latest").read_text().strip())
         first = [int((cluster / f"{name}.pid").read_text()) for name in ("scheduler", "worker")]
+        reaped = hf("clusters", "reap", "pipeline.yaml")  # between the session's runs: the lock is free
+        assert reaped.returncode == 0 and "took down" not in reaped.stdout, reaped.stdout
+        assert all(alive(pid) for pid in first) and len(records(project)) == 1
         pipeline(project, down_timeout=31)  # the cluster section changed: a fresh engine and cluster
         changed = load(project.root / "pipeline.yaml")
         warm.for_run(changed, list(changed.stages), tmp_path / "logs", signals=SignalState()).get("dask")

@@ -4,14 +4,19 @@ openssh-server, started here on the host's address with a key made for the test)
 where an empty tmpfs covers PRIVATE, where the project and hybridflow's local cache lie: the hosts share
 no filesystem with the runner, and the workdir is on an S3 server at 10.213.0.1. A python -> Spark ->
 Dask -> Ray pipeline brings all three clusters up over SSH and gives the embedded run's answer; Spark's
-cluster is gone while the Ray stage runs; after the run no process tagged with its clusters' names is
-left on any host and no listener was on a wildcard address (Ray's exception aside). After a kill -9 of
+cluster is gone while the Ray stage runs; while each engine's stage runs, a client on another host
+without the run's credentials is refused by its cluster, whose folder on the hosts is 0700 (its
+credentials 0600); no credential is in any command line, output, local file or the workdir; after the
+run no process tagged with its clusters' names is left on any host, their folders are gone, and no
+listener was on a wildcard address (Ray's exception aside). A head that cannot be the cluster's own (a
+wrong python, a port a stranger holds, a folder another user holds) fails at once. After a kill -9 of
 the runner, each host's tether ends the Dask and Spark clusters there, and `clusters reap` takes their
 records and brings their logs back; a Dask cluster nobody uses ends itself at its idle timeout, with
 no runner, tether or reaper. Needs root and openssh-server."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -20,20 +25,23 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from hybridflow.data.storage import ObjectPath, StoreSettings
+from hybridflow.execution.sshclusters import scratch
 from hybridflow.store.objectcatalog import ObjectCatalog
 from tests.clusters import test_multihost as multihost
-from tests.clusters.test_multihost import DRIVER_ADDRESS, RAY_ENV, outputs, run_cli, wrong_listeners
+from tests.clusters.test_multihost import DRIVER_ADDRESS, outputs, run_cli, wrong_listeners
 from tests.objectstore.test_s3_workdir import statuses
 from tests.support.netns import Topology, netns_unavailable
 from tests.support.projects import Project
 from tests.support.s3server import S3Server
 from tests.support.sshhosts import CLIENT_OPTIONS, SSHD, start_sshd, three_host_cluster
+from tests.support.strangers import port_open, try_dask, try_ray, try_spark
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -66,6 +74,35 @@ def ray_scale_counting_spark(totals):
                               batch_format="pandas")
 
 
+def wait_for_the_stranger(engine):
+    """Hold the stage (its cluster up) while the test tries the cluster from another host without
+    the run's credentials."""
+    import os
+    import time
+    from pathlib import Path
+
+    folder = Path(os.environ["HF_STRANGER"])
+    (folder / f"{engine}.up").touch()
+    deadline = time.monotonic() + 300
+    while not (folder / f"{engine}.done").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def spark_square_tried(numbers):
+    wait_for_the_stranger("spark")
+    return spark_square(numbers)
+
+
+def dask_total_tried(squares):
+    wait_for_the_stranger("dask")
+    return dask_total(squares)
+
+
+def ray_scale_tried(totals):
+    wait_for_the_stranger("ray")
+    return ray_scale_counting_spark(totals)
+
+
 def dask_slow(numbers):
     import time
     time.sleep(600)
@@ -95,9 +132,9 @@ backends:
     cluster: {ray}
 stages:
   make: {{run: "mypkg.steps:make", outputs: [numbers]}}
-  squares: {{run: "mypkg.steps:spark_square", backend: spark, inputs: [numbers], outputs: [squares]}}
-  totals: {{run: "mypkg.steps:dask_total", backend: dask, inputs: [squares], outputs: [totals]}}
-  scaled: {{run: "mypkg.steps:ray_scale_counting_spark", backend: ray, inputs: [totals], outputs: [scaled]}}
+  squares: {{run: "mypkg.steps:spark_square_tried", backend: spark, inputs: [numbers], outputs: [squares]}}
+  totals: {{run: "mypkg.steps:dask_total_tried", backend: dask, inputs: [squares], outputs: [totals]}}
+  scaled: {{run: "mypkg.steps:ray_scale_tried", backend: ray, inputs: [totals], outputs: [scaled]}}
 '''
 
 KILLED = '''
@@ -173,7 +210,62 @@ def tagged(prefix: str) -> list[int]:
 
 
 def hf_env(s3: S3Server, private: Path) -> dict[str, str]:
-    return {**s3.env(), "HYBRIDFLOW_CACHE": str(private / "cache"), **RAY_ENV}
+    return {**s3.env(), "HYBRIDFLOW_CACHE": str(private / "cache")}
+
+
+CREDENTIALS = {"spark": ["spark-auth.properties"], "dask": ["dask-key.pem"], "ray": ["ray-token"]}
+
+
+class Stranger(threading.Thread):
+    """While each engine's stage holds its cluster up: the cluster's folders on the hosts (their modes,
+    the credentials in them), and what a client on another host (this one, 10.213.0.1) without the
+    run's credentials gets from it."""
+
+    def __init__(self, folder: Path, head: str) -> None:
+        super().__init__(daemon=True)
+        self.folder, self.head = folder, head
+        self.folders: dict[str, dict[str, int]] = {}  # folder -> its mode and each file's
+        self.secrets: set[str] = set()
+        self.tried: dict[str, object] = {}
+        self.over = threading.Event()
+
+    def run(self) -> None:
+        for engine in ("spark", "dask", "ray"):
+            while not (self.folder / f"{engine}.up").exists():
+                if self.over.wait(0.2):
+                    return
+            try:
+                self.look(engine)
+            except Exception as exc:  # noqa: BLE001 - said in the test's assertions; the stage must go on
+                self.tried.setdefault(engine, f"could not look: {exc!r}")
+            finally:
+                (self.folder / f"{engine}.done").touch()
+
+    def look(self, engine: str) -> None:
+        names = {name for pid in tagged("hf-sshflow-") for name in re.findall(
+            rb"(?:^|\0)HYBRIDFLOW_CLUSTER_NAME=(hf-sshflow-[^\0]*-" + engine.encode() + rb")\0",
+            Path(f"/proc/{pid}/environ").read_bytes())}
+        for name in names:
+            folder = Path(scratch(name.decode()))
+            self.folders[str(folder)] = {path.name: path.stat().st_mode & 0o777 for path in [folder, *folder.iterdir()]}
+            for file in CREDENTIALS[engine]:
+                text = (folder / file).read_text()
+                self.secrets.add(text.split("spark.authenticate.secret=")[1].split()[0] if engine == "spark" else text)
+        if engine == "spark":
+            self.tried[engine] = {"ui": port_open(self.head, 8080),
+                                  "app": try_spark(f"spark://{self.head}:7077", DRIVER_ADDRESS)}
+        elif engine == "dask":
+            self.tried[engine] = try_dask(self.head)
+        else:
+            self.tried[engine] = try_ray(self.head)
+
+
+def command_lines(seen: set[bytes], over: threading.Event) -> None:
+    """Every process's command line on this machine (every host's), sampled until `over`."""
+    while not over.wait(0.3):
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            with contextlib.suppress(OSError):
+                seen.add(Path(f"/proc/{pid}/cmdline").read_bytes())
 
 
 def test_three_clusters_brought_up_over_ssh_give_the_embedded_answer_and_leave_nothing(
@@ -186,9 +278,41 @@ def test_three_clusters_brought_up_over_ssh_give_the_embedded_answer_and_leave_n
         spark=ssh_cluster(hosts, sshd, "spark"), dask=ssh_cluster(hosts, sshd, "dask"),
         ray=ssh_cluster(hosts, sshd, "ray")))
     env = hf_env(s3, private)
-    run, listeners = run_cli(project, "run", "pipeline.yaml", listeners=hosts, env=env)
+    stranger = Stranger(private / "stranger", hosts.hosts["a"])
+    stranger.folder.mkdir()
+    seen: set[bytes] = set()
+    sampler = threading.Thread(target=command_lines, args=(seen, stranger.over), daemon=True)
+    stranger.start()
+    sampler.start()
+    try:
+        run, listeners = run_cli(project, "run", "pipeline.yaml", listeners=hosts,
+                                 env={**env, "HF_STRANGER": str(stranger.folder)})
+    finally:
+        stranger.over.set()
+    stranger.join(200)
+    sampler.join(10)
     assert run.returncode == 0, run.stdout
     assert set(statuses(run.stdout).values()) == {"done"}, run.stdout
+
+    # nobody without the run's credentials got in; each cluster's folder was its own, and is gone
+    assert stranger.tried["spark"]["ui"] is False, stranger.tried  # the master's web UI: loopback only
+    assert stranger.tried["spark"]["app"].startswith("refused"), stranger.tried
+    assert all(": refused" in outcome for outcome in stranger.tried["dask"]), stranger.tried
+    assert stranger.tried["ray"].startswith("refused"), stranger.tried
+    assert len(stranger.folders) == 3 and len(stranger.secrets) == 3, (stranger.folders, stranger.secrets)
+    for folder, modes in stranger.folders.items():
+        assert modes.pop(Path(folder).name) == 0o700, (folder, modes)
+        assert all(modes[file] == 0o600 for files in CREDENTIALS.values() for file in files if file in modes), modes
+        assert not Path(folder).exists()
+    # no credential, the run's own or the pipeline's ${env:...}, in any command line, output, log or the workdir
+    secrets = {*stranger.secrets, s3.secret_key}
+    assert not [line for line in seen for secret in secrets if secret.encode() in line]
+    assert not [secret for secret in secrets if secret in run.stdout]
+    for file in [p for p in (private / "cache").rglob("*") if p.is_file()]:
+        assert not [secret for secret in secrets if secret.encode() in file.read_bytes()], file
+    for key in s3.keys(f"{bucket}/"):
+        body = s3.client().get_object(Bucket=bucket, Key=key.split("/", 1)[1])["Body"].read()
+        assert not [secret for secret in secrets if secret.encode() in body], key
 
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -276,3 +400,56 @@ def test_a_dask_cluster_nobody_uses_ends_itself_at_its_idle_timeout(hosts, sshd,
     finally:
         assert ssh_down(record, spec, tmp_path / "cluster.log") is None
     assert tagged("hf-idle-test-") == []
+
+
+# a stranger's service (SO_REUSEADDR: an earlier test's connections to the port may linger in TIME_WAIT)
+LISTENER = ("import socket, sys, time; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+            "s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(); time.sleep(600)")
+
+
+def test_a_head_that_cannot_be_the_clusters_own_fails_at_once_and_is_never_attached_to(hosts, sshd, tmp_path):
+    """A wrong `python:` fails with the host's own error, not at up_timeout; a port on the head host held
+    by another process (another run's cluster, a stranger's service) is refused, naming host and port;
+    a cluster folder another user holds there is refused."""
+    from hybridflow.errors import UnavailableError
+    from hybridflow.execution.sshclusters import ssh_down, ssh_up
+    from hybridflow.settings import ClusterSection
+
+    a = hosts.hosts["a"]
+
+    def up(name: str, **changes) -> str:
+        spec = ClusterSection(**{"provider": "ssh", "hosts": [{"host": a, "head": True}], "user": "root",
+                                 "key_file": str(sshd), "python": sys.executable, "ssh_options": CLIENT_OPTIONS,
+                                 "up_timeout": 60, **changes})
+        record = {"name": name, "run_id": name, "engine": "dask"}
+        try:
+            ssh_up("dask", spec, record, tmp_path / f"{name}.log")
+            return "attached"
+        except UnavailableError as exc:
+            return str(exc)
+        finally:
+            assert ssh_down(record, spec, tmp_path / f"{name}.log") is None
+
+    said = up("hf-wrongpython-1-dask", python="/opt/nowhere/bin/python")
+    assert "exited at once" in said and "/opt/nowhere/bin/python" in said, said
+
+    stranger = hosts.launch("a", [sys.executable, "-c", LISTENER, a, "8786"], tmp_path / "stranger.log")
+    try:
+        deadline = time.monotonic() + 30
+        while not port_open(a, 8786):
+            assert time.monotonic() < deadline, (tmp_path / "stranger.log").read_text()
+            time.sleep(0.2)
+        said = up("hf-porttaken-1-dask")
+    finally:
+        hosts.stop([stranger])
+    assert f"head on {a}: port 8786 there is held by a process not of this cluster" in said, said
+
+    taken = Path(scratch("hf-otheruser-1-dask"))
+    taken.mkdir()
+    os.chown(taken, 65534, 65534)
+    try:
+        said = up("hf-otheruser-1-dask")
+    finally:
+        shutil.rmtree(taken)
+    assert "is not a folder of this user's own" in said, said
+    assert tagged("hf-wrongpython-") == tagged("hf-porttaken-") == tagged("hf-otheruser-") == []

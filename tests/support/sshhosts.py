@@ -20,14 +20,13 @@ ENGINE_ARGS = {"spark": {"worker_args": ["--cores", "1", "--memory", "1g"]},
 
 
 def three_host_cluster(hosts: Topology, key: Path, engine: str) -> dict:
-    """backends.<engine>.cluster over SSH on hosts a (the head), b and c as root, with the S3 and Ray
-    credentials from ${env:...}."""
+    """backends.<engine>.cluster over SSH on hosts a (the head), b and c as root, with the S3
+    credentials from ${env:...} (Ray's token is the run's own)."""
     a, b, c = (hosts.hosts[name] for name in ("a", "b", "c"))
     return {"provider": "ssh", "hosts": [{"host": a, "head": True}, {"host": b}, {"host": c}], "user": "root",
             "key_file": str(key), "python": sys.executable, "ssh_options": CLIENT_OPTIONS,
             "env": {"AWS_ACCESS_KEY_ID": "${env:AWS_ACCESS_KEY_ID}",
-                    "AWS_SECRET_ACCESS_KEY": "${env:AWS_SECRET_ACCESS_KEY}", "AWS_REGION": "us-east-1",
-                    "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "${env:RAY_AUTH_TOKEN}"},
+                    "AWS_SECRET_ACCESS_KEY": "${env:AWS_SECRET_ACCESS_KEY}", "AWS_REGION": "us-east-1"},
             **ENGINE_ARGS[engine]}
 
 
