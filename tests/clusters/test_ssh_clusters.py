@@ -229,7 +229,11 @@ def test_after_a_kill_9_the_tethers_end_every_cluster_and_the_reaper_its_records
         while states() != ["up", "up"]:  # both brought up early, while the slow Dask stage runs
             assert time.monotonic() < deadline and run.poll() is None, run.communicate()[0] if run.poll() else ""
             time.sleep(0.5)
-        time.sleep(2)  # the slow stage is under way: the scheduler has work, its workers have joined
+        while not any("calling mypkg.steps:dask_slow" in log.read_text(errors="replace")
+                      for log in (private / "cache").rglob("sshkill/runs/*/logs/slow.log")):
+            # the slow stage is under way: attached to its cluster, whose workers have joined
+            assert time.monotonic() < deadline and run.poll() is None, run.communicate()[0] if run.poll() else ""
+            time.sleep(0.2)
         engines = {engine: [pid for pid in tagged("hf-sshkill-") if name in Path(f"/proc/{pid}/cmdline").read_bytes()]
                    for engine, name in (("dask", b"dask_scheduler"), ("spark", b"deploy.master.Master"))}
         assert all(engines.values()), engines
@@ -237,7 +241,8 @@ def test_after_a_kill_9_the_tethers_end_every_cluster_and_the_reaper_its_records
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)  # the supervisor and the run: nothing of hybridflow tears down
             run.wait()
-    deadline = time.monotonic() + 30  # each host's tether saw the runner's end close and ended the cluster there
+    # each host's tether saw the runner's end close and ended the cluster there (10 s of grace, then SIGKILL)
+    deadline = time.monotonic() + 60
     while tagged("hf-sshkill-"):
         assert time.monotonic() < deadline, [Path(f"/proc/{pid}/cmdline").read_bytes()[:80]
                                              for pid in tagged("hf-sshkill-")]
