@@ -160,9 +160,13 @@ def test_a_stage_blocked_in_its_engine_or_in_native_code_is_stopped(project, bac
     assert "backend" in output  # the summary table (its header) was printed all the same
 
 
-def run_dir_made(project, marker: str):
-    """The run's logs directory exists: its engines start right after (pyspark is being imported)."""
-    return lambda: any(project.home("stopping").glob("runs/*/logs"))
+def stage_started(project, marker: str):
+    """The stage has begun and waits for its engine, which starts meanwhile (pyspark being imported,
+    or the JVM launching): the run's stop handlers are in place from here on."""
+    def found() -> bool:
+        logs = sorted(project.home("stopping").glob("runs/*/logs/work.log"))
+        return bool(logs) and "running: " in logs[-1].read_text()
+    return found
 
 
 def the_jvm(marker: str) -> psutil.Process | None:
@@ -175,21 +179,24 @@ def the_jvm(marker: str) -> psutil.Process | None:
 
 
 def jvm_launched(project, marker: str):
-    return lambda: the_jvm(marker) is not None
+    started = stage_started(project, marker)
+    return lambda: started() and the_jvm(marker) is not None
 
 
 def jvm_listening(project, marker: str):
     """The JVM listens: its Py4J gateway is up, and pyspark connects to it and creates the SparkContext."""
+    started = stage_started(project, marker)
+
     def found() -> bool:
-        jvm = the_jvm(marker)
+        jvm = the_jvm(marker) if started() else None
         with contextlib.suppress(psutil.Error):
             return jvm is not None and any(c.status == psutil.CONN_LISTEN for c in jvm.net_connections("inet"))
         return False
     return found
 
 
-@pytest.mark.parametrize("moment", [run_dir_made, jvm_launched, jvm_listening],
-                         ids=["importing-pyspark", "jvm-launched", "jvm-listening"])
+@pytest.mark.parametrize("moment", [stage_started, jvm_launched, jvm_listening],
+                         ids=["stage-waits-for-spark", "jvm-launched", "jvm-listening"])
 def test_sigterm_while_spark_starts_leaves_no_jvm(project, moment):
     pipeline(project, "spark", "spark_etl")
     process, marker = start(project)
@@ -197,7 +204,7 @@ def test_sigterm_while_spark_starts_leaves_no_jvm(project, moment):
     wait_for(moment(project, marker), f"the moment of Spark's start-up ({moment.__name__})", process, seconds=120)
     process.send_signal(signal.SIGTERM)
     output = finish(process, 120, "the run after SIGTERM")
-    assert process.returncode == 143, output  # the stage had not begun: the signal, not the run, ended it
+    assert process.returncode == 143, output  # its function not yet called: the signal, not the run, ended it
     assert_nothing_left(marker, 60)
 
 
