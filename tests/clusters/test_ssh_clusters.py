@@ -353,18 +353,22 @@ def test_after_a_kill_9_the_tethers_end_every_cluster_and_the_reaper_its_records
         while states() != ["up", "up"]:  # both brought up early, while the slow Dask stage runs
             assert time.monotonic() < deadline and run.poll() is None, run.communicate()[0] if run.poll() else ""
             time.sleep(0.5)
-        time.sleep(2)  # the slow stage is under way: the scheduler has work, its workers have joined
-        engines = {engine: [pid for pid in tagged("hf-sshkill-") if name in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        while not any("calling mypkg.steps:dask_slow" in log.read_text(errors="replace")
+                      for log in (private / "cache").rglob("sshkill/runs/*/logs/slow.log")):
+            # the slow stage is under way: attached to its cluster, whose workers have joined
+            assert time.monotonic() < deadline and run.poll() is None, run.communicate()[0] if run.poll() else ""
+            time.sleep(0.2)
+        engines = {engine: [pid for pid in tagged("hf-sshkill-") if name in command_line(pid)]
                    for engine, name in (("dask", b"dask_scheduler"), ("spark", b"deploy.master.Master"))}
         assert all(engines.values()), engines
     finally:
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)  # the supervisor and the run: nothing of hybridflow tears down
             run.wait()
-    deadline = time.monotonic() + 30  # each host's tether saw the runner's end close and ended the cluster there
+    # each host's tether saw the runner's end close and ended the cluster there (10 s of grace, then SIGKILL)
+    deadline = time.monotonic() + 60
     while tagged("hf-sshkill-"):
-        assert time.monotonic() < deadline, [Path(f"/proc/{pid}/cmdline").read_bytes()[:80]
-                                             for pid in tagged("hf-sshkill-")]
+        assert time.monotonic() < deadline, [command_line(pid)[:80] for pid in tagged("hf-sshkill-")]
         time.sleep(0.5)
 
     listed = run_cli(project, "clusters", "list", "pipeline.yaml", env=hf_env(s3, private))[0]
@@ -375,6 +379,14 @@ def test_after_a_kill_9_the_tethers_end_every_cluster_and_the_reaper_its_records
     assert s3.keys(f"{bucket}/wd/sshkill/clusters/") == []
     logs = next((private / "cache").rglob("cluster-spark.log")).read_text()  # the reaper brought the logs back
     assert "deploy.master.Master" in logs, logs
+
+
+def command_line(pid: int) -> bytes:
+    """The process's command line; empty once it has ended (a cluster's short-lived helpers do, any time)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def test_a_dask_cluster_nobody_uses_ends_itself_at_its_idle_timeout(hosts, sshd, tmp_path):
@@ -389,8 +401,7 @@ def test_a_dask_cluster_nobody_uses_ends_itself_at_its_idle_timeout(hosts, sshd,
     record = {"name": "hf-idle-test-dask", "run_id": "idle-test", "engine": "dask"}
     try:
         ssh_up("dask", spec, record, tmp_path / "cluster.log", niceness=19)
-        scheduler = [pid for pid in tagged("hf-idle-test-") if b"dask_scheduler" in Path(f"/proc/{pid}/cmdline")
-                     .read_bytes()]
+        scheduler = [pid for pid in tagged("hf-idle-test-") if b"dask_scheduler" in command_line(pid)]
         assert scheduler
         assert {niceness(pid) for pid in tagged("hf-idle-test-")} - {None} == {19}
         deadline = time.monotonic() + 60

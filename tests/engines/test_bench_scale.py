@@ -7,7 +7,6 @@ import importlib.util
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -79,12 +78,12 @@ def test_ratios_are_to_the_smallest_size_and_targets_judge_the_extremes():
 
 def test_the_proc_reader_sees_the_same_tree_as_psutil():
     bench = bench_module()
-    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; "
-                               "subprocess.run([sys.executable, '-c', 'import time; time.sleep(30)'])"])
+    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; subprocess.run([sys.executable, '-c', "
+                               "'import time; print(\"ready\", flush=True); time.sleep(30)'])"], stdout=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 10
-        while not psutil.Process(parent.pid).children() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        # the two readers look one after the other: the child must be done starting (its memory grows
+        # while it imports), which waiting only for its fork did not ensure on a slow machine
+        assert parent.stdout.readline() == b"ready\n", "the child never started"
         own, tree = bench.proc_tree_rss(parent.pid)
         expected_own, expected_tree = bench.tree_rss(parent.pid)
         assert own == pytest.approx(expected_own, rel=0.2) and tree == pytest.approx(expected_tree, rel=0.2)
@@ -94,3 +93,4 @@ def test_the_proc_reader_sees_the_same_tree_as_psutil():
             child.kill()
         parent.kill()
         parent.wait()
+        parent.stdout.close()

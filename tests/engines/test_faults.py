@@ -50,8 +50,10 @@ def dask_slow(numbers, slow):
     return numbers.map_partitions(wait, meta=numbers._meta)
 
 
-def ray_slow(numbers, slow):
+def ray_slow(numbers, slow, working):
     def wait(batch):
+        if working:  # a file the test waits for: Ray's workers are at the stage's work
+            open(working, "a").close()
         time.sleep(slow * len(batch))
         return batch
 
@@ -87,7 +89,7 @@ def pipeline(project, backend: str, function: str, work: str = "") -> Path:
     project.stages(STAGES)
     return project.pipeline(f'''
     name: faults
-    params: {{rows: 200, slow: 0.0}}
+    params: {{rows: 200, slow: 0.0, working: ""}}
     backends:
       spark: {{master: "local[2]", conf: {{spark.sql.shuffle.partitions: 2}}}}
       dask: {{n_workers: 1, threads_per_worker: 2}}
@@ -168,9 +170,9 @@ def test_sigterm_during_a_ray_stage_stops_cleanly(project):
     catalog = Catalog(project.home("faults"))
     good = catalog.current("result").id
     # 10 s a row: a run that waited for its work instead of stopping it would not exit in time
-    process, marker = start(project, "--force", "work", "-p", "slow=10")
-    wait_for(stage_log_says(project, "calling mypkg.steps:ray_slow", runs_before=1), "the ray stage", process)
-    time.sleep(3)
+    working = project.root / "working"
+    process, marker = start(project, "--force", "work", "-p", "slow=10", "-p", f"working={working}")
+    wait_for(working.exists, "Ray's workers to begin the stage's batches", process)
     process.send_signal(signal.SIGTERM)
     try:
         rc = process.wait(180)

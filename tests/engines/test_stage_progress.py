@@ -110,7 +110,8 @@ def test_spark_and_dask_stages_show_their_tasks_done_out_of_the_total(project):
         naps = [(done, total) for done, total in counts(phrases, "tasks") if total == TASKS]
         assert naps, (name, output)
         done = [d for d, _ in naps]
-        assert done == sorted(done) and all(0 <= d < TASKS for d in done), (name, naps)
+        # a look may come between the last task's end and its job's (longer on a busy machine): d <= TASKS
+        assert done == sorted(done) and all(0 <= d <= TASKS for d in done), (name, naps)
     # the naps are the stage's first Spark job
     assert all(p.startswith("job 1 · tasks ") for p in spark if p.endswith(f"/{TASKS}")), spark
 
@@ -128,26 +129,37 @@ def test_ray_stages_show_tune_trials_with_the_best_score_and_data_blocks(project
     scores = [float(m[1]) for p in phrases if (m := re.search(r"best score (\S+)", p))]
     assert scores == sorted(scores) and all(1 <= s <= TRIALS for s in scores), phrases
     blocks = counts(progress_of(output, "ray_slow"), "blocks")
-    assert blocks and all(total == TASKS and 0 <= done < TASKS for done, total in blocks), output
+    assert blocks and all(total == TASKS and 0 <= done <= TASKS for done, total in blocks), output
 
 
 def test_plain_lines_only_for_long_stages_at_most_once_per_interval_and_when_changed():
-    said: list[tuple[str, str]] = []
+    said: list[tuple[str, str, float]] = []
     quick = StageResult("quick", "engine", status="running", started_at=time.monotonic(), progress="tasks 1/2")
     slow = StageResult("slow", "engine", status="running", started_at=time.monotonic(), progress="tasks 1/9")
-    ticker = ProgressTicker([quick, slow], 0.6, lambda stage, phrase: said.append((stage.name, phrase)))
+    every = 0.6
+    ticker = ProgressTicker([quick, slow], every, lambda stage, phrase: said.append((stage.name, phrase,
+                                                                                      time.monotonic())))
+    lines = lambda: [(name, phrase) for name, phrase, _ in said]  # noqa: E731
     try:
-        time.sleep(0.3)
-        quick.status, quick.progress = "done", None  # ended before its first interval: no line
-        time.sleep(0.7)
-        assert said == [("slow", "tasks 1/9")]
-        time.sleep(0.8)  # the same phrase again: nothing new to say
-        assert said == [("slow", "tasks 1/9")]
+        quick.status, quick.progress = "done", None  # ended before its first interval (its first look): no line
+        said_within(lambda: said, "the slow stage's first line")
+        assert lines() == [("slow", "tasks 1/9")]
+        time.sleep(0.8)  # an interval or more with the same phrase: nothing new to say
+        assert lines() == [("slow", "tasks 1/9")]
         slow.progress = "tasks 5/9"
-        time.sleep(1.2)
-        assert said == [("slow", "tasks 1/9"), ("slow", "tasks 5/9")]
+        said_within(lambda: len(said) > 1, "the changed phrase")
+        assert lines() == [("slow", "tasks 1/9"), ("slow", "tasks 5/9")]
+        assert said[1][2] - said[0][2] >= every  # at most once per interval
     finally:
         ticker.stop()
+
+
+def said_within(condition, what: str, seconds: float = 30) -> None:
+    """Until `condition()`: the ticker's thread says it in its own time, later on a busy machine."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"no {what} within {seconds} s"
+        time.sleep(0.02)
 
 
 def test_the_live_line_of_a_running_stage_shows_its_progress():

@@ -6,8 +6,11 @@ documented code, is recorded, publishes nothing, and leaves no engine process.""
 
 from __future__ import annotations
 
+import contextlib
 import signal
+from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.engines.test_faults import start, wait_for
@@ -77,15 +80,15 @@ def busy_in_native_code(ctx):
         m @ m  # one call of many seconds, which no Python signal handler can interrupt
 
 
-def busy_in_one_native_call(ctx):
-    import hashlib
+def blocked_in_one_native_call(ctx, held):
+    import sqlite3
 
-    clock = time.monotonic()
-    hashlib.pbkdf2_hmac("sha256", b"x", b"salt", 100_000)
-    per_iteration = (time.monotonic() - clock) / 100_000
+    database = sqlite3.connect(held, timeout=600)
     ctx.log.info("waiting")
-    # one C call of about 25 s, which releases the GIL and never returns to the interpreter in between
-    hashlib.pbkdf2_hmac("sha256", b"x", b"salt", int(25 / per_iteration))
+    # one C call, which releases the GIL and never returns to the interpreter in between: SQLite's busy
+    # handler sleeps and retries inside it until the test lets go of the database it holds
+    database.execute("BEGIN EXCLUSIVE")
+    database.rollback()
     return pd.DataFrame({"x": [1]})
 
 
@@ -157,16 +160,51 @@ def test_a_stage_blocked_in_its_engine_or_in_native_code_is_stopped(project, bac
     assert "backend" in output  # the summary table (its header) was printed all the same
 
 
-@pytest.mark.parametrize("delay", [2.0, 3.5, 5.0])
-def test_sigterm_while_spark_starts_leaves_no_jvm(project, delay):
-    import time
+def stage_started(project, marker: str):
+    """The stage has begun and waits for its engine, which starts meanwhile (pyspark being imported,
+    or the JVM launching): the run's stop handlers are in place from here on."""
+    def found() -> bool:
+        logs = sorted(project.home("stopping").glob("runs/*/logs/work.log"))
+        return bool(logs) and "running: " in logs[-1].read_text()
+    return found
 
+
+def the_jvm(marker: str) -> psutil.Process | None:
+    """The run's JVM (pyspark's launcher, then the driver it starts), once it has been exec'd."""
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if marker in process.environ().get("HYBRIDFLOW_TEST_RUN", "") and "java" in process.name():
+                return process
+    return None
+
+
+def jvm_launched(project, marker: str):
+    started = stage_started(project, marker)
+    return lambda: started() and the_jvm(marker) is not None
+
+
+def jvm_listening(project, marker: str):
+    """The JVM listens: its Py4J gateway is up, and pyspark connects to it and creates the SparkContext."""
+    started = stage_started(project, marker)
+
+    def found() -> bool:
+        jvm = the_jvm(marker) if started() else None
+        with contextlib.suppress(psutil.Error):
+            return jvm is not None and any(c.status == psutil.CONN_LISTEN for c in jvm.net_connections("inet"))
+        return False
+    return found
+
+
+@pytest.mark.parametrize("moment", [stage_started, jvm_launched, jvm_listening],
+                         ids=["stage-waits-for-spark", "jvm-launched", "jvm-listening"])
+def test_sigterm_while_spark_starts_leaves_no_jvm(project, moment):
     pipeline(project, "spark", "spark_etl")
     process, marker = start(project)
-    time.sleep(delay)  # somewhere in start-up: importing pyspark, launching or connecting to the JVM
+    # each moment of start-up is waited for, not slept to: on a slow machine a fixed delay lands earlier
+    wait_for(moment(project, marker), f"the moment of Spark's start-up ({moment.__name__})", process, seconds=120)
     process.send_signal(signal.SIGTERM)
     output = finish(process, 120, "the run after SIGTERM")
-    assert process.returncode in (0, 143), output  # 0 only if the whole run beat the signal
+    assert process.returncode == 143, output  # its function not yet called: the signal, not the run, ended it
     assert_nothing_left(marker, 60)
 
 
@@ -186,6 +224,7 @@ def test_a_library_caller_gets_the_error_raised_not_its_process_ended(project):
     ended around the stage (recorded, nothing published, no process left) while the call still
     runs, and the caller gets InterruptedRun once it returns; its process is never ended for it."""
     import os
+    import sqlite3
     import subprocess
     import sys
     import time
@@ -193,27 +232,43 @@ def test_a_library_caller_gets_the_error_raised_not_its_process_ended(project):
 
     from hybridflow.execution.stopping import STUCK_AFTER
 
-    pipeline(project, "python", "busy_in_one_native_call")
+    held = project.root / "held.db"  # the stage's native call lasts exactly as long as the test holds this
+    pipeline(project, "python", "blocked_in_one_native_call", f", params: {{held: '{held}'}}")
     project.write("caller.py", LIBRARY_CALLER)
+    holder = sqlite3.connect(held, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
     marker = uuid.uuid4().hex
     process = subprocess.Popen([sys.executable, "caller.py"], cwd=project.root, text=True,
                                env={**os.environ, "HYBRIDFLOW_TEST_RUN": marker},
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    wait_for(stage_waiting(project), "the stage to start its native call", process, seconds=60)
-    process.send_signal(signal.SIGTERM)
-    workdir = project.root / ".hybridflow"
-    wait_for(lambda: last_run_record(workdir)[0]["status"] != "running",
-             "the run to be recorded as ended while the call still runs", process, seconds=20)
-    run, stages = last_run_record(workdir)
-    assert run["status"] == "interrupted" and stages["work"]["status"] == "failed", (run, stages)
-    # a second stop request while the call still runs ends nothing twice (the run is over already)
-    process.send_signal(signal.SIGTERM)
-    time.sleep(STUCK_AFTER + 2)
-    assert process.poll() is None, "the call was meant to run on"
-    assert last_run_record(workdir) == (run, stages)  # not recorded again, by either thread
+    try:
+        wait_for(stage_waiting(project), "the stage to start its native call", process, seconds=120)
+        wait_for(lambda: sleeps_in_the_kernel(process.pid), "the stage to wait inside SQLite", process, seconds=60)
+        process.send_signal(signal.SIGTERM)
+        workdir = project.root / ".hybridflow"
+        wait_for(lambda: last_run_record(workdir)[0]["status"] != "running",
+                 "the run to be recorded as ended while the call still runs", process, seconds=60)
+        run, stages = last_run_record(workdir)
+        assert run["status"] == "interrupted" and stages["work"]["status"] == "failed", (run, stages)
+        # a second stop request while the call still runs ends nothing twice (the run is over already)
+        process.send_signal(signal.SIGTERM)
+        time.sleep(STUCK_AFTER + 2)
+        assert process.poll() is None, "the caller's process was ended while its stage's call still ran"
+        assert last_run_record(workdir) == (run, stages)  # not recorded again, by either thread
+    finally:
+        holder.rollback()  # the call returns
+        holder.close()
     output = finish(process, 90, "the caller after its stage's native call returned")
     assert process.returncode == 0, output
     assert "raised InterruptedRun 143" in output and output.rstrip().endswith("the caller goes on"), output
     assert_nothing_left(marker, 60)
     assert not (project.home("stopping") / "datasets" / "out").exists()  # nothing published
     assert last_run_record(workdir) == (run, stages)  # nor when the call returned and the stage's function ended
+
+
+def sleeps_in_the_kernel(pid: int) -> bool:
+    """The process's main thread sleeps in a nanosleep (SQLite's busy handler does, between tries)."""
+    try:
+        return "nanosleep" in Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        return False

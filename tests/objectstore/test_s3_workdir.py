@@ -124,8 +124,13 @@ def check(a):
     return a.assign(b=a["a"] * 2)
 
 
-def slow(b, seconds=0.0):
-    time.sleep(seconds)
+def slow(b, gate=""):
+    """Holds its run open until the file `gate` exists (none given: at once)."""
+    deadline = time.monotonic() + 300
+    while gate and not os.path.exists(gate):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the gate file {gate} did not appear within 300 s")
+        time.sleep(0.05)
     return b
 '''
 
@@ -135,7 +140,7 @@ workdir: s3://{bucket}/{prefix}
 stages:
   make: {{run: "mypkg.steps:make", outputs: [a]}}
   check: {{run: "mypkg.steps:check", inputs: [a], outputs: [b]}}
-  slow: {{run: "mypkg.steps:slow", inputs: [b], outputs: [c], params: {{seconds: 0.0}}}}
+  slow: {{run: "mypkg.steps:slow", inputs: [b], outputs: [c], params: {{gate: ""}}}}
 '''
 
 
@@ -159,12 +164,19 @@ def test_a_failed_run_is_resumed_from_another_machine(project, s3, tmp_path):
 
 def test_two_runners_on_two_machines_never_run_the_pipeline_at_once(project, s3, tmp_path):
     small(project, s3, "lease")
-    first = hf(project, s3, "run", "pipeline.yaml", "--param", "slow.seconds=6", cache=tmp_path / "m1", wait=False)
-    deadline = time.monotonic() + 60
-    while not [k for k in s3.keys("small-workdirs/lease/") if k.endswith("/LEASE")]:
-        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
-        time.sleep(0.1)
-    second = hf(project, s3, "run", "pipeline.yaml", "--force", cache=tmp_path / "m2")
+    # the first run holds the lease until the test opens its gate (6 s of sleep could end before a slow
+    # machine's second run had started)
+    gate = tmp_path / "gate"
+    first = hf(project, s3, "run", "pipeline.yaml", "--param", f"slow.gate={gate}", cache=tmp_path / "m1", wait=False)
+    try:
+        deadline = time.monotonic() + 120
+        while not [k for k in s3.keys("small-workdirs/lease/") if k.endswith("/LEASE")]:
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+            time.sleep(0.1)
+        second = hf(project, s3, "run", "pipeline.yaml", "--force", cache=tmp_path / "m2")
+        assert first.poll() is None, "the first run ended before its gate was opened"
+    finally:
+        gate.touch()  # never leave the first run waiting, even when an assertion above failed
     assert second.returncode == 75, second.stdout + second.stderr
     assert "another run of this pipeline is in progress" in second.stderr and "Traceback" not in second.stderr
     out, err = first.communicate(timeout=120)

@@ -90,12 +90,21 @@ def test_sigkill_at_random_moments_never_exposes_a_partial_version(project):
     path = project.pipeline(PIPELINE)
     catalog = Catalog(project.home("killme"))
     rows = 300_000
+    clock = time.monotonic()
     first = start(path, 1, rows)
     assert first.wait(180) == 0, first.stderr.read()
+    took = time.monotonic() - clock  # the kills' moments scale with this machine's speed
     rng = random.Random(1234)
     for generation in range(2, 10):
+        before = catalog.current("table").id
         run = start(path, generation, rows)
-        time.sleep(rng.uniform(0.2, 2.5))
+        if generation % 3 == 1:  # right after a commit is seen, whatever the machine's speed
+            deadline = time.monotonic() + 180
+            while catalog.current("table").id == before and run.poll() is None:
+                assert time.monotonic() < deadline, "no commit within 180 s"
+                time.sleep(0.02)
+        else:  # anywhere in the run, from its start to about its end
+            time.sleep(rng.uniform(0.05, 1.0) * took)
         run.send_signal(signal.SIGKILL)
         run.wait(180)
         current = assert_complete(catalog, "table", rows)

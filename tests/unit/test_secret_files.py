@@ -166,12 +166,14 @@ def test_engine_output_redacts_what_children_write_after_the_redirect_and_loses_
 def test_engine_output_close_does_not_wait_on_a_straggler_and_still_copies_it(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_TEST_SECRET", SECRET)
     output = EngineOutput(tmp_path / "engines.log", {SECRET})
-    late = "import os, time; time.sleep(1.5); print('late', os.environ['HF_TEST_SECRET'], flush=True)"
+    # the straggler writes once the test lets it (or after 60 s: a close that waited for it returns then)
+    late = ("import os, select, sys; select.select([sys.stdin], [], [], 60); "
+            "print('late', os.environ['HF_TEST_SECRET'], flush=True)")
     with output.redirected():
-        child = subprocess.Popen([sys.executable, "-c", late])
-    clock = time.monotonic()
+        child = subprocess.Popen([sys.executable, "-c", late], stdin=subprocess.PIPE)
     assert output.close(timeout=0.2) is False  # the child still holds the pipe
-    assert time.monotonic() - clock < 1
+    assert child.poll() is None, "close() waited for the straggler to end"
+    child.stdin.close()
     child.wait(timeout=30)
     deadline = time.monotonic() + 10
     while "late ***" not in (tmp_path / "engines.log").read_text() and time.monotonic() < deadline:

@@ -314,13 +314,24 @@ def test_a_cancel_from_another_thread_ends_the_write_and_its_query_at_once(polar
     # about 5 s of work: 20 batches of half a second, two at a time
     query = pl.LazyFrame({"x": pl.int_range(0, 2_000_000, eager=True)})
     query = query.with_columns(pl.col("x").map_batches(slow, return_dtype=pl.Int64, is_elementwise=True))
-    threading.Timer(1.0, polars_engine.cancel).start()
-    clock = time.monotonic()
+
+    def cancel_once_the_query_runs() -> None:  # its first batch began: however long its process took to start
+        deadline = time.monotonic() + 120
+        while not batches.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        polars_engine.cancel()
+
+    canceller = threading.Thread(target=cancel_once_the_query_runs)
+    canceller.start()
     polars_engine.begin_stage(False, {}, None)
-    with pytest.raises(StageError, match="the polars query was cancelled"):
-        written(polars_engine, query, tmp_path / "out")
-    assert time.monotonic() - clock < 3
+    try:
+        with pytest.raises(StageError, match="the polars query was cancelled"):
+            written(polars_engine, query, tmp_path / "out")
+    finally:
+        canceller.join()
     done = batches.read_text()
+    # at once: the batches begun are at most those of about 2 s after the cancel (four a second), not all 20
+    assert 1 <= len(done) <= 10, f"{len(done)} of the query's 20 batches began"
     time.sleep(1.5)
     assert batches.read_text() == done  # the query stopped with the stage: no batch began since
     # and the next write runs on a new query process
@@ -347,9 +358,10 @@ def test_a_long_query_is_stopped_promptly_by_a_timeout_or_a_signal(project, stop
     clock = time.monotonic()
     if stop != "timeout":
         process.send_signal(stop)
-    output = finish(process, 60, f"the run after {stop}")
+    output = finish(process, 120, f"the run after {stop}")
     assert process.returncode == code, output
-    assert time.monotonic() - clock < 15, output  # the query runs for minutes: the stop killed it
+    # the query runs for minutes: the stop killed it (a bound wide enough for a slow, busy machine)
+    assert time.monotonic() - clock < 30, output
     assert_nothing_left(marker, 30)
     run, stages = last_run_record(project.root / ".hybridflow")
     assert run["status"] == ("failed" if stop == "timeout" else "interrupted"), run
