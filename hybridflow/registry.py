@@ -96,6 +96,10 @@ class Engine:
     # what the engine needs to read s3:// paths beyond hybridflow's own extras, checked without
     # starting it (doctor): returns where it found it, raises UnavailableError saying how to get it
     object_storage_check: Callable[[], str] | None = None
+    # fetches, once per machine, what the engine needs to reach object storage (Spark: the s3a jars),
+    # given its settings: called before a run that needs it starts its engines or its display, so a
+    # first download shows its progress on the terminal; raises UnavailableError when it cannot
+    object_storage_fetch: Callable[[Any], Any] | None = None
     # the engine's own cluster processes on hosts, for `cluster: {provider: ssh}`: (python, head, port or
     # None for the engine's own, the cluster's name, its idle timeout in seconds, the cluster's private
     # folder on each host) -> ClusterLaunch, with credentials made afresh; None: the engine has no

@@ -147,6 +147,7 @@ ENGINE = Engine(
     result_settings=lambda settings: {"spark_conf": dict(settings.conf)},
     unrepresentable=lambda schema: unrepresentable(schema),
     object_storage_check=lambda: spark_s3_jars.check(),
+    object_storage_fetch=lambda settings: _fetch_s3_jars(settings),
     cluster_launch=cluster_launch,
 )
 
@@ -274,13 +275,26 @@ def spark_path(path: PurePath) -> str:
     return f"s3a://{path}" if isinstance(path, ObjectPath) else str(path)
 
 
+def _names_hadoop_aws(own: dict[str, str]) -> bool:
+    """The pipeline's own conf brings the s3a connector: hybridflow adds none."""
+    return any("hadoop-aws" in own.get(key, "") for key in ("spark.jars", "spark.jars.packages",
+                                                             "spark.driver.extraClassPath"))
+
+
+def _fetch_s3_jars(settings) -> None:
+    """Before a run whose driver will need the s3a jars: fetched now, once per machine (a Spark Connect
+    server reaches object storage with its own)."""
+    if settings.remote or _names_hadoop_aws({k: str(v) for k, v in settings.conf.items()}):
+        return
+    spark_s3_jars.s3_jars()
+
+
 def spark_s3_conf(store, own: dict[str, str], gpu_conf: dict[str, str]) -> dict[str, str]:
     """What Spark needs to read s3:// paths: hadoop-aws and the AWS SDK on its classpath (unless the
     pipeline's own conf brings them), and the endpoint, region and addressing every engine is given
     (credentials: s3a's default chain reads the AWS variables and profile)."""
     conf = store.spark_conf()
-    if any("hadoop-aws" in own.get(key, "") for key in ("spark.jars", "spark.jars.packages",
-                                                          "spark.driver.extraClassPath")):
+    if _names_hadoop_aws(own):
         return conf
     jars = [str(jar) for jar in spark_s3_jars.s3_jars()]  # fetched here the first time
     # on the classpath where they lie (on a cluster, every worker has them under the same path: `python

@@ -227,9 +227,26 @@ class Runner:
         logs = live.run_dir / "logs"
         private_dir(logs)  # 0700: logs may quote data
         warnings = self._reap_clusters(clusters, logs / "cluster-reap.log")
-        self._engines.start_early(self._engines_ahead())  # before the display takes the terminal
+        ahead = self._engines_ahead()
+        try:
+            self._fetch_for_object_storage(ahead)
+        except HybridflowError as exc:
+            self.records.end("failed", exc.one_line())
+            raise
+        self._engines.start_early(ahead)  # before the display takes the terminal
         self.events.run_started(live.record["run_id"], list(live.results.values()))
         return warnings
+
+    def _fetch_for_object_storage(self, engines: list[str]) -> None:
+        """What the engines of the stages to run need to reach object storage, fetched on this machine
+        the first time (Spark's s3a jars): now, with its progress on the terminal, not inside an engine's
+        start, whose output goes to engines.log."""
+        if not self.pipeline.uses_object_storage:
+            return
+        for name in dict.fromkeys(engines):
+            fetch = registry.engine(name).object_storage_fetch
+            if fetch is not None and name not in self._given:
+                fetch(self.pipeline.engine_settings(name))
 
     def _raise_if_ended(self) -> None:
         """The stage's native call returned after the run was ended around it: nothing more happens."""

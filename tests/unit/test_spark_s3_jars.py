@@ -13,7 +13,6 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -27,10 +26,9 @@ from hybridflow.backends.spark_s3_jars import (
     hadoop_version,
 )
 from hybridflow.errors import ExitCode, UnavailableError
+from tests.support.maven import PROJECT, serving
 
 VERSION = "9.9.9"
-BASE = "/maven2/"
-PROJECT = """<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>{}</project>"""
 HADOOP_AWS_POM = PROJECT.format(f"""
   <parent><groupId>org.apache.hadoop</groupId><artifactId>hadoop-project</artifactId><version>{VERSION}</version></parent>
   <artifactId>hadoop-aws</artifactId><version>{VERSION}</version>
@@ -75,67 +73,10 @@ def maven_files() -> dict[str, bytes]:
     return files
 
 
-class MavenServer(ThreadingHTTPServer):
-    """A Maven repository under /maven2/ on 127.0.0.1, with the faults a test asks for: `drops[path]`
-    times the body of `path` is cut off half way, `holds[path]` an event its answer waits for."""
-
-    daemon_threads = True
-
-    def __init__(self, auth: str | None = None) -> None:
-        super().__init__(("127.0.0.1", 0), MavenHandler)
-        self.files = maven_files()
-        self.auth = auth
-        self.drops: dict[str, int] = {}
-        self.holds: dict[str, threading.Event] = {}
-        self.requests: list[tuple[str, str | None]] = []  # (path, Range header)
-        self.asked = threading.Condition()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}{BASE}"
-
-    def downloads(self) -> list[str]:
-        return [path for path, _ in self.requests if path.endswith(".jar")]
-
-
-class MavenHandler(BaseHTTPRequestHandler):
-    server: MavenServer
-
-    def log_message(self, *args) -> None:
-        pass
-
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-        path = self.path.removeprefix(BASE)
-        with self.server.asked:
-            self.server.requests.append((path, self.headers.get("Range")))
-            self.server.asked.notify_all()
-        if self.server.auth is not None and self.headers.get("Authorization") != self.server.auth:
-            return self.send_error(401)
-        if path not in self.server.files:
-            return self.send_error(404)
-        if path in self.server.holds:
-            self.server.holds[path].wait(30)
-        data = self.server.files[path]
-        start = int(self.headers["Range"].removeprefix("bytes=").rstrip("-")) if self.headers.get("Range") else 0
-        self.send_response(206 if start else 200)
-        self.send_header("Content-Length", str(len(data) - start))
-        self.end_headers()
-        if self.server.drops.get(path, 0) > 0:
-            self.server.drops[path] -= 1
-            self.wfile.write(data[start:start + (len(data) - start) // 2])
-            return  # HTTP/1.0: the connection closes with half the body sent
-        self.wfile.write(data[start:])
-
-
 @pytest.fixture
 def maven():
-    server = MavenServer()
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join()
+    with serving(maven_files()) as server:
+        yield server
 
 
 def cached_files(cache: Path) -> list[str]:
