@@ -26,6 +26,8 @@ class Libraries:
 
     def __init__(self) -> None:
         self._providers: dict[str, list[metadata.Distribution]] | None = None
+        self._named: dict[str, metadata.Distribution | None] = {}  # an engine's distributions, by name
+        self._read: dict[metadata.Distribution, tuple[str, str]] = {}  # its name and version, read once
 
     def versions(self, modules: Iterable[str], distributions: Iterable[str] = ()) -> dict[str, str]:
         """Distribution name -> version, for the distributions providing `modules` (top-level
@@ -33,13 +35,24 @@ class Libraries:
         found: dict[str, str] = {}
         for module in sorted(set(modules) - set(sys.stdlib_module_names) - {OWN}):
             for dist in self._provider_map().get(module, ()):
-                _add(found, dist)
+                self._add(found, dist)
         for name in distributions:
-            try:
-                _add(found, metadata.distribution(name))
-            except metadata.PackageNotFoundError:
-                continue
+            if name not in self._named:
+                try:
+                    self._named[name] = metadata.distribution(name)
+                except metadata.PackageNotFoundError:
+                    self._named[name] = None
+            if self._named[name] is not None:
+                self._add(found, self._named[name])
         return dict(sorted(found.items(), key=lambda item: item[0].lower()))
+
+    def _add(self, found: dict[str, str], dist: metadata.Distribution) -> None:
+        """The first of a name on sys.path is the one imported; a copy further down is not."""
+        if dist not in self._read:
+            self._read[dist] = (dist.metadata["Name"] or "", dist.version or "")
+        name, version = self._read[dist]
+        if name and version and _normal(name) != OWN and not any(_normal(n) == _normal(name) for n in found):
+            found[name] = version
 
     def _provider_map(self) -> dict[str, list[metadata.Distribution]]:
         if self._providers is None:
@@ -58,13 +71,6 @@ def _top_level(dist: metadata.Distribution) -> set[str]:
     # junk such as "foo-1.0.dist-info" or ".." is harmless: no module is named so
     return {line.split(",", 1)[0].split("/", 1)[0].removesuffix(".py")
             for line in (dist.read_text("RECORD") or "").splitlines()}
-
-
-def _add(found: dict[str, str], dist: metadata.Distribution) -> None:
-    """The first of a name on sys.path is the one imported; a copy further down is not."""
-    name, version = dist.metadata["Name"], dist.version
-    if name and version and _normal(name) != OWN and not any(_normal(n) == _normal(name) for n in found):
-        found[name] = version
 
 
 def _normal(name: str) -> str:
