@@ -54,7 +54,7 @@ def setup(project, pipeline=PIPELINE):
 
 def fitted_version(project) -> set[str]:
     version = Catalog(project.home("models")).current("fitted")
-    return set(read_arrow(version.directory).column("version").to_pylist())
+    return set(read_arrow(version.source()).column("version").to_pylist())
 
 
 def test_an_upgrade_reruns_the_stages_that_import_it_and_says_so(project):
