@@ -123,6 +123,7 @@ ENGINE = Engine(
     name="dask", module=__name__, example=(EXAMPLE_STAGE, "features"),
     settings=DaskSettings, description="Dask: a local cluster or a scheduler's address",
     frame_types="dask.dataframe.DataFrame", requires=("distributed",), extra="dask",
+    distributions=("dask", "distributed"),
     gpu=True, gpu_packages=("cudf", "dask_cudf", "dask_cuda"),
     attached_gpu_packages=("cudf", "dask_cudf"),  # the client builds cuDF frames itself
     attached=lambda settings: bool(settings.address), cluster_launch=cluster_launch,

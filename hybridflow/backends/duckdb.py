@@ -100,6 +100,7 @@ ENGINE = Engine(
     name="duckdb", module=__name__, example=(EXAMPLE_STAGE, "totals"),
     settings=DuckDBSettings, description="DuckDB: an in-process SQL engine",
     frame_types="duckdb relations, pyarrow Tables or pandas DataFrames", requires=("duckdb",), extra="duckdb",
+    distributions=("duckdb",),
     sql_dialect="duckdb", unrepresentable=unrepresentable,
 )
 

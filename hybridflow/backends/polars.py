@@ -113,6 +113,7 @@ ENGINE = Engine(
     name="polars", module=__name__, example=(EXAMPLE_STAGE, "shares"),
     settings=PolarsSettings, description="Polars: in-process, streaming",
     frame_types="polars LazyFrames or DataFrames", requires=("polars",), extra="polars",
+    distributions=("polars",),
     gpu=True, gpu_packages=("cudf_polars",), unrepresentable=unrepresentable,
 )
 

@@ -105,7 +105,7 @@ def cluster_launch(python: str, head: str, port: int | None, name: str, idle_tim
 ENGINE = Engine(
     name="ray", module=__name__, example=(EXAMPLE_STAGE, "score"),
     settings=RaySettings, description="Ray: a local instance or a head's address",
-    frame_types="ray.data.Dataset", requires=("ray",), extra="ray", gpu=True,
+    frame_types="ray.data.Dataset", requires=("ray",), extra="ray", distributions=("ray",), gpu=True,
     attached=lambda settings: bool(settings.address), cluster_launch=cluster_launch,
 )
 

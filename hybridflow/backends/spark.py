@@ -139,7 +139,7 @@ def auth_conf(secret: str) -> dict[str, str]:
 ENGINE = Engine(
     name="spark", module=__name__, example=(EXAMPLE_STAGE, "in_cents"),
     settings=SparkSettings, description="Spark: a local session or a cluster's master",
-    frame_types="pyspark.sql.DataFrame", requires=("pyspark",), extra="spark",
+    frame_types="pyspark.sql.DataFrame", requires=("pyspark",), extra="spark", distributions=("pyspark",),
     doctor=spark_host.doctor_checks, environment=("JAVA_HOME",),
     gpu=True, gpu_plugin=GpuPlugin("Spark RAPIDS jar", "the RAPIDS Accelerator jar for Spark",
                                    spark_host.find_rapids_jar, spark_host.JAR_HINT),

@@ -15,6 +15,8 @@ from ..data.hashing import HashCache, digest_of
 from ..registry import engine
 from ..spec import fingerprint as fp
 from ..spec.codereach import CodeIndex
+from ..spec.libraries import Libraries
+from ..spec.libraries import describe as describe_upgrades
 from ..spec.pipeline import Pipeline
 from ..store.catalog import Catalog, Version, data_digest
 from ..store.incremental import DatumChanges, compare, external_datums, schema_types, version_datums
@@ -46,6 +48,7 @@ class Planner:
         self.force = force
         self.hashes = HashCache(catalog.home / "hashes.json")
         self.code = CodeIndex(pipeline.root)
+        self.libraries = Libraries()  # read once per plan or run: a watch session sees upgrades
         self.secrets = fp.SecretHasher(pipeline.workdir / ".fingerprint-key", pipeline.secrets,
                                        agree=_shared_key(pipeline) if pipeline.remote is not None else None)
         self._runs = runs
@@ -78,20 +81,32 @@ class Planner:
                 else f"output {missing[0]} was never published"
             return Decision(stage, RUN, [reason], current, previous=previous)
         records = [v.manifest.get("fingerprint") or {} for v in previous.values()]
-        if all(r.get("digest") == current.digest for r in records):
+        upgraded, noted = self._upgrades(records, current)
+        if all(r.get("digest") == current.digest for r in records) and not upgraded:
             runs = sorted({v.manifest.get("run_id", "?") for v in previous.values()})
-            return Decision(stage, SKIP, [f"unchanged since run {', '.join(runs)}"], current, previous=previous)
+            return Decision(stage, SKIP, [f"unchanged since run {', '.join(runs)}", *noted], current,
+                            previous=previous)
         partitioned = self.partitioned_input(stage)
-        if partitioned and _same_base(records, current):
+        if partitioned and _same_base(records, current) and not upgraded:
             if not _aligned(previous.values(), records[0]["datums"]):
                 return Decision(stage, RUN, ["its output partitions do not match the input partitions of its last "
                                              "run, so every partition is processed again"], current, previous=previous)
             changes = compare(records[0]["datums"], current.datums or {})
-            return Decision(stage, INCREMENTAL, [changes.describe(partitioned)], current, changes, previous)
-        reasons = fp.explain(records[0], current)
+            return Decision(stage, INCREMENTAL, [changes.describe(partitioned), *noted], current, changes, previous)
+        reasons = fp.explain(records[0], current) + upgraded
         if not reasons:  # every part matches one output: the others come from another run
             reasons = ["its outputs were published by different runs"]
-        return Decision(stage, RUN, reasons, current, previous=previous)
+        return Decision(stage, RUN, reasons + noted, current, previous=previous)
+
+    def _upgrades(self, records: list[dict], current: fp.Fingerprint) -> tuple[list[str], list[str]]:
+        """The libraries upgraded since the outputs were made, in one reason: (as a reason to run, as
+        a note only). A pipeline with rerun_on_library_upgrade: false only notes them."""
+        changes = fp.upgrades(records, current)
+        if not changes:
+            return [], []
+        if self.pipeline.spec.rerun_on_library_upgrade:
+            return [describe_upgrades(changes)], []
+        return [], [f"{describe_upgrades(changes)} (not a reason to run: rerun_on_library_upgrade is false)"]
 
     def fingerprint(self, stage: str) -> fp.Fingerprint:
         spec = self.pipeline.stages[stage]
@@ -110,8 +125,9 @@ class Planner:
         settings.update(engine(spec.backend).result_settings(self.pipeline.engine_settings(spec.backend)))
         inputs = {ds: self.input_digest(ds) for ds in spec.inputs if ds != partitioned}
         datums = self.datums(partitioned) if partitioned else None
+        versions = self.libraries.versions(code.imports, engine(spec.backend).distributions)
         result = fp.Fingerprint(code.digests, self.secrets.value(params), self.secrets.value(settings),
-                                inputs, datums)
+                                inputs, datums, versions)
         self.hashes.save()
         return result
 

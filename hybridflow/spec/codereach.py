@@ -6,7 +6,9 @@ module's module-level code ("pkg/steps.py:module-level code"), or a whole file t
 units they name, across project modules and their imports; importing a module reaches its
 module-level code, which runs on import. Where names cannot be followed (a star import, a module
 used bare, globals()/eval), all of a module counts. Parsed code leaves out comments, docstrings and
-formatting. Installed packages are not project code and are not followed.
+formatting. Installed packages are not project code and are not followed: the top-level names of
+the modules outside the project that the reached code imports are kept instead (libraries.py finds
+the distributions, and their versions, that provide them).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ Binding = tuple[str, str | None]  # what an import binds: (module, name), or (mo
 class ReachedCode:
     digests: dict[str, str]  # unit key -> sha256 of its parsed code
     reads_params: bool  # whether any of it reads a `.params` attribute (ctx.params)
+    imports: frozenset[str] = frozenset()  # top-level names of the modules outside the project it imports
 
 
 @dataclass
@@ -75,11 +78,15 @@ class CodeIndex:
         reached: dict[str, _Unit] = {}
         queue: list[Target] = [(module, function)]
         seen: set[Target] = set()
+        outside: set[str] = set()
         while queue:
             item = queue.pop()
             if item in seen:
                 continue
             seen.add(item)
+            top = item[0].split(".")[0]
+            if top not in outside and self._module(item[0]) is None and not self._in_project(top):
+                outside.add(top)
             units, more = self._step(*item)
             for unit in units:
                 if unit.key not in reached:
@@ -87,7 +94,7 @@ class CodeIndex:
                     queue += unit.targets
             queue += more
         return ReachedCode({key: unit.digest for key, unit in reached.items()},
-                           any(unit.reads_params for unit in reached.values()))
+                           any(unit.reads_params for unit in reached.values()), frozenset(outside))
 
     def _step(self, name: str, wanted: str) -> tuple[list[_Unit], list[Target]]:
         """The units that reaching `wanted` in module `name` adds, and what else it reaches."""
@@ -104,6 +111,10 @@ class CodeIndex:
             source, bound = module.bindings[wanted]
             more.append((source, EVERYTHING if bound is None else bound))
         return [module.units[wanted]] if wanted in module.units else [], more
+
+    def _in_project(self, top: str) -> bool:
+        """A module or package of the project (even one installed too, with pip install -e)."""
+        return self._file(top) is not None or (self.root / top).is_dir()
 
     def _file(self, module: str) -> Path | None:
         if module not in self._files:

@@ -6,6 +6,10 @@ the settings that change results (backend, requested GPU mode, Spark conf, the d
 declarations), and the content digests of its inputs. The fingerprint is stored in each output's
 manifest; a stage whose outputs all carry the fingerprint it has now is skipped, and the parts let
 `plan` say in words what changed. Values that came from ${env:...} are stored only as a keyed hash.
+
+The versions of the libraries the stage runs on (libraries.py) are kept beside the digest, not in
+it, and compared by themselves (the planner): a record made before they were kept, or a pipeline
+that turns `rerun_on_library_upgrade` off or on, never makes every stage run again.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError
-from . import signature, sqlstage
+from . import libraries, signature, sqlstage
 from .codereach import WHOLE_FILE
 from .stagecode import inspect_target
 
@@ -34,6 +38,7 @@ class Fingerprint:
     settings: dict[str, Any]  # backend, requested gpu mode, spark conf, dataset declarations
     inputs: dict[str, str]  # dataset -> content digest (an incremental stage's partitioned input excluded)
     datums: dict[str, str] | None = None  # incremental: partition of the partitioned input -> digest
+    libraries: dict[str, str] = field(default_factory=dict)  # distribution -> version (not in the digest)
     base: str = field(init=False)
     digest: str = field(init=False)
 
@@ -45,7 +50,8 @@ class Fingerprint:
     def record(self) -> dict[str, Any]:
         """What an output's manifest keeps."""
         return {"digest": self.digest, "base": self.base, "code": self.code, "params": self.params,
-                "settings": self.settings, "inputs": self.inputs, "datums": self.datums}
+                "settings": self.settings, "inputs": self.inputs, "datums": self.datums,
+                "libraries": self.libraries}
 
 
 def _sha(value: Any) -> str:
@@ -143,6 +149,15 @@ def explain(old: dict[str, Any] | None, new: Fingerprint) -> list[str]:
         elif old_inputs[dataset] != new.inputs[dataset]:
             reasons.append(f"input {dataset} has a new version")
     return reasons
+
+
+def upgrades(records: list[dict[str, Any]], new: Fingerprint) -> list[str]:
+    """'xgboost 3.1.0 -> 3.2.0' for each library whose version differs from the one an output's
+    record names. A record without versions (made before they were kept) counts as unchanged."""
+    changes: list[str] = []
+    for record in records:
+        changes += [c for c in libraries.upgrades(record.get("libraries") or {}, new.libraries) if c not in changes]
+    return changes
 
 
 def _changed_code(old: dict[str, str], new: dict[str, str]) -> list[str]:

@@ -228,6 +228,10 @@ class PipelineSpec(Section):
                                                     "removed unless the current versions' lineage needs them)")
     report: bool = Field(True, description="write report.html (timeline, stages, datasets) into each run's "
                                            "directory when the run ends")
+    rerun_on_library_upgrade: bool = Field(
+        True, description="run a stage again when a library its code imports, or its engine, has a new version "
+                          "(xgboost 3.1.0 -> 3.2.0); false: the versions are recorded and shown, never a "
+                          "reason to run (for teams that pin their environment)")
     params: Params = Field(default_factory=dict)
     # each registered engine's settings model, as pipeline_model() puts it together
     backends: Any = Field(None, description="settings per engine: backends.<engine>")
