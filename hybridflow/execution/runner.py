@@ -30,7 +30,7 @@ from ..errors import DataError, HybridflowError, InterruptedRun, first_line, is_
 from ..reporting.timeline import Timeline
 from ..results import Listener, PlannedInput, RunResult, Selection, StageResult, new_run_id, now  # noqa: F401 - re-exported
 from ..spec.pipeline import Pipeline
-from ..store import runsync
+from ..store import faults, runsync
 from ..store.clusterrecords import open_records
 from ..store.lock import pipeline_lock
 from ..store.objectcatalog import open_catalog
@@ -174,11 +174,14 @@ class Runner:
                                    on_started=self.events.engine_started, timeline=Timeline(self.store, run_id),
                                    clusters=clusters)
         try:
-            warnings = self._prepare(live, clusters)
-            self._executor = self._stage_executor()  # once the GPU plan is made (preflight)
-            live.streams = (sys.stdout, sys.stderr)  # as the stages begin: what a forced end gives back
-            self._live = live
+            # a stop request while the run prepares (recovery, preflight, reaping, early starts) stops it
+            # as one during a stage does: exit 130 or 143 and the run recorded as interrupted
             with signals_as_exceptions(self._signals):
+                warnings = self._prepare(live, clusters)
+                self._signals.check()
+                self._executor = self._stage_executor()  # once the GPU plan is made (preflight)
+                live.streams = (sys.stdout, sys.stderr)  # as the stages begin: what a forced end gives back
+                self._live = live
                 try:
                     status, error = self._run_stages(run_id, run_dir, results)
                     self._signals.check()
@@ -224,6 +227,7 @@ class Runner:
             exc.message, exc.hint = self.pipeline.redact(exc.message), exc.hint and self.pipeline.redact(exc.hint)
             self.records.end("failed", exc.one_line())
             raise
+        faults.checkpoint("run:preparing")
         logs = live.run_dir / "logs"
         private_dir(logs)  # 0700: logs may quote data
         warnings = self._reap_clusters(clusters, logs / "cluster-reap.log")

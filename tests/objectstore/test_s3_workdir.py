@@ -24,7 +24,9 @@ from pathlib import Path
 import pytest
 
 import hybridflow
+from hybridflow.backends import spark_s3_jars
 from tests.objectstore.test_s3_inputs import ENGINES, STAGES, WEEKS, expected_join, pipeline_text, put_week
+from tests.support.maven import repository_of, serving
 from tests.support.s3server import S3Server
 
 pytestmark = pytest.mark.timeout(900)
@@ -297,11 +299,25 @@ def test_secret_params_and_logs_agree_across_machines(project, s3, tmp_path):
     assert "calling mypkg.steps:make" in shown.stdout and "(log missing)" not in shown.stdout, shown.stdout
 
 
-def test_the_weekly_retrain_on_s3_from_fresh_machines_skips_everything_then_runs_only_a_new_week(s3, tmp_path):
+@pytest.fixture
+def maven():
+    """A Maven repository on 127.0.0.1 holding the real s3a jars (those this machine fetched for CI)."""
+    version = spark_s3_jars.hadoop_version()
+    real = spark_s3_jars.ensure(version, spark_s3_jars.repository_url(), spark_s3_jars.cache_root())
+    with serving(repository_of(real, version)) as server:
+        server.jars = real
+        yield server
+
+
+def test_the_weekly_retrain_on_s3_from_fresh_machines_skips_everything_then_runs_only_a_new_week(s3, maven, tmp_path):
     """The example, its workdir in the store: run; a new clone with no local state skips every stage;
-    after a new delivery, another new clone processes only the new partitions."""
+    after a new delivery, another new clone processes only the new partitions. The first run starts with
+    no s3a jars on the machine: it fetches them itself (from a Maven repository served here, holding
+    the real jars), before its engines start, and says so on the terminal."""
     repo = Path(__file__).resolve().parents[2]
     bucket = s3.bucket("retrain-workdir")
+    version, real = spark_s3_jars.hadoop_version(), maven.jars
+    jars = tmp_path / "jars"  # empty: this machine has never fetched them
 
     def clone(name: str) -> Path:
         project = tmp_path / name
@@ -313,7 +329,9 @@ def test_the_weekly_retrain_on_s3_from_fresh_machines_skips_everything_then_runs
 
     def retrain(project: Path, *args: str) -> subprocess.CompletedProcess:
         environ = {**os.environ, **s3.env(), "HYBRIDFLOW_CACHE": str(project / ".cache"),
-                   "HYBRIDFLOW_WORKDIR": f"s3://{bucket}/team"}
+                   "HYBRIDFLOW_WORKDIR": f"s3://{bucket}/team", spark_s3_jars.CACHE_VARIABLE: str(jars),
+                   spark_s3_jars.REPOSITORY_VARIABLE: maven.url}
+        environ.pop(spark_s3_jars.FOLDER_VARIABLE, None)
         return subprocess.run([sys.executable, "-m", "hybridflow.cli", "run", "configs/weekly_retrain.yaml",
                                "--param", "num_samples=2", *args], cwd=project, env=environ, capture_output=True,
                               text=True, timeout=900)
@@ -324,6 +342,9 @@ def test_the_weekly_retrain_on_s3_from_fresh_machines_skips_everything_then_runs
     done = retrain(first)
     assert done.returncode == 0, done.stdout + done.stderr
     assert not (first / ".hybridflow").exists()
+    assert re.search(r"fetching .*hadoop-aws.* from 127\.0\.0\.1:\d+", done.stderr), done.stderr
+    assert sorted(jar.name for jar in (jars / f"hadoop-{version}").glob("*.jar")) == sorted(j.name for j in real)
+    maven.requests.clear()
     shutil.copytree(first / "data", tmp_path / "data")  # the raw data a new clone finds (it is the user's)
 
     second = clone("clone-2")
@@ -336,6 +357,7 @@ def test_the_weekly_retrain_on_s3_from_fresh_machines_skips_everything_then_runs
     third = clone("clone-3")
     week = retrain(third, "--only", "etl")
     assert week.returncode == 0, week.stdout + week.stderr
+    assert maven.requests == []  # fetched once for the machine
     logs = subprocess.run([sys.executable, "-m", "hybridflow.cli", "logs", "last", "etl", "-f",
                            "configs/weekly_retrain.yaml"], cwd=third, capture_output=True, text=True,
                           env={**os.environ, **s3.env(), "HYBRIDFLOW_CACHE": str(third / ".cache"),

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -117,6 +118,7 @@ def test_sigkill_at_random_moments_never_exposes_a_partial_version(project):
 
 SLOW = '''
 import time
+from pathlib import Path
 import pandas as pd
 
 
@@ -157,3 +159,46 @@ def test_sigterm_and_sigint_stop_the_run_cleanly(project, signum, code):
     catalog = Catalog(project.home("killme"))
     assert assert_complete(catalog, "table", 1000) == 1 and catalog.current("slowed") is None
     assert not any((project.home("killme") / "staging").iterdir())
+
+
+def test_a_stop_request_while_the_run_prepares_stops_it_cleanly(project):
+    """SIGTERM before any stage started (the run recovering, checking, reaping, starting engines): exit 143
+    and a run recorded as interrupted, as during a stage, never a process ended outright."""
+    project.stages(SLOW)
+    path = project.pipeline(PIPELINE)
+    env = {**os.environ, "HYBRIDFLOW_STOP_AT": "run:preparing"}  # the run's process stops itself there
+    env.pop("HYBRIDFLOW_CRASH_AT", None)
+    run = subprocess.Popen([sys.executable, "-m", "hybridflow.cli", "run", str(path)], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while not (stopped := [pid for pid in processes_below(run.pid) if process_state(pid) == "T"]):
+        assert run.poll() is None and time.monotonic() < deadline, "the run never reached run:preparing"
+        time.sleep(0.05)
+    run.send_signal(signal.SIGTERM)  # what a scheduler or systemd sends to the command
+    time.sleep(0.5)  # the command passes it on to the run's process, where it waits until it goes on
+    for pid in stopped:
+        os.kill(pid, signal.SIGCONT)
+    output, _ = run.communicate(timeout=120)
+    assert run.returncode == 143, output
+    record, stages = last_run_record(project.root / ".hybridflow")
+    assert record["status"] == "interrupted", record
+    assert stages["make"]["status"] == "not run", stages
+
+
+def processes_below(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def process_state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
