@@ -118,7 +118,6 @@ def test_sigkill_at_random_moments_never_exposes_a_partial_version(project):
 
 SLOW = '''
 import time
-from pathlib import Path
 import pandas as pd
 
 
