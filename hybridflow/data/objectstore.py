@@ -71,23 +71,26 @@ class ObjectStore:
         bytes mean the write was ours."""
         body = json.dumps(value, indent=1, sort_keys=True).encode()
         condition = {"IfNoneMatch": "*"} if create_only else {"IfMatch": if_match} if if_match else {}
-        for attempt in range(_CONFLICT_TRIES):
+        tries = 0
+        while True:
+            tries += 1
             try:
                 answer = self._client.put_object(Bucket=path.bucket, Key=_key(path), ContentType="application/json",
                                                  Body=body, **condition)
                 return answer["ETag"]
             except Exception as exc:
                 code = _code(exc)
-                if code not in _CONDITION_FAILED + _CONCURRENT:
+                # If-Match on an object that is gone: S3 answers 404, which fails the condition too
+                gone = bool(if_match) and code in ("NoSuchKey", "404")
+                if code not in _CONDITION_FAILED + _CONCURRENT and not gone:
                     raise self._error(exc, path) from exc
                 stored, etag = self._read_bytes(path)
                 if stored == body:
                     return etag  # our own write, whose answer was lost
-                if code in _CONCURRENT and attempt + 1 < _CONFLICT_TRIES:
-                    time.sleep(0.2 * (attempt + 1))  # another conditional write was under way: try again
+                if code in _CONCURRENT and tries < _CONFLICT_TRIES:
+                    time.sleep(0.2 * tries)  # another conditional write was under way: try again
                     continue
                 raise Conflict(path.uri) from exc
-        raise AssertionError("unreachable")
 
     def _read_bytes(self, path: ObjectPath) -> tuple[bytes | None, str | None]:
         """(the object's bytes, its ETag), or (None, None) when there is no such object."""
@@ -178,11 +181,14 @@ class ObjectStore:
         """How long ago the newest object under `prefix` was written, by the store's own clock (its
         LastModified against the Date of its answer: no other machine's clock is compared); None when
         nothing is there."""
+        from datetime import datetime, timezone
         from email.utils import parsedate_to_datetime
 
         ages = []
         for page in self._pages(prefix):
-            now = parsedate_to_datetime(page["ResponseMetadata"]["HTTPHeaders"]["date"])
+            date = page.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+            # a store that sends no Date (none seen): this machine's clock, which the grace dwarfs
+            now = parsedate_to_datetime(date) if date else datetime.now(timezone.utc)
             ages += [(now - o["LastModified"]).total_seconds() for o in page.get("Contents", [])]
         return min(ages) if ages else None
 

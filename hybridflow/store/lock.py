@@ -187,6 +187,8 @@ class Lease:
             except Conflict:
                 raise self._lose() from None
             self._deadline = sent + self.seconds - self.margin
+            if time.monotonic() > self._deadline:  # the answer took longer than the lease: proves nothing
+                raise self._lose()
 
     def _lose(self) -> LeaseLost:
         """The lease is lost: said once, and the run told to stop (on_lost)."""
