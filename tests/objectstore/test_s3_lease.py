@@ -73,12 +73,7 @@ def test_a_run_frozen_past_its_lease_while_another_machine_collects_garbage_publ
         time.sleep(0.1)
     try:
         # another machine finds the lease unrenewed, takes it over and removes the uncommitted version
-        for _ in range(60):
-            collected = hf(project, s3, "gc", "pipeline.yaml", "--keep", "1", cache=tmp_path / "m2", env=SHORT_LEASE)
-            if collected.returncode != 75:
-                break
-            time.sleep(1)
-        assert collected.returncode == 0, collected.stdout + collected.stderr
+        collected = collect_garbage_elsewhere(project, s3, tmp_path / "m2")
         assert "removed a@" in collected.stdout, collected.stdout
     finally:
         os.killpg(frozen.pid, signal.SIGCONT)
@@ -90,6 +85,44 @@ def test_a_run_frozen_past_its_lease_while_another_machine_collects_garbage_publ
     assert_current_is_whole(s3, prefix)
     again = hf(project, s3, "run", "pipeline.yaml", cache=tmp_path / "m2", env=SHORT_LEASE)
     assert again.returncode == 0 and set(statuses(again.stdout).values()) == {"skipped"}, again.stdout + again.stderr
+
+
+def test_a_run_frozen_in_a_stage_past_its_lease_stops_and_publishes_nothing_more(project, s3, tmp_path):
+    """Frozen from outside (the whole process group, as a suspended VM) while a stage runs: once
+    thawed, the run notices its lease is gone, stops the stage and exits 75."""
+    prefix = small(project, s3, "thawed")
+    first = hf(project, s3, "run", "pipeline.yaml", cache=tmp_path / "m1", env=SHORT_LEASE)
+    assert first.returncode == 0, first.stdout + first.stderr
+    before = current_versions(s3, f"{prefix}/small")
+    run = hf(project, s3, "run", "pipeline.yaml", "--force", "--param", "slow.seconds=8", cache=tmp_path / "m1",
+             wait=False, env=SHORT_LEASE)
+    deadline = time.monotonic() + 120
+    while current_versions(s3, f"{prefix}/small")["b"] == before["b"]:  # b made current: stage slow runs
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+        time.sleep(0.1)
+    os.killpg(run.pid, signal.SIGSTOP)
+    try:
+        collect_garbage_elsewhere(project, s3, tmp_path / "m2")
+    finally:
+        os.killpg(run.pid, signal.SIGCONT)
+    out, err = run.communicate(timeout=120)
+    assert run.returncode == 75, out + err
+    assert f"this run lost its lease on s3://{prefix}; nothing more was published" in out + err, out + err
+    assert statuses(out)["slow"] == "failed" and "Traceback" not in out + err, out + err
+    assert current_versions(s3, f"{prefix}/small")["c"] == before["c"]
+    assert_current_is_whole(s3, prefix)
+
+
+def collect_garbage_elsewhere(project, s3: S3Server, cache: Path):
+    """`hybridflow gc` from another machine, tried until the lease it finds is no longer renewed
+    (exit 75 until then) and it takes it over."""
+    for _ in range(60):
+        collected = hf(project, s3, "gc", "pipeline.yaml", "--keep", "1", cache=cache, env=SHORT_LEASE)
+        if collected.returncode != 75:
+            break
+        time.sleep(1)
+    assert collected.returncode == 0, collected.stdout + collected.stderr
+    return collected
 
 
 def test_conditional_writes_whose_answers_were_lost_are_recognised_as_the_runs_own(project, s3, tmp_path):
