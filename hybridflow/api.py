@@ -420,7 +420,7 @@ def reap_clusters(pipeline: PipelineLike) -> tuple[list[dict[str, Any]], list[st
     lock = pipeline_lock(loaded)
     lock.acquire(f"reap-{new_run_id()}")
     try:
-        return reap(loaded, records, home / "cluster-reap.log")
+        return reap(loaded, records, home / "cluster-reap.log", lock.confirm)
     finally:
         lock.release()
 
@@ -448,7 +448,9 @@ def collect_garbage(pipeline: PipelineLike, keep: int | None = None, dry_run: bo
     lock = pipeline_lock(loaded)
     lock.acquire(f"gc-{new_run_id()}")
     try:
-        removed = open_catalog(loaded).collect_garbage(keep or loaded.spec.keep_versions, dry_run=dry_run)
+        catalog = open_catalog(loaded)
+        catalog.confirm = lock.confirm  # nothing is deleted once the lease is lost
+        removed = catalog.collect_garbage(keep or loaded.spec.keep_versions, dry_run=dry_run)
         if not dry_run:
             remove_leftovers(home)
         return removed

@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 from ..errors import HybridflowError, UnavailableError, store_error
 from .storage import ObjectPath, StoreSettings
+
+# a conditional write that failed its condition, or met another one under way (S3 answers 409 then)
+_CONDITION_FAILED = ("PreconditionFailed", "412")
+_CONCURRENT = ("ConditionalRequestConflict", "409")
+_CONFLICT_TRIES = 3
 
 
 class Conflict(Exception):
@@ -46,31 +52,55 @@ class ObjectStore:
 
     def read_json(self, path: ObjectPath) -> tuple[Any, str | None]:
         """(the object's JSON, its ETag), or (None, None) when there is no such object."""
+        body, etag = self._read_bytes(path)
+        if body is None:
+            return None, None
         try:
-            answer = self._client.get_object(Bucket=path.bucket, Key=_key(path))
-        except Exception as exc:  # botocore's errors, all of them, are mapped below
-            if _code(exc) in ("NoSuchKey", "404"):
-                return None, None
-            raise self._error(exc, path) from exc
-        body = answer["Body"].read()
-        try:
-            return json.loads(body), answer["ETag"]
+            return json.loads(body), etag
         except ValueError as exc:
             raise HybridflowError(f"{path.uri} is not JSON: {exc}") from exc
 
     def write_json(self, path: ObjectPath, value: Any, *, create_only: bool = False,
                    if_match: str | None = None) -> str:
         """Write the object; returns its new ETag. `create_only`: only if it does not exist;
-        `if_match`: only if its ETag is still this one. Raises Conflict when the condition fails."""
+        `if_match`: only if its ETag is still this one. Raises Conflict when the condition fails.
+
+        A conditional write whose answer was lost is retried by botocore, and the retry fails its
+        condition against the write it made itself: a 412 (or 409) is a lost race only when the object
+        now holds something else. Callers make what they write unique (a run id, a nonce), so equal
+        bytes mean the write was ours."""
+        body = json.dumps(value, indent=1, sort_keys=True).encode()
         condition = {"IfNoneMatch": "*"} if create_only else {"IfMatch": if_match} if if_match else {}
-        try:
-            answer = self._client.put_object(Bucket=path.bucket, Key=_key(path), ContentType="application/json",
-                                             Body=json.dumps(value, indent=1, sort_keys=True).encode(), **condition)
-        except Exception as exc:
-            if _code(exc) in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                answer = self._client.put_object(Bucket=path.bucket, Key=_key(path), ContentType="application/json",
+                                                 Body=body, **condition)
+                return answer["ETag"]
+            except Exception as exc:
+                code = _code(exc)
+                # If-Match on an object that is gone: S3 answers 404, which fails the condition too
+                gone = bool(if_match) and code in ("NoSuchKey", "404")
+                if code not in _CONDITION_FAILED + _CONCURRENT and not gone:
+                    raise self._error(exc, path) from exc
+                stored, etag = self._read_bytes(path)
+                if stored == body:
+                    return etag  # our own write, whose answer was lost
+                if code in _CONCURRENT and tries < _CONFLICT_TRIES:
+                    time.sleep(0.2 * tries)  # another conditional write was under way: try again
+                    continue
                 raise Conflict(path.uri) from exc
+
+    def _read_bytes(self, path: ObjectPath) -> tuple[bytes | None, str | None]:
+        """(the object's bytes, its ETag), or (None, None) when there is no such object."""
+        try:
+            answer = self._client.get_object(Bucket=path.bucket, Key=_key(path))
+        except Exception as exc:  # botocore's errors, all of them, are mapped below
+            if _code(exc) in ("NoSuchKey", "404"):
+                return None, None
             raise self._error(exc, path) from exc
-        return answer["ETag"]
+        return answer["Body"].read(), answer["ETag"]
 
     def exists(self, path: ObjectPath) -> bool:
         try:
@@ -146,6 +176,21 @@ class ObjectStore:
         return sorted((ObjectPath(f"{prefix.bucket}/{o['Key']}"), o["Size"], o["ETag"].strip('"'))
                       for page in self._pages(prefix) for o in page.get("Contents", [])
                       if not o["Key"].endswith("/"))
+
+    def seconds_since_written(self, prefix: ObjectPath) -> float | None:
+        """How long ago the newest object under `prefix` was written, by the store's own clock (its
+        LastModified against the Date of its answer: no other machine's clock is compared); None when
+        nothing is there."""
+        from datetime import datetime, timezone
+        from email.utils import parsedate_to_datetime
+
+        ages = []
+        for page in self._pages(prefix):
+            date = page.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+            # a store that sends no Date (none seen): this machine's clock, which the grace dwarfs
+            now = parsedate_to_datetime(date) if date else datetime.now(timezone.utc)
+            ages += [(now - o["LastModified"]).total_seconds() for o in page.get("Contents", [])]
+        return min(ages) if ages else None
 
     def copy(self, pairs: list[tuple[ObjectPath, ObjectPath]], where: ObjectPath) -> None:
         """Copy objects inside the store (source, target), in parallel: the data never leaves it

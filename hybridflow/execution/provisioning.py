@@ -297,11 +297,13 @@ def cluster_spec(pipeline, engine: str):
     return getattr(settings, "cluster", None)
 
 
-def reap(pipeline, records, log_file: Path) -> tuple[list[dict[str, Any]], list[str]]:
+def reap(pipeline, records, log_file: Path, confirm=lambda: None) -> tuple[list[dict[str, Any]], list[str]]:
     """Take down every cluster recorded in the workdir by a process no longer alive; only ever under the
     pipeline's lock, where no run is, so each belongs to a run that died (a live watch session's, kept
-    between its runs, are left alone). Returns the records taken down, and what could not be (their
-    records stay, for the next try)."""
+    between its runs, are left alone). `confirm()`, the lock's, proves before each that the lock is
+    still held (it raises otherwise): a runner that lost its lease must not take down the clusters of
+    the run that holds it now. Returns the records taken down, and what could not be (their records
+    stay, for the next try)."""
     reaped, problems = [], []
     for key, record in records.all().items():
         if runner_alive(record.get("runner")):
@@ -312,6 +314,7 @@ def reap(pipeline, records, log_file: Path) -> tuple[list[dict[str, Any]], list[
                             f"longer says how to take it down (backends.{record.get('engine')}.cluster); take it "
                             f"down by hand, then delete its record {key}.json")
             continue
+        confirm()
         problem = tear_down(record, spec, log_file, pipeline.root, records)
         if problem:
             problems.append(problem)

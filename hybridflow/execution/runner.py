@@ -86,6 +86,7 @@ class Runner:
         self._engines: EnginePool | None = None  # made for each run: its engines log to the run's directory
         self._executor: StageExecutor | None = None
         self._run_id: str | None = None
+        self._lock = None  # the pipeline's lock, held while a run lives
         self._gpu: gpu.GpuPlan | None = None  # each stage's device, decided in _preflight
         self._live: _LiveRun | None = None  # the run in progress, for a forced end
         self._ending = threading.Lock()  # held by whichever ends the run: the main thread or a forced end
@@ -142,13 +143,17 @@ class Runner:
 
     def run(self) -> RunResult:
         run_id = self._run_id = new_run_id()
-        self._signals.signum = self._signals.ended = None  # a Runner may run again (a watch loop)
+        # a Runner may run again (a watch loop)
+        self._signals.signum = self._signals.ended = self._signals.stopped_by = None
         self.inputs.forget()
         run_dir = self.home / "runs" / run_id
         results = {s: StageResult(s, self.pipeline.stages[s].backend) for s in self.stages}
-        lock = pipeline_lock(self.pipeline)
+        lock = self._lock = pipeline_lock(self.pipeline)
         try:
             lock.acquire(run_id, wait=self.wait_for_lock)
+            # a run that cannot prove it still holds its lease publishes nothing, and stops
+            self.catalog.confirm = lock.confirm
+            lock.on_lost(self._signals.stop_for)
             try:  # the lock is held until the run's record is final: the next run trusts what it finds
                 return self._run_locked(run_id, run_dir, results)
             finally:
@@ -162,7 +167,7 @@ class Runner:
 
     def _reap_clusters(self, clusters: RunClusters, log_file: Path) -> list[str]:
         """Take down the clusters that runs which died left up (we hold the lock: no other run lives)."""
-        reaped, problems = reap(self.pipeline, clusters.records, log_file)
+        reaped, problems = reap(self.pipeline, clusters.records, log_file, self._lock.confirm)
         return [f"took down the {r['engine']} cluster that run {r['run_id']} left up" for r in reaped] + problems
 
     def _run_locked(self, run_id: str, run_dir: Path, results: dict[str, StageResult]) -> RunResult:
@@ -194,7 +199,8 @@ class Runner:
             raise
         except (KeyboardInterrupt, Terminated) as exc:
             self._raise_if_ended()
-            status, error = "interrupted", self._interrupted(exc, results)
+            error = self._interrupted(exc, results)
+            status = "interrupted" if isinstance(error, InterruptedRun) else "failed"
         except BaseException as exc:  # a bug, or an engine's own exit: the record must not stay "running"
             self._raise_if_ended()
             unrecorded = exc
@@ -257,13 +263,15 @@ class Runner:
         if self._signals.ended is not None:
             raise RunEnded(self._signals.ended) from None
 
-    def _interrupted(self, exc: BaseException, results: dict[str, StageResult]) -> InterruptedRun:
+    def _interrupted(self, exc: BaseException, results: dict[str, StageResult]) -> HybridflowError:
+        """What a stopped run ends with: InterruptedRun for a signal, or what stopped it (its lease lost)."""
+        error = self._signals.stopped_by
         for result in results.values():
             if result.status == "running":
-                self._finish(result, "failed", error="interrupted")
+                self._finish(result, "failed", error=error.one_line() if error else "interrupted")
             elif result.status == "waiting":
-                self._finish(result, "not run", reason="run interrupted")
-        return InterruptedRun(getattr(exc, "signum", signal.SIGINT))
+                self._finish(result, "not run", reason="the run stopped" if error else "run interrupted")
+        return error or InterruptedRun(getattr(exc, "signum", signal.SIGINT))
 
     def _close(self, live: _LiveRun, status: str, error: HybridflowError | None, warnings: list[str]) -> RunResult:
         """The run's result, told as its end: its final record, its report, the listener."""

@@ -125,6 +125,8 @@ class SignalState:
         self.running = None  # the engine of the stage being called, which a stop request cancels
         self.on_stuck = None  # called with an InterruptedRun when the stage does not end after a cancel
         self.ended = None  # the error the run was ended around a stuck stage with: every check() raises it
+        self.stopped_by = None  # the error a run stopped by itself ends with (its lease lost), not a signal's
+        self._switching = threading.Lock()  # installing or removing the handlers, or stopping by a signal
 
     def on_wakeup(self, signum: int) -> None:
         """Called from the watcher thread the moment SIGINT or SIGTERM arrives, even while the main
@@ -137,7 +139,7 @@ class SignalState:
         def cancel_until_the_stage_ends() -> None:
             with contextlib.suppress(Exception):
                 engine.cancel()
-            stuck = (lambda: self.on_stuck(InterruptedRun(signum))) if self.on_stuck else None
+            stuck = (lambda: self.on_stuck(self.stopped_by or InterruptedRun(signum))) if self.on_stuck else None
             keep_cancelling(engine, lambda: self.running is not engine, stuck=stuck)
 
         threading.Thread(target=cancel_until_the_stage_ends, name="hybridflow-cancel", daemon=True).start()
@@ -148,6 +150,18 @@ class SignalState:
         self.signum = signum
         if not self._deferred:
             raise Terminated(signum)
+
+    def stop_for(self, error) -> None:
+        """Stop the run as a SIGTERM would, from any thread, ending it with `error` (a HybridflowError)
+        instead of as interrupted: the running stage's engine work is cancelled and the main thread
+        interrupted; a stage that runs without the handlers installed stops at the next check()."""
+        self.stopped_by = error
+        with self._switching:
+            self.signum = self.signum or signal.SIGTERM
+            # our handler, never the default one (which would end the process); the main thread itself
+            # raises at its next check()
+            if self.installed and threading.current_thread() is not threading.main_thread():
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
 
     @contextlib.contextmanager
     def deferred(self):
@@ -185,9 +199,10 @@ def signals_as_exceptions(state: SignalState):
         yield
     finally:
         watcher.close()
-        state.installed = False
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        with state._switching:
+            state.installed = False
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
 
 class SignalWatcher:

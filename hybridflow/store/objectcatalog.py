@@ -16,6 +16,12 @@ follows CURRENT to a manifest and the manifest to the files: it never lists a pr
 killed at any moment leaves each dataset at its old version or its new one, and what it uploaded
 without committing is garbage that gc removes. A compare-and-swap that fails means another writer
 committed meanwhile (the run's lease was lost): this run publishes nothing and says so.
+
+Every manifest, commit of CURRENT and collection first confirms the run's lease (`confirm`, set by
+whoever holds it): a run paused past its lease (SIGSTOP, a suspended VM, a long store outage) may find
+another runner took it meanwhile, and what that runner's gc removed must never become current. Gc
+also spares a version without a manifest written less than the grace period ago (GC_GRACE_ENV, never
+less than the longest stage timeout): a writer slower than its lease is not deleted under it.
 """
 
 from __future__ import annotations
@@ -26,24 +32,30 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path, PurePath, PurePosixPath
+from typing import Callable
 
 from ..data.objectstore import Conflict, ObjectStore
 from ..data.storage import ObjectPath, StoreSettings
-from ..errors import DataError, LockedError
+from ..errors import ConfigError, DataError, LockedError
 from . import faults
 from .catalog import MANIFEST, Catalog, Version, describe_version, read_footer
 from .workdir import remove_leftovers
 
 POINTER = "CURRENT"
+GC_GRACE_SECONDS = 24 * 3600.0  # a version without a manifest is garbage only once left this long
+GC_GRACE_ENV = "HYBRIDFLOW_GC_GRACE_SECONDS"
 # what engines leave beside their data files: markers and checksums, not data
 NOT_DATA = ("_SUCCESS", "_common_metadata", "_metadata")
 
 
 class ObjectCatalog(Catalog):
-    def __init__(self, home: Path, remote: ObjectPath, settings: StoreSettings) -> None:
+    def __init__(self, home: Path, remote: ObjectPath, settings: StoreSettings,
+                 grace: float = GC_GRACE_SECONDS) -> None:
         super().__init__(home)  # the local cache: staging, logs
         self.remote = remote  # <workdir>/<pipeline> in the object store
         self.settings = settings
+        self.grace = grace  # seconds: how long a version without a manifest is spared by gc
+        self.confirm: Callable[[], None] = _unguarded  # the lease's confirmation, set by its holder
         self.objects = ObjectStore(settings)
         self._manifests: dict[tuple[str, str], dict] = {}  # versions never change: read once
         # CURRENT's ETag as this run last saw it (at its start, then after each of its commits): a
@@ -103,6 +115,7 @@ class ObjectCatalog(Catalog):
         self.objects.upload(staging, directory)
         faults.checkpoint("publish:uploaded")
         # last, and create-only: a version with a manifest is whole, and no two writers share one
+        self.confirm()
         self.objects.write_json(directory / MANIFEST, manifest, create_only=True)
         shutil.rmtree(staging, ignore_errors=True)
         faults.checkpoint("publish:moved")
@@ -128,6 +141,7 @@ class ObjectCatalog(Catalog):
         manifest = describe_version(name, directory, files, footers, **facts)
         manifest["version"] = directory.name
         faults.checkpoint("publish:uploaded")
+        self.confirm()
         self.objects.write_json(directory / MANIFEST, manifest, create_only=True)
         faults.checkpoint("publish:moved")
         self._manifests[(name, directory.name)] = manifest
@@ -162,10 +176,13 @@ class ObjectCatalog(Catalog):
         """One compare-and-swap of CURRENT makes every version current at once."""
         datasets, etag = self._pointer()
         updated = {**datasets, **{v.dataset: v.id for v in versions}}
+        self.confirm()
         try:
             if self._in_run and etag != self._expected:
                 raise Conflict(str(self.remote / POINTER))
-            self._expected = self.objects.write_json(self.remote / POINTER, {"datasets": updated},
+            # a nonce makes this commit's bytes its own: a retry whose first answer was lost knows it
+            pointer = {"datasets": updated, "commit": secrets.token_hex(8)}
+            self._expected = self.objects.write_json(self.remote / POINTER, pointer,
                                                      create_only=etag is None, if_match=etag)
         except Conflict:
             raise LockedError(f"another run committed to {self.remote.uri} while this one was publishing "
@@ -187,9 +204,25 @@ class ObjectCatalog(Catalog):
     def versions(self, name: str) -> list[str]:
         return self.objects.children(self._child(self.remote / "datasets", name) / "versions")
 
+    def collect_garbage(self, keep: int, dry_run: bool = False) -> list[tuple[str, str]]:
+        """As a local workdir's, sparing each version without a manifest that was written to less than
+        `grace` seconds ago (by the store's clock): it may be a slow writer's, still uploading."""
+        removed = [(dataset, version_id) for dataset, version_id in super().collect_garbage(keep, dry_run=True)
+                   if not self._young_upload(self._version_dir(dataset, version_id))]
+        if not dry_run:
+            self._remove_versions(removed)
+        return removed
+
+    def _young_upload(self, directory: ObjectPath) -> bool:
+        if self.objects.exists(directory / MANIFEST):
+            return False
+        age = self.objects.seconds_since_written(directory)
+        return age is not None and age < self.grace
+
     def _remove_versions(self, versions: list[tuple[str, str]]) -> None:
         for dataset, version_id in versions:
             directory = self._version_dir(dataset, version_id)
+            self.confirm()  # a runner that lost its lease deletes nothing: the new holder may need it
             # the manifest first: what is left of a deletion cut short is a version without one, never read
             self.objects.delete(directory / MANIFEST)
             self.objects.delete_tree(directory)
@@ -201,4 +234,19 @@ def open_catalog(pipeline) -> Catalog:
     home = pipeline.workdir / pipeline.name
     if pipeline.remote is None:
         return Catalog(home)
-    return ObjectCatalog(home, pipeline.remote / pipeline.name, pipeline.store)
+    return ObjectCatalog(home, pipeline.remote / pipeline.name, pipeline.store, gc_grace(pipeline))
+
+
+def gc_grace(pipeline) -> float:
+    """Seconds gc spares a version without a manifest: HYBRIDFLOW_GC_GRACE_SECONDS (default a day),
+    never less than the pipeline's longest stage timeout."""
+    try:
+        grace = float(os.environ.get(GC_GRACE_ENV) or GC_GRACE_SECONDS)
+    except ValueError:
+        raise ConfigError(f"{GC_GRACE_ENV} must be a number of seconds, not {os.environ[GC_GRACE_ENV]!r}") from None
+    timeouts = [stage.timeout for stage in pipeline.spec.stages.values() if stage.timeout]
+    return max([grace, *timeouts])
+
+
+def _unguarded() -> None:
+    """No lease to confirm (a catalog opened outside a run: reading, planning)."""
