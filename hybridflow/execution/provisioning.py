@@ -158,9 +158,11 @@ def runner_alive(runner: Any) -> bool:
 
 
 def _started(pid: int) -> int | None:
-    """A process's start time (clock ticks after boot), None when it is gone."""
+    """A process's start time (clock ticks after boot), None when it is gone (a zombie, killed and not
+    yet waited for by a parent or a subreaper, is gone too)."""
     try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return None if fields[0] in ("Z", "X") else int(fields[19])
     except (OSError, IndexError, ValueError):
         return None
 

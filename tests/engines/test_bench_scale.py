@@ -42,8 +42,9 @@ def test_the_tiny_run_reports_every_column_with_sane_values(tmp_path):
     assert size["s_per_m_events"] == pytest.approx(size["work_s"] / size["events"] * 1e6)
     assert size["wall_s"] > size["work_s"]
     assert size["rss_samples"] > 5
-    # hybridflow's own process is a Python with pyarrow and pandas; the tree adds a JVM and Dask workers
-    assert 50 * MIB < size["own_peak_bytes"] < 1024 * MIB
+    # hybridflow's own process is a Python (the command imports what it needs when it needs it: no
+    # pyarrow or pandas before the run); the tree adds the run's process, a JVM and Dask workers
+    assert 10 * MIB < size["own_peak_bytes"] < 1024 * MIB
     assert size["tree_peak_bytes"] > size["own_peak_bytes"] + 200 * MIB
     assert set(size["datasets"]) == {"customer_weeks", "etl_quality", "customer_features"}
     weeks = size["datasets"]["customer_weeks"]
