@@ -388,6 +388,7 @@ def reap_clusters(pipeline: PipelineLike) -> tuple[list[dict[str, Any]], list[st
     from .execution.provisioning import reap
     from .store.clusterrecords import open_records
     from .store.lock import pipeline_lock
+    from .store.storecheck import require_pipeline_store
 
     loaded = _pipeline(pipeline)
     records = open_records(loaded)
@@ -395,6 +396,7 @@ def reap_clusters(pipeline: PipelineLike) -> tuple[list[dict[str, Any]], list[st
         return [], []
     home = loaded.workdir / loaded.name
     home.mkdir(parents=True, exist_ok=True)  # a workdir in object storage: this machine's cache of it
+    require_pipeline_store(loaded)
     lock = pipeline_lock(loaded)
     lock.acquire(f"reap-{new_run_id()}")
     try:
@@ -410,6 +412,7 @@ def collect_garbage(pipeline: PipelineLike, keep: int | None = None, dry_run: bo
     version) pairs removed (or that would be)."""
     from .store.lock import pipeline_lock
     from .store.objectcatalog import open_catalog
+    from .store.storecheck import require_pipeline_store
     from .store.workdir import claim, remove_leftovers
 
     if keep is not None and keep < 1:
@@ -423,6 +426,7 @@ def collect_garbage(pipeline: PipelineLike, keep: int | None = None, dry_run: bo
         home.mkdir(exist_ok=True)
     if not home.is_dir():
         return []  # never run: nothing to remove, and no workdir to make
+    require_pipeline_store(loaded)
     lock = pipeline_lock(loaded)
     lock.acquire(f"gc-{new_run_id()}")
     try:

@@ -34,6 +34,7 @@ from ..store import runsync
 from ..store.clusterrecords import open_records
 from ..store.lock import pipeline_lock
 from ..store.objectcatalog import open_catalog
+from ..store.storecheck import require_pipeline_store
 from ..store.state import recorded_arguments
 from . import planning
 from .enginepool import EnginePool
@@ -148,6 +149,7 @@ class Runner:
         results = {s: StageResult(s, self.pipeline.stages[s].backend) for s in self.stages}
         lock = pipeline_lock(self.pipeline)
         try:
+            require_pipeline_store(self.pipeline)  # a store that ignores conditional writes: the lease protects nothing
             lock.acquire(run_id, wait=self.wait_for_lock)
             try:  # the lock is held until the run's record is final: the next run trusts what it finds
                 return self._run_locked(run_id, run_dir, results)

@@ -304,6 +304,8 @@ def check_object_storage(target: Target) -> Iterable[Finding]:
             yield Finding("object storage", "error", exc.message, exc.hint or "")
         else:
             yield Finding("object storage", "ok", f"bucket {bucket} answers at {where}")
+    if pipeline.remote is not None:
+        yield _conditional_writes(objects, pipeline.remote)
     for name in sorted(target.backends):
         check = engines()[name].object_storage_check
         if check is None:
@@ -314,6 +316,22 @@ def check_object_storage(target: Target) -> Iterable[Finding]:
             yield Finding(f"{name} and s3://", "error", exc.message, exc.hint or "")
         else:
             yield Finding(f"{name} and s3://", "ok", found)
+
+
+def _conditional_writes(objects, workdir) -> Finding:
+    """The store check made again (a run keeps its answer in the workdir and trusts it after)."""
+    from ..store import storecheck
+
+    check = "conditional writes"
+    try:
+        ignored = storecheck.recheck(objects, workdir)
+    except HybridflowError as exc:
+        return Finding(check, "error", exc.message, exc.hint or "")
+    if ignored:
+        refused = storecheck.refusal(storecheck.endpoint_of(objects), workdir, ignored)
+        return Finding(check, "error", refused.message, refused.hint or "")
+    return Finding(check, "ok", f"{storecheck.endpoint_of(objects)} refuses a second create-only write and a "
+                                "compare-and-swap with a wrong ETag: the workdir's lease and commits hold")
 
 
 CHECKS: list[Check] = [check_packages, check_engines, check_workdir, check_disk, check_cron, check_schedule,
