@@ -353,7 +353,7 @@ def _no_records(workdir: str | os.PathLike) -> UsageError:
 def _records(pipeline: PipelineLike | None, workdir: str | os.PathLike):
     """(the run store, the pipeline's name, the workdir looked in) for a pipeline, else (the
     workdir's store, None, the workdir); the store is None where no run was ever recorded."""
-    from .data.storage import is_object_uri
+    from .data.storage import is_object_uri, scheme_problem
     from .store import runsync
     from .store.state import RunStore
 
@@ -363,6 +363,9 @@ def _records(pipeline: PipelineLike | None, workdir: str | os.PathLike):
         if loaded.remote is not None:
             return runsync.open_store(loaded), loaded.name, loaded.remote.uri
         workdir, name = loaded.workdir, loaded.name
+    wrong = scheme_problem(os.fspath(workdir))
+    if wrong is not None:
+        raise UsageError(f"--workdir {wrong}")
     if is_object_uri(os.fspath(workdir)):
         return runsync.open_remote_workdir(os.fspath(workdir)), None, workdir
     db = Path(workdir) / "runs.db"
