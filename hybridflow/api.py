@@ -277,7 +277,7 @@ def runs(pipeline: PipelineLike | None = None, *, workdir: str | os.PathLike = "
     `workdir`. Each is a dict (run_id, pipeline, status, trigger, started_at, ended_at, error,
     run_dir, ...); with stages=True each also has "stages": its stage records in run order. Where no
     run was ever recorded: [], or UsageError with missing_ok=False."""
-    store, name, looked = _records(pipeline, workdir)
+    store, name, looked = _records(pipeline, workdir, newest=limit)
     if store is None:
         if not missing_ok:
             raise _no_records(looked)
@@ -350,7 +350,7 @@ def _no_records(workdir: str | os.PathLike) -> UsageError:
     return UsageError(f"no run records in {workdir}", hint="pass --workdir, or --pipeline PIPELINE.yaml")
 
 
-def _records(pipeline: PipelineLike | None, workdir: str | os.PathLike):
+def _records(pipeline: PipelineLike | None, workdir: str | os.PathLike, newest: int = 1):
     """(the run store, the pipeline's name, the workdir looked in) for a pipeline, else (the
     workdir's store, None, the workdir); the store is None where no run was ever recorded."""
     from .data.storage import is_object_uri, scheme_problem
@@ -361,13 +361,13 @@ def _records(pipeline: PipelineLike | None, workdir: str | os.PathLike):
     if pipeline is not None:
         loaded = _pipeline(pipeline)
         if loaded.remote is not None:
-            return runsync.open_store(loaded), loaded.name, loaded.remote.uri
+            return runsync.open_store(loaded, newest), loaded.name, loaded.remote.uri
         workdir, name = loaded.workdir, loaded.name
     wrong = scheme_problem(os.fspath(workdir))
     if wrong is not None:
         raise UsageError(f"--workdir {wrong}")
     if is_object_uri(os.fspath(workdir)):
-        return runsync.open_remote_workdir(os.fspath(workdir)), None, workdir
+        return runsync.open_remote_workdir(os.fspath(workdir), newest), None, workdir
     db = Path(workdir) / "runs.db"
     return (RunStore(db) if db.exists() else None), name, workdir
 

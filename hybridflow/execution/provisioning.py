@@ -37,6 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from ..data import untrusted
 from ..errors import UnavailableError, first_line
 from .clustercommands import TAG, Outcome, ended
 
@@ -240,6 +241,22 @@ def cluster_spec(pipeline, engine: str):
     return getattr(settings, "cluster", None)
 
 
+def _refused_record(key: str, record: dict[str, Any], records) -> str | None:
+    """Why a cluster record read from the workdir may not become an ssh target or a command's
+    environment (a name, a run id or a host it could not hold), or None."""
+    where = f"the cluster record {key}.json in {getattr(records, 'prefix', None) or records.folder}"
+    cluster = record.get("cluster") if isinstance(record.get("cluster"), dict) else {}
+    try:
+        for field in ("name", "engine", "pipeline"):
+            untrusted.name(record.get(field), where)
+        untrusted.run_id(record.get("run_id"), where)
+        for host in cluster.get("hosts") or []:
+            untrusted.host(host, where)
+    except untrusted.UntrustedValue as exc:
+        return exc.one_line()
+    return None
+
+
 def reap(pipeline, records, log_file: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """Take down every cluster recorded in the workdir; only ever under the pipeline's lock, where no
     run is alive, so each belongs to a run that died. Returns the records taken down, and what could
@@ -248,6 +265,10 @@ def reap(pipeline, records, log_file: Path) -> tuple[list[dict[str, Any]], list[
     for key, record in records.all().items():
         if record.get("runner") == {"host": socket.gethostname(), "pid": os.getpid()}:
             continue  # this process's own (a watch session keeps its clusters between runs)
+        refused = _refused_record(key, record, records)
+        if refused:
+            problems.append(refused)
+            continue
         spec = cluster_spec(pipeline, record.get("engine", ""))
         if spec is None:
             problems.append(f"the {record.get('engine')} cluster of run {record.get('run_id')}: the pipeline no "

@@ -207,6 +207,40 @@ def check_cron_environment(target: Target) -> Iterable[Finding]:
                       f"cron sets {', '.join(sorted(wanted))}, which the pipeline reads (${{env:...}})")
 
 
+def check_cron_store(target: Target) -> Iterable[Finding]:
+    """A scheduled pipeline on object storage: whether its cron runs would reach the same store, as the
+    same profile, as this shell (AWS_ENDPOINT_URL, AWS_REGION, AWS_PROFILE... on the crontab line,
+    in the crontab, in /etc/environment). Two stores would be two workdirs, each with a lease of its own."""
+    if not target.scheduled or not target.pipeline.uses_object_storage:
+        return
+    from ..data.storage import StoreSettings
+    from . import schedule
+
+    try:
+        cron = schedule.cron_store_values(target.pipeline, dict(target.environ))
+    except UnavailableError:
+        return  # check_schedule reports the unreadable crontab
+    shell = {name: target.environ[name] for name in schedule.STORE_VARIABLES if target.environ.get(name)}
+    storage = target.pipeline.spec.storage
+    section = storage.model_dump(exclude_none=True) if storage else None
+
+    def reached(environ: Mapping[str, str]) -> dict[str, str]:
+        settings = StoreSettings.of(section, environ)
+        return {"endpoint": settings.endpoint or "AWS S3", "region": settings.region or "(none)",
+                "profile": environ.get("AWS_PROFILE") or "default",
+                "config file": environ.get("AWS_CONFIG_FILE") or "~/.aws/config"}
+
+    here, there = reached(shell), reached(cron)
+    differ = [f"{what} {there[what]} (this shell: {here[what]})" for what in here if here[what] != there[what]]
+    if differ:
+        yield Finding("cron store", "error", f"cron's runs would reach another store than this shell's: "
+                                             f"{'; '.join(differ)}",
+                      f"hybridflow schedule install {target.pipeline.file} (from a shell set up as the runs "
+                      "should be), or fix the crontab's AWS_... variables")
+    else:
+        yield Finding("cron store", "ok", f"cron's runs reach {here['endpoint']} as this shell does")
+
+
 def env_references(pipeline: Pipeline) -> set[str]:
     """The names of the ${env:NAME} references in the pipeline file's values."""
     from ..spec.config import _ENV_REF
@@ -335,7 +369,7 @@ def _conditional_writes(objects, workdir) -> Finding:
 
 
 CHECKS: list[Check] = [check_packages, check_engines, check_workdir, check_disk, check_cron, check_schedule,
-                       check_cron_environment, check_gpu, check_shared_workdir, check_object_storage]
+                       check_cron_environment, check_cron_store, check_gpu, check_shared_workdir, check_object_storage]
 
 
 def run_checks(pipeline: Pipeline | None, environ: Mapping[str, str] | None = None,
