@@ -34,8 +34,8 @@ from ..store import runsync
 from ..store.clusterrecords import open_records
 from ..store.lock import pipeline_lock
 from ..store.objectcatalog import open_catalog
-from ..store.storecheck import require_pipeline_store
 from ..store.state import recorded_arguments
+from ..store.storecheck import require_pipeline_store
 from . import planning
 from .enginepool import EnginePool
 from .events import RunEvents

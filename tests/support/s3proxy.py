@@ -58,8 +58,8 @@ class S3Proxy:
         refused: list[str] = []
         if self.refuse_deleting and method == "POST" and re.search(r"(^|&)delete(=|&|$)", query):
             body, refused = _without_keys(body, self.refuse_deleting)
-            headers = {k: v for k, v in headers.items() if not k.lower().startswith(("x-amz-checksum", "x-amz-sdk-checksum"))}
-            headers = {k: v for k, v in headers.items() if k.lower() not in ("content-md5", "content-length")}
+            stale = ("x-amz-checksum", "x-amz-sdk-checksum", "content-md5", "content-length")  # of the old body
+            headers = {k: v for k, v in headers.items() if not k.lower().startswith(stale)}
             headers["Content-MD5"] = base64.b64encode(hashlib.md5(body).digest()).decode()
         return headers, body, refused
 
@@ -78,6 +78,18 @@ def _with_errors(body: bytes, refused: list[str]) -> bytes:
     text = body.decode()
     return (text.replace("</DeleteResult>", errors + "</DeleteResult>") if "</DeleteResult>" in text
             else text).encode()
+
+
+def _dechunked(stream) -> bytes:
+    chunks = []
+    while True:
+        size = int(stream.readline().split(b";")[0].strip(), 16)
+        if size == 0:
+            while stream.readline() not in (b"\r\n", b"\n", b""):
+                pass  # trailers
+            return b"".join(chunks)
+        chunks.append(stream.read(size))
+        stream.readline()
 
 
 def _handler(proxy: S3Proxy):
@@ -114,15 +126,7 @@ def _handler(proxy: S3Proxy):
 
         def _body(self) -> bytes:
             if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-                chunks = []
-                while True:
-                    size = int(self.rfile.readline().split(b";")[0].strip(), 16)
-                    if size == 0:
-                        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                            pass  # trailers
-                        return b"".join(chunks)
-                    chunks.append(self.rfile.read(size))
-                    self.rfile.readline()
+                return _dechunked(self.rfile)
             return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
         do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
