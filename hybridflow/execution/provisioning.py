@@ -250,7 +250,8 @@ def _refused_record(key: str, record: dict[str, Any], records) -> str | None:
         for field in ("name", "engine", "pipeline"):
             untrusted.name(record.get(field), where)
         untrusted.run_id(record.get("run_id"), where)
-        for host in cluster.get("hosts") or []:
+        hosts = cluster.get("hosts") or []
+        for host in hosts if isinstance(hosts, list) else [repr(hosts)]:  # a lone string is no list of hosts
             untrusted.host(host, where)
     except untrusted.UntrustedValue as exc:
         return exc.one_line()
