@@ -123,6 +123,8 @@ class ObjectStore:
             for future in [pool.submit(action, item) for item in items]:
                 try:
                     future.result()
+                except HybridflowError:
+                    raise
                 except Exception as exc:  # botocore's and boto3's own errors
                     raise self._error(exc, where) from exc
 

@@ -145,12 +145,16 @@ def _localised(record: dict, local: Path, where: str) -> dict:
     there = run.get("run_dir") or ""
     run["run_dir"] = str(here)
     stages = []
-    for stage in record.get("stages", []):
-        stage = dict(stage)
+    for stage in _rows(record.get("stages"), run["run_id"]):
         log = stage.get("log_path")
         if isinstance(log, str) and there and log.startswith(there.rstrip("/") + "/"):
             stage["log_path"] = str(here / untrusted.relative_file(log[len(there.rstrip("/")) + 1:], where))
         else:
             stage["log_path"] = None  # a log elsewhere on the machine that wrote it is not this machine's to read
         stages.append(stage)
-    return {"run": run, "stages": stages, "spans": record.get("spans", [])}
+    return {"run": run, "stages": stages, "spans": _rows(record.get("spans"), run["run_id"])}
+
+
+def _rows(rows, run_id: str) -> list[dict]:
+    """A record's stage or span rows, each of this run (whatever run id a row itself claims)."""
+    return [{**row, "run_id": run_id} for row in rows if isinstance(row, dict)] if isinstance(rows, list) else []
