@@ -331,14 +331,16 @@ def check_object_storage(target: Target) -> Iterable[Finding]:
     places += [object_path(ds.path) for ds in pipeline.spec.datasets.values() if is_object_uri(ds.path)]
     objects = ObjectStore(pipeline.store)
     where = pipeline.store.endpoint or "AWS S3"
+    answering = set()
     for bucket in sorted({place.bucket for place in places}):
         try:
             objects.children(ObjectPath(bucket))
         except HybridflowError as exc:
             yield Finding("object storage", "error", exc.message, exc.hint or "")
         else:
+            answering.add(bucket)
             yield Finding("object storage", "ok", f"bucket {bucket} answers at {where}")
-    if pipeline.remote is not None:
+    if pipeline.remote is not None and pipeline.remote.bucket in answering:
         yield _conditional_writes(objects, pipeline.remote)
     for name in sorted(target.backends):
         check = engines()[name].object_storage_check
