@@ -299,7 +299,7 @@ def runs(pipeline: PipelineLike | None = None, *, workdir: str | os.PathLike = "
     `workdir`. Each is a dict (run_id, pipeline, status, trigger, started_at, ended_at, error,
     run_dir, ...); with stages=True each also has "stages": its stage records in run order. Where no
     run was ever recorded: [], or UsageError with missing_ok=False."""
-    store, name, looked = _records(pipeline, workdir)
+    store, name, looked = _records(pipeline, workdir, newest=limit)
     if store is None:
         if not missing_ok:
             raise _no_records(looked)
@@ -372,10 +372,10 @@ def _no_records(workdir: str | os.PathLike) -> UsageError:
     return UsageError(f"no run records in {workdir}", hint="pass --workdir, or --pipeline PIPELINE.yaml")
 
 
-def _records(pipeline: PipelineLike | None, workdir: str | os.PathLike):
+def _records(pipeline: PipelineLike | None, workdir: str | os.PathLike, newest: int = 1):
     """(the run store, the pipeline's name, the workdir looked in) for a pipeline, else (the
     workdir's store, None, the workdir); the store is None where no run was ever recorded."""
-    from .data.storage import is_object_uri
+    from .data.storage import is_object_uri, scheme_problem
     from .store import runsync
     from .store.state import RunStore
 
@@ -383,10 +383,13 @@ def _records(pipeline: PipelineLike | None, workdir: str | os.PathLike):
     if pipeline is not None:
         loaded = _pipeline(pipeline)
         if loaded.remote is not None:
-            return runsync.open_store(loaded), loaded.name, loaded.remote.uri
+            return runsync.open_store(loaded, newest), loaded.name, loaded.remote.uri
         workdir, name = loaded.workdir, loaded.name
+    wrong = scheme_problem(os.fspath(workdir))
+    if wrong is not None:
+        raise UsageError(f"--workdir {wrong}")
     if is_object_uri(os.fspath(workdir)):
-        return runsync.open_remote_workdir(os.fspath(workdir)), None, workdir
+        return runsync.open_remote_workdir(os.fspath(workdir), newest), None, workdir
     db = Path(workdir) / "runs.db"
     return (RunStore(db) if db.exists() else None), name, workdir
 
@@ -410,6 +413,7 @@ def reap_clusters(pipeline: PipelineLike) -> tuple[list[dict[str, Any]], list[st
     from .execution.provisioning import reap
     from .store.clusterrecords import open_records
     from .store.lock import pipeline_lock
+    from .store.storecheck import require_pipeline_store
 
     loaded = _pipeline(pipeline)
     records = open_records(loaded)
@@ -417,6 +421,7 @@ def reap_clusters(pipeline: PipelineLike) -> tuple[list[dict[str, Any]], list[st
         return [], []
     home = loaded.workdir / loaded.name
     home.mkdir(parents=True, exist_ok=True)  # a workdir in object storage: this machine's cache of it
+    require_pipeline_store(loaded)
     lock = pipeline_lock(loaded)
     lock.acquire(f"reap-{new_run_id()}")
     try:
@@ -432,6 +437,7 @@ def collect_garbage(pipeline: PipelineLike, keep: int | None = None, dry_run: bo
     version) pairs removed (or that would be)."""
     from .store.lock import pipeline_lock
     from .store.objectcatalog import open_catalog
+    from .store.storecheck import require_pipeline_store
     from .store.workdir import claim, remove_leftovers
 
     if keep is not None and keep < 1:
@@ -445,6 +451,7 @@ def collect_garbage(pipeline: PipelineLike, keep: int | None = None, dry_run: bo
         home.mkdir(exist_ok=True)
     if not home.is_dir():
         return []  # never run: nothing to remove, and no workdir to make
+    require_pipeline_store(loaded)
     lock = pipeline_lock(loaded)
     lock.acquire(f"gc-{new_run_id()}")
     try:

@@ -12,10 +12,12 @@ from __future__ import annotations
 import functools
 import json
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from ..errors import HybridflowError, UnavailableError, store_error
+from ..errors import HybridflowError, StorageError, UnavailableError, store_error
+from . import untrusted
 from .storage import ObjectPath, StoreSettings
 
 # a conditional write that failed its condition, or met another one under way (S3 answers 409 then)
@@ -127,13 +129,18 @@ class ObjectStore:
         """Every file under `local` to the same relative place under `remote`: in parallel, large files
         in parts, and no "directory" objects (pyarrow's copy would make one per folder)."""
         files = sorted(p for p in local.rglob("*") if p.is_file())
-        self._each(files, lambda file: self._client.upload_file(
-            str(file), remote.bucket, _key(remote / file.relative_to(local).as_posix())), remote)
+        try:
+            self._each(files, lambda file: self._client.upload_file(
+                str(file), remote.bucket, _key(remote / file.relative_to(local).as_posix())), remote)
+        except BaseException:  # parts already stored are billed until aborted: `remote` is this upload's own
+            self.abort_uploads(remote, quiet=True)
+            raise
 
     def download(self, remote_files: list[ObjectPath], remote: ObjectPath, local: Path) -> None:
         """Each of `remote_files` (under `remote`) to the same relative place under `local`."""
         def fetch(file: ObjectPath) -> None:
-            target = local / file.relative_to(remote).as_posix()
+            # a key holding '..' (the bucket is anyone's to write) must not reach outside `local`
+            target = local / untrusted.relative_file(file.relative_to(remote).as_posix(), remote.uri)
             target.parent.mkdir(parents=True, exist_ok=True)
             self._client.download_file(file.bucket, _key(file), str(target))
 
@@ -146,6 +153,8 @@ class ObjectStore:
             for future in [pool.submit(action, item) for item in items]:
                 try:
                     future.result()
+                except HybridflowError:
+                    raise
                 except Exception as exc:  # botocore's and boto3's own errors
                     raise self._error(exc, where) from exc
 
@@ -199,13 +208,44 @@ class ObjectStore:
             {"Bucket": pair[0].bucket, "Key": _key(pair[0])}, pair[1].bucket, _key(pair[1])), where)
 
     def delete_all(self, paths: list[ObjectPath], where: ObjectPath) -> None:
+        """Delete the objects; a batch the store answers with errors for some keys (it deletes the
+        others) raises StorageError naming how many were left, never taken as done."""
+        failed: list[dict] = []
         for start in range(0, len(paths), 1000):  # a DeleteObjects request takes at most 1000 keys
             batch = paths[start:start + 1000]
             try:
-                self._client.delete_objects(Bucket=where.bucket, Delete={
+                answer = self._client.delete_objects(Bucket=where.bucket, Delete={
                     "Objects": [{"Key": _key(p)} for p in batch], "Quiet": True})
             except Exception as exc:
                 raise self._error(exc, where) from exc
+            failed += [e for e in answer.get("Errors", []) if e.get("Code") != "NoSuchKey"]
+        if failed:
+            first = failed[0]
+            raise StorageError(f"the object store did not delete {len(failed)} of {len(paths)} objects under "
+                               f"{where.uri} (s3://{where.bucket}/{first.get('Key')}: {first.get('Code')} "
+                               f"{first.get('Message') or ''})".rstrip(), hint="check the credentials' delete "
+                                                                               "permission and any object lock; "
+                                                                               "hybridflow gc tries again")
+
+    def abort_uploads(self, prefix: ObjectPath, older_than: timedelta | None = None, quiet: bool = False) -> int:
+        """Abort the incomplete multipart uploads under `prefix` (started more than `older_than` ago):
+        a writer killed mid-upload leaves its parts stored, unseen by listings, billed, forever.
+        Returns how many were aborted; `quiet`: on a path that is failing already, errors are not raised."""
+        cutoff = datetime.now(timezone.utc) - older_than if older_than is not None else None
+        key = _key(prefix)
+        aborted = 0
+        try:
+            for page in self._client.get_paginator("list_multipart_uploads").paginate(
+                    Bucket=prefix.bucket, Prefix=f"{key}/" if key else ""):
+                for upload in page.get("Uploads", []):
+                    if cutoff is None or upload["Initiated"] < cutoff:
+                        self._client.abort_multipart_upload(Bucket=prefix.bucket, Key=upload["Key"],
+                                                            UploadId=upload["UploadId"])
+                        aborted += 1
+        except Exception as exc:
+            if not quiet:
+                raise self._error(exc, prefix) from exc
+        return aborted
 
     def delete_tree(self, prefix: ObjectPath) -> None:
         """Every object under `prefix` (pyarrow's delete would leave a "directory" object behind)."""

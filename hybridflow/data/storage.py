@@ -17,11 +17,15 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path, PurePath, PurePosixPath
 from typing import Any, Mapping
 
-SCHEMES = ("s3://", "s3a://")
+SCHEMES = ("s3://",)  # engines are handed their own spelling (Spark's s3a://) by hybridflow
+# what a path written as a URI looks like: a scheme, a colon, then a slash or nothing (not C:\ nor a:b)
+_URI_LIKE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):(/*)(.*)$", re.DOTALL)
+_S3_SPELLINGS = ("s3", "s3a", "s3n")
 
 
 class ObjectPath(PurePosixPath):
@@ -41,8 +45,26 @@ def is_object_uri(text: str | os.PathLike | None) -> bool:
     return isinstance(text, str) and text.startswith(SCHEMES)
 
 
+def scheme_problem(text: str | os.PathLike | None) -> str | None:
+    """What is wrong with the scheme of a path written as a URI (None: an s3:// URI, or a local path):
+    `S3://`, `s3:/bucket`, `s3a://`, `gs://` or `file:/x` would otherwise be a local folder named
+    after it, and two hosts would each keep a workdir (and a lock) of their own."""
+    found = _URI_LIKE.match(text) if isinstance(text, str) else None
+    if found is None or is_object_uri(text):
+        return None
+    scheme, slashes, rest = found.groups()
+    if not slashes and scheme.lower() not in _S3_SPELLINGS:
+        return None  # a local name holding a colon ("raw:2024")
+    if scheme.lower() in _S3_SPELLINGS:
+        return f"'{text}' is not an s3:// URI (did you mean 's3://{rest.lstrip('/')}'?)"
+    if scheme.lower() == "file":
+        return f"'{text}' is a file: URI; write the path itself (did you mean '/{rest.lstrip('/')}'?)"
+    return (f"'{text}': the scheme {scheme}:// is not supported; object storage is named s3://BUCKET/PREFIX "
+            "(any S3-compatible store, through storage: endpoint)")
+
+
 def object_path(uri: str) -> ObjectPath:
-    """s3://bucket/key (or s3a://) as an ObjectPath."""
+    """s3://bucket/key as an ObjectPath."""
     rest = uri.split("://", 1)[1]
     if not rest.strip("/") or rest.startswith("/"):
         raise ValueError(f"'{uri}' names no bucket (write s3://BUCKET/PREFIX)")

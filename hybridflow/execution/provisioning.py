@@ -38,6 +38,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from ..data import untrusted
 from ..errors import UnavailableError, first_line
 from .clustercommands import TAG, Outcome, ended
 
@@ -299,6 +300,23 @@ def cluster_spec(pipeline, engine: str):
     return getattr(settings, "cluster", None)
 
 
+def _refused_record(key: str, record: dict[str, Any], records) -> str | None:
+    """Why a cluster record read from the workdir may not become an ssh target or a command's
+    environment (a name, a run id or a host it could not hold), or None."""
+    where = f"the cluster record {key}.json in {getattr(records, 'prefix', None) or records.folder}"
+    cluster = record.get("cluster") if isinstance(record.get("cluster"), dict) else {}
+    try:
+        for field in ("name", "engine", "pipeline"):
+            untrusted.name(record.get(field), where)
+        untrusted.run_id(record.get("run_id"), where)
+        hosts = cluster.get("hosts") or []
+        for host in hosts if isinstance(hosts, list) else [repr(hosts)]:  # a lone string is no list of hosts
+            untrusted.host(host, where)
+    except untrusted.UntrustedValue as exc:
+        return exc.one_line()
+    return None
+
+
 def reap(pipeline, records, log_file: Path, confirm=lambda: None) -> tuple[list[dict[str, Any]], list[str]]:
     """Take down every cluster recorded in the workdir by a process no longer alive; only ever under the
     pipeline's lock, where no run is, so each belongs to a run that died (a live watch session's, kept
@@ -310,6 +328,10 @@ def reap(pipeline, records, log_file: Path, confirm=lambda: None) -> tuple[list[
     for key, record in records.all().items():
         if runner_alive(record.get("runner")):
             continue  # this process's own, or a live watch session's, which keeps its clusters between runs
+        refused = _refused_record(key, record, records)
+        if refused:
+            problems.append(refused)
+            continue
         spec = cluster_spec(pipeline, record.get("engine", ""))
         if spec is None:
             problems.append(f"the {record.get('engine')} cluster of run {record.get('run_id')}: the pipeline no "

@@ -35,6 +35,7 @@ from ..store.clusterrecords import open_records
 from ..store.lock import pipeline_lock
 from ..store.objectcatalog import open_catalog
 from ..store.state import recorded_arguments
+from ..store.storecheck import require_pipeline_store
 from . import planning
 from .enginepool import EnginePool
 from .events import RunEvents
@@ -150,6 +151,7 @@ class Runner:
         results = {s: StageResult(s, self.pipeline.stages[s].backend) for s in self.stages}
         lock = self._lock = pipeline_lock(self.pipeline)
         try:
+            require_pipeline_store(self.pipeline)  # a store that ignores conditional writes: the lease protects nothing
             lock.acquire(run_id, wait=self.wait_for_lock)
             # a run that cannot prove it still holds its lease publishes nothing, and stops
             self.catalog.confirm = lock.confirm

@@ -67,10 +67,16 @@ _ASSIGNMENT = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=")  # cron's `NAME=va
 def assigned_names(text: str, entry: Entry | None = None) -> set[str]:
     """The variables the crontab's own `NAME=value` lines give `entry`'s job (those above its line),
     or a job appended at the end (every one) when `entry` is None or not in `text`. Names only."""
+    return set(assigned_values(text, entry))
+
+
+def assigned_values(text: str, entry: Entry | None = None) -> dict[str, str]:
+    """The same, with their values (the last assignment of a name is the one cron gives)."""
     lines = text.split("\n")
     ends = [end for _, end, found in _blocks(lines) if entry is not None and found.file == entry.file]
     above = lines[:ends[0]] if ends else lines
-    return {match.group(1) for line in above if (match := _ASSIGNMENT.match(line))}
+    return {match.group(1): line[match.end():].strip().strip("'\"") for line in above
+            if (match := _ASSIGNMENT.match(line))}
 
 
 def entries(text: str) -> list[Entry]:

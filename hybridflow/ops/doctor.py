@@ -207,6 +207,40 @@ def check_cron_environment(target: Target) -> Iterable[Finding]:
                       f"cron sets {', '.join(sorted(wanted))}, which the pipeline reads (${{env:...}})")
 
 
+def check_cron_store(target: Target) -> Iterable[Finding]:
+    """A scheduled pipeline on object storage: whether its cron runs would reach the same store, as the
+    same profile, as this shell (AWS_ENDPOINT_URL, AWS_REGION, AWS_PROFILE... on the crontab line,
+    in the crontab, in /etc/environment). Two stores would be two workdirs, each with a lease of its own."""
+    if not target.scheduled or not target.pipeline.uses_object_storage:
+        return
+    from ..data.storage import StoreSettings
+    from . import schedule
+
+    try:
+        cron = schedule.cron_store_values(target.pipeline, dict(target.environ))
+    except UnavailableError:
+        return  # check_schedule reports the unreadable crontab
+    shell = {name: target.environ[name] for name in schedule.STORE_VARIABLES if target.environ.get(name)}
+    storage = target.pipeline.spec.storage
+    section = storage.model_dump(exclude_none=True) if storage else None
+
+    def reached(environ: Mapping[str, str]) -> dict[str, str]:
+        settings = StoreSettings.of(section, environ)
+        return {"endpoint": settings.endpoint or "AWS S3", "region": settings.region or "(none)",
+                "profile": environ.get("AWS_PROFILE") or "default",
+                "config file": environ.get("AWS_CONFIG_FILE") or "~/.aws/config"}
+
+    here, there = reached(shell), reached(cron)
+    differ = [f"{what} {there[what]} (this shell: {here[what]})" for what in here if here[what] != there[what]]
+    if differ:
+        yield Finding("cron store", "error", f"cron's runs would reach another store than this shell's: "
+                                             f"{'; '.join(differ)}",
+                      f"hybridflow schedule install {target.pipeline.file} (from a shell set up as the runs "
+                      "should be), or fix the crontab's AWS_... variables")
+    else:
+        yield Finding("cron store", "ok", f"cron's runs reach {here['endpoint']} as this shell does")
+
+
 def env_references(pipeline: Pipeline) -> set[str]:
     """The names of the ${env:NAME} references in the pipeline file's values."""
     from ..spec.config import _ENV_REF
@@ -297,13 +331,17 @@ def check_object_storage(target: Target) -> Iterable[Finding]:
     places += [object_path(ds.path) for ds in pipeline.spec.datasets.values() if is_object_uri(ds.path)]
     objects = ObjectStore(pipeline.store)
     where = pipeline.store.endpoint or "AWS S3"
+    answering = set()
     for bucket in sorted({place.bucket for place in places}):
         try:
             objects.children(ObjectPath(bucket))
         except HybridflowError as exc:
             yield Finding("object storage", "error", exc.message, exc.hint or "")
         else:
+            answering.add(bucket)
             yield Finding("object storage", "ok", f"bucket {bucket} answers at {where}")
+    if pipeline.remote is not None and pipeline.remote.bucket in answering:
+        yield _conditional_writes(objects, pipeline.remote)
     for name in sorted(target.backends):
         check = engines()[name].object_storage_check
         if check is None:
@@ -316,8 +354,24 @@ def check_object_storage(target: Target) -> Iterable[Finding]:
             yield Finding(f"{name} and s3://", "ok", found)
 
 
+def _conditional_writes(objects, workdir) -> Finding:
+    """The store check made again (a run keeps its answer in the workdir and trusts it after)."""
+    from ..store import storecheck
+
+    check = "conditional writes"
+    try:
+        ignored = storecheck.recheck(objects, workdir)
+    except HybridflowError as exc:
+        return Finding(check, "error", exc.message, exc.hint or "")
+    if ignored:
+        refused = storecheck.refusal(storecheck.endpoint_of(objects), workdir, ignored)
+        return Finding(check, "error", refused.message, refused.hint or "")
+    return Finding(check, "ok", f"{storecheck.endpoint_of(objects)} refuses a second create-only write and a "
+                                "compare-and-swap with a wrong ETag: the workdir's lease and commits hold")
+
+
 CHECKS: list[Check] = [check_packages, check_engines, check_workdir, check_disk, check_cron, check_schedule,
-                       check_cron_environment, check_gpu, check_shared_workdir, check_object_storage]
+                       check_cron_environment, check_cron_store, check_gpu, check_shared_workdir, check_object_storage]
 
 
 def run_checks(pipeline: Pipeline | None, environ: Mapping[str, str] | None = None,

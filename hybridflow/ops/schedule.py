@@ -25,6 +25,10 @@ from . import crontab
 from .crontab import Entry
 
 CRON_GIVES = ("HOME", "LOGNAME", "SHELL", "PATH")  # what cron itself sets for every job
+# which store a run reaches, and how: carried into the cron line. Never the keys or a session token,
+# which would sit in the crontab and in `ps`: cron's runs read them from AWS_PROFILE's files
+STORE_VARIABLES = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE",
+                   "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE")
 SYSTEM_ENVIRONMENT = Path("/etc/environment")  # read for cron jobs too, through pam_env
 _CRON_ESCAPE = "\\%"  # cron turns a bare % into a newline
 # one field as Debian's cron reads it: numbers, *, ranges, steps, lists, three-letter names
@@ -179,7 +183,7 @@ def carried_environment() -> tuple[str, ...]:
     from ..registry import engines
 
     declared = [name for engine in engines().values() for name in engine.environment]
-    return tuple(dict.fromkeys(["PATH", *declared, "LANG", "TZ", "HOME"]))
+    return tuple(dict.fromkeys(["PATH", *declared, "LANG", "TZ", "HOME", *STORE_VARIABLES]))
 
 
 def run_environment(python: str, environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -207,29 +211,50 @@ def cron_variables(pipeline: Pipeline, environ: dict[str, str] | None = None) ->
     return set(CRON_GIVES) | _system_names() | crontab.assigned_names(text, entry) | on_line, entry
 
 
+def cron_store_values(pipeline: Pipeline, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The STORE_VARIABLES a cron run of `pipeline` will have, with their values (none is a secret):
+    /etc/environment's, then the crontab's `NAME=value` lines above its job, then the job line's own
+    (as installed; else as `install` would write it from `environ`)."""
+    text = crontab.read()
+    entry = next((e for e in crontab.entries(text) if e.file == str(pipeline.file) and e.line), None)
+    values = {**_system_values(), **crontab.assigned_values(text, entry)}
+    values.update(line_values(entry.line) if entry is not None
+                  else run_environment(os.path.abspath(sys.executable), environ))
+    return {name: value for name, value in values.items() if name in STORE_VARIABLES}
+
+
 def line_variables(line: str) -> set[str]:
     """The names a job line sets with `env NAME=value ... command` (as `job_command` writes it)."""
+    return set(line_values(line))
+
+
+def line_values(line: str) -> dict[str, str]:
     try:
         words = shlex.split(line.replace(_CRON_ESCAPE, "%"))
     except ValueError:
-        return set()
+        return {}
     starts = [i + 1 for i, word in enumerate(words) if os.path.basename(word) == "env" and i and words[i - 1] == "&&"]
-    names = set()
+    values = {}
     for word in words[starts[0]:] if starts else []:
-        name, equals, _ = word.partition("=")
+        name, equals, value = word.partition("=")
         if not (equals and name.isidentifier()):
             break
-        names.add(name)
-    return names
+        values[name] = value
+    return values
 
 
 def _system_names() -> set[str]:
+    return set(_system_values())
+
+
+def _system_values() -> dict[str, str]:
     try:
         lines = SYSTEM_ENVIRONMENT.read_text(errors="replace").splitlines()
     except OSError:
-        return set()
-    names = (line.strip().removeprefix("export ").partition("=") for line in lines)
-    return {name.strip() for name, equals, _ in names if equals and name.strip().isidentifier()}
+        return {}
+    pairs = (line.strip().removeprefix("export ").partition("=") for line in lines)
+    return {name.strip(): value.strip().strip("'\"") for name, equals, value in pairs
+            if equals and name.strip().isidentifier()}
 
 
 def _schedule_of(pipeline: Pipeline):

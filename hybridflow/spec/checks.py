@@ -7,7 +7,7 @@ import keyword
 from pathlib import Path
 
 from ..data.arrow_types import ArrowTypeError, check_arrow_type
-from ..data.storage import is_object_uri, object_path
+from ..data.storage import is_object_uri, object_path, scheme_problem
 from ..diagnostics import Problem, did_you_mean
 from ..registry import engine, engines
 from . import signature, sqlstage
@@ -146,6 +146,10 @@ def _check_datasets(p: Pipeline) -> list[Problem]:
             problems.append(p.source.problem(at + ("schema",), f"dataset '{name}' is kind: files and cannot "
                                              "have a schema (schemas describe tables)", at_key=True))
         problems += _partition_problems(p, name, ds) + _schema_problems(p, name, ds)
+        wrong = scheme_problem(ds.path)
+        if wrong is not None:
+            problems.append(p.source.problem(at + ("path",), f"dataset '{name}': {wrong}"))
+            continue
         if is_object_uri(ds.path):
             try:
                 object_path(ds.path)

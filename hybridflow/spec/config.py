@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ..data.storage import ObjectPath, is_object_uri, object_path
+from ..data.storage import ObjectPath, is_object_uri, object_path, scheme_problem
 from ..diagnostics import Problem, did_you_mean, errors_in
 from ..errors import ConfigError, counted
 from .checks import check_pipeline
@@ -82,6 +82,10 @@ def _workdir(spec, root: Path, environ, source: SourceMap) -> tuple[Path | None,
     records' copy) under HYBRIDFLOW_CACHE (default ~/.cache/hybridflow)."""
     override = environ.get(WORKDIR_VARIABLE)
     given = override or spec.workdir
+    wrong = scheme_problem(given)
+    if wrong is not None:
+        return None, None, (Problem(CLI, 1, 1, f"{WORKDIR_VARIABLE}: {wrong}") if override
+                            else source.problem(("workdir",), f"workdir: {wrong}"))
     if not is_object_uri(given):
         return (Path(override).expanduser().resolve() if override else (root / spec.workdir).resolve()), None, None
     try:

@@ -26,14 +26,16 @@ less than the longest stage timeout): a writer slower than its lease is not dele
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import shutil
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path, PurePath, PurePosixPath
 from typing import Callable
 
+from ..data import untrusted
 from ..data.objectstore import Conflict, ObjectStore
 from ..data.storage import ObjectPath, StoreSettings
 from ..errors import ConfigError, DataError, LockedError
@@ -44,6 +46,7 @@ from .workdir import remove_leftovers
 POINTER = "CURRENT"
 GC_GRACE_SECONDS = 24 * 3600.0  # a version without a manifest is garbage only once left this long
 GC_GRACE_ENV = "HYBRIDFLOW_GC_GRACE_SECONDS"
+STALE_UPLOADS = timedelta(days=1)  # an incomplete multipart upload this old has no writer left
 # what engines leave beside their data files: markers and checksums, not data
 NOT_DATA = ("_SUCCESS", "_common_metadata", "_metadata")
 
@@ -83,6 +86,7 @@ class ObjectCatalog(Catalog):
             if manifest is None:
                 raise DataError(f"dataset '{name}' version {version_id} has no manifest at "
                                 f"{(directory / MANIFEST).uri}")
+            _check_files(manifest, directory / MANIFEST)
             self._manifests[(name, version_id)] = manifest
         return Version(name, version_id, directory, manifest, self.settings)
 
@@ -103,6 +107,7 @@ class ObjectCatalog(Catalog):
     def discard_staging(self, run_id: str | None = None) -> None:
         super().discard_staging(run_id)
         for pending in self._pending.pop(run_id, []) if run_id else []:
+            self.objects.abort_uploads(pending, quiet=True)  # what an engine left half-uploaded there
             if not self.objects.exists(pending / MANIFEST):  # a version now: prepare_all discards those
                 self.objects.delete_tree(pending)
 
@@ -206,11 +211,17 @@ class ObjectCatalog(Catalog):
 
     def collect_garbage(self, keep: int, dry_run: bool = False) -> list[tuple[str, str]]:
         """As a local workdir's, sparing each version without a manifest that was written to less than
-        `grace` seconds ago (by the store's clock): it may be a slow writer's, still uploading."""
+        `grace` seconds ago (by the store's clock): it may be a slow writer's, still uploading. Then the
+        incomplete multipart uploads under the workdir older than a day (a writer killed mid-upload; a
+        younger one may belong to a writer still at work)."""
         removed = [(dataset, version_id) for dataset, version_id in super().collect_garbage(keep, dry_run=True)
                    if not self._young_upload(self._version_dir(dataset, version_id))]
         if not dry_run:
             self._remove_versions(removed)
+            aborted = self.objects.abort_uploads(self.remote.parent, older_than=STALE_UPLOADS)
+            if aborted:
+                logging.getLogger("hybridflow").info("aborted %d incomplete uploads under %s", aborted,
+                                                     self.remote.parent.uri)
         return removed
 
     def _young_upload(self, directory: ObjectPath) -> bool:
@@ -227,6 +238,17 @@ class ObjectCatalog(Catalog):
             self.objects.delete(directory / MANIFEST)
             self.objects.delete_tree(directory)
             shutil.rmtree(self.home / "copies" / dataset / version_id, ignore_errors=True)
+
+
+def _check_files(manifest, where: ObjectPath) -> None:
+    """Every file a manifest read from the store names is a plain path inside its version (it becomes
+    a local path in the cache, and a key to copy or delete)."""
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, list) or not all(isinstance(f, dict) for f in files):
+        raise DataError(f"the manifest {where.uri} is corrupt (no list of files)",
+                        hint="restore it from the store's object versions")
+    for entry in files:
+        untrusted.relative_file(entry.get("path"), f"the manifest {where.uri}")
 
 
 def open_catalog(pipeline) -> Catalog:

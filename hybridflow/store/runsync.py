@@ -6,26 +6,99 @@ shows, reports and resumes the runs made elsewhere."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+from ..data import untrusted
 from .state import RunStore
 
 RECORD_FORMAT = 1
 
 
-def open_store(pipeline) -> RunStore:
-    """The pipeline's run store: its workdir's runs.db, with the records in object storage added."""
-    return open_workdir_store(pipeline.workdir, pipeline.remote, pipeline.store if pipeline.remote else None)
+def open_store(pipeline, newest: int = 1) -> RunStore:
+    """The pipeline's run store: its workdir's runs.db, with the records in object storage added (the
+    `newest` of the pipeline's that this machine has not seen finished; older ones when asked for)."""
+    return open_workdir_store(pipeline.workdir, pipeline.remote, pipeline.store if pipeline.remote else None,
+                              newest=newest, pipeline=pipeline.name)
 
 
-def open_workdir_store(local: Path, remote=None, settings=None) -> RunStore:
+def open_workdir_store(local: Path, remote=None, settings=None, *, newest: int = 1,
+                       pipeline: str | None = None) -> RunStore:
     store = RunStore(local / "runs.db")
     if remote is not None:
         from ..data.objectstore import ObjectStore
 
         store.remote = (ObjectStore(settings), remote)
-        _pull(store, store.remote[0], remote, local)
+        records = RemoteRecords(store, store.remote[0], remote, local)
+        records.pull(newest, pipeline)
+        store.fetch_missing = records.fetch_matching
     return store
+
+
+class RemoteRecords:
+    """The run records in the workdir, read into this machine's runs.db only as they are needed: a
+    fresh machine reads the newest (what `run`, `--resume` and `runs` look at) and a named older run
+    when it is asked for, never every record ever written."""
+
+    def __init__(self, store: RunStore, objects, remote, local: Path) -> None:
+        self.store, self.objects, self.remote, self.local = store, objects, remote, local
+        self._names: list[str] | None = None
+
+    @property
+    def names(self) -> list[str]:
+        """The run ids recorded in the workdir, newest first (run ids begin with their start time)."""
+        if self._names is None:
+            found = self.objects.children(self.remote / "runs")
+            self._names = sorted((n.removesuffix(".json") for n in found if n.endswith(".json")), reverse=True)
+        return self._names
+
+    def pull(self, newest: int, pipeline: str | None) -> None:
+        """Every record this machine saw running (it may have ended since), and the unseen ones newer
+        than the `newest` runs of `pipeline` (of any, when None) already here, read newest first,
+        side by side, until that many are here."""
+        known = self.store.run_statuses()
+        self._read([name for name in self.names if known.get(name) == "running"])
+        pipelines = {run["run_id"]: run["pipeline"] for run in self.store.runs(limit=len(known) + 1)}
+        count, names = 0, self.names
+        while names and count < newest:
+            name = names[0]
+            if name in known:
+                count += pipeline is None or pipelines.get(name) == pipeline
+                names = names[1:]
+                continue
+            unseen = 0  # the unseen run ids that follow, newest first: read as many as may still be wanted
+            while unseen < len(names) and names[unseen] not in known and unseen < newest - count:
+                unseen += 1
+            read = self._read(names[:unseen])
+            count += sum(1 for record in read if pipeline is None or record["run"].get("pipeline") == pipeline)
+            names = names[unseen:]
+
+    def fetch_matching(self, prefix: str) -> None:
+        """The records whose run id begins with `prefix` (a run asked for by id), when not here yet."""
+        known = self.store.run_statuses()
+        self._read([name for name in self.names if name.startswith(prefix) and name not in known][:2])
+
+    def _read(self, names: list[str]) -> list[dict]:
+        """The records named, read side by side, imported into the store; the ones imported."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        if not names:
+            return []
+        with ThreadPoolExecutor(max_workers=min(8, len(names))) as pool:
+            answers = list(pool.map(lambda name: self.objects.read_json(self.remote / "runs" / f"{name}.json")[0],
+                                    names))
+        imported = []
+        for name, record in zip(names, answers):
+            if not record or not isinstance(record, dict) or record.get("format") != RECORD_FORMAT \
+                    or not isinstance(record.get("run"), dict):
+                continue
+            try:
+                self.store.import_run(_localised(record, self.local, (self.remote / "runs" / f"{name}.json").uri))
+            except untrusted.UntrustedValue as exc:  # one tampered record must not stop every run
+                logging.getLogger("hybridflow").warning("%s", exc.one_line())
+                continue
+            imported.append(record)
+        return imported
 
 
 def fetch_run_dir(store: RunStore, run: dict) -> None:
@@ -40,7 +113,7 @@ def fetch_run_dir(store: RunStore, run: dict) -> None:
     objects.download(objects.files(prefix), prefix, run_dir)
 
 
-def open_remote_workdir(uri: str) -> RunStore:
+def open_remote_workdir(uri: str, newest: int = 1) -> RunStore:
     """The run store of a workdir in object storage named by its URI alone (`hybridflow runs -w
     s3://...`): its records, reached with the AWS variables."""
     import os
@@ -49,7 +122,7 @@ def open_remote_workdir(uri: str) -> RunStore:
     from ..spec.config import local_cache
 
     remote = object_path(uri)
-    return open_workdir_store(local_cache(remote, os.environ), remote, StoreSettings.of())
+    return open_workdir_store(local_cache(remote, os.environ), remote, StoreSettings.of(), newest=newest)
 
 
 def push(store: RunStore, pipeline, run_id: str, run_dir: Path | None = None) -> None:
@@ -64,28 +137,24 @@ def push(store: RunStore, pipeline, run_id: str, run_dir: Path | None = None) ->
     objects.write_json(pipeline.remote / "runs" / f"{run_id}.json", record)
 
 
-def _pull(store: RunStore, objects, remote, local: Path) -> None:
-    known = store.run_statuses()
-    for name in objects.children(remote / "runs"):
-        run_id = name.removesuffix(".json")
-        if not name.endswith(".json") or known.get(run_id, "running") != "running":
-            continue  # a finished run's record never changes; a running one's may have since
-        record, _ = objects.read_json(remote / "runs" / name)
-        if not record or record.get("format") != RECORD_FORMAT or not record.get("run"):
-            continue
-        store.import_run(_localised(record, local))
-
-
-def _localised(record: dict, local: Path) -> dict:
-    """The record with its paths (run directory, stage logs) in this machine's cache of the workdir."""
+def _localised(record: dict, local: Path, where: str) -> dict:
+    """The record with its paths (run directory, stage logs) in this machine's cache of the workdir,
+    where each must stay: a record is the bucket's data, its names are checked before they are paths."""
     run = dict(record["run"])
-    here = local / run["pipeline"] / "runs" / run["run_id"]
+    here = local / untrusted.name(run.get("pipeline"), where) / "runs" / untrusted.run_id(run.get("run_id"), where)
     there = run.get("run_dir") or ""
     run["run_dir"] = str(here)
     stages = []
-    for stage in record.get("stages", []):
-        stage = dict(stage)
-        if stage.get("log_path") and there and stage["log_path"].startswith(there):
-            stage["log_path"] = str(here) + stage["log_path"][len(there):]
+    for stage in _rows(record.get("stages"), run["run_id"]):
+        log = stage.get("log_path")
+        if isinstance(log, str) and there and log.startswith(there.rstrip("/") + "/"):
+            stage["log_path"] = str(here / untrusted.relative_file(log[len(there.rstrip("/")) + 1:], where))
+        else:
+            stage["log_path"] = None  # a log elsewhere on the machine that wrote it is not this machine's to read
         stages.append(stage)
-    return {"run": run, "stages": stages, "spans": record.get("spans", [])}
+    return {"run": run, "stages": stages, "spans": _rows(record.get("spans"), run["run_id"])}
+
+
+def _rows(rows, run_id: str) -> list[dict]:
+    """A record's stage or span rows, each of this run (whatever run id a row itself claims)."""
+    return [{**row, "run_id": run_id} for row in rows if isinstance(row, dict)] if isinstance(rows, list) else []

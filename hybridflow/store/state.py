@@ -55,6 +55,7 @@ ADDED_COLUMNS = {"runs": {"arguments": "TEXT"},
 
 class RunStore:
     remote = None  # (ObjectStore, workdir) when this runs.db caches a workdir in object storage (runsync)
+    fetch_missing = None  # reads the records of a run id (prefix) not here yet from that workdir (runsync)
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -120,11 +121,18 @@ class RunStore:
         return [dict(r) for r in rows]
 
     def run(self, run_id: str) -> dict[str, Any] | None:
-        """One run by id, or by a unique prefix of it."""
-        with closing(self._connect()) as db:
-            rows = db.execute("SELECT * FROM runs WHERE run_id LIKE ? ORDER BY run_id",
-                              [run_id.replace("%", "") + "%"]).fetchall()
+        """One run by id, or by a unique prefix of it (read from the workdir in object storage first,
+        when it is not here: fetch_missing)."""
+        rows = self._runs_like(run_id)
+        if not rows and self.fetch_missing is not None:
+            self.fetch_missing(run_id)
+            rows = self._runs_like(run_id)
         return dict(rows[0]) if len(rows) == 1 else None
+
+    def _runs_like(self, run_id: str) -> list:
+        with closing(self._connect()) as db:
+            return db.execute("SELECT * FROM runs WHERE run_id LIKE ? ORDER BY run_id",
+                              [run_id.replace("%", "") + "%"]).fetchall()
 
     def mark_abandoned(self, pipeline: str, ended_at: str) -> list[str]:
         """Runs still marked running, found by a run that holds the pipeline's lock: their process died

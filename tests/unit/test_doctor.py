@@ -262,3 +262,35 @@ def test_the_installed_lines_variables_are_read_by_name():
             "LANG=C.UTF-8 /v/bin/python -m hybridflow.cli run --trigger cron X=1 /p/x.yaml >> /p/w/cron.log 2>&1")
     assert schedule.line_variables(line) == {"JAVA_HOME", "PATH", "LANG"}
     assert schedule.line_variables("0 3 * * 1 echo 'unbalanced") == set()
+
+
+S3_SCHEDULED = '''
+name: lakeflow
+workdir: s3://lake/team
+stages:
+  make: {run: mypkg.steps:make, outputs: [numbers]}
+schedule: {cron: "0 3 * * 1", timezone: UTC}
+'''
+
+
+def test_doctor_says_when_crons_runs_would_reach_another_store(project, fake_crontab, monkeypatch):
+    from hybridflow.ops import schedule
+
+    monkeypatch.setattr(schedule, "SYSTEM_ENVIRONMENT", project.root / "no-etc-environment", raising=False)
+    project.stages(TINY_STAGES)
+    shell = {"PATH": "/usr/bin:/bin", "HOME": str(project.root), "AWS_ENDPOINT_URL": "http://store-a:9000",
+             "AWS_REGION": "eu-west-3"}
+    pipeline = load_pipeline(project.pipeline(S3_SCHEDULED), environ=shell)
+
+    def row(environ):
+        [found] = [f for f in doctor.run_checks(pipeline, environ, [doctor.check_cron_store])]
+        return found
+
+    schedule.install(pipeline, environ=shell)
+    assert row(shell).status == "ok" and "http://store-a:9000" in row(shell).detail
+    moved = {**shell, "AWS_ENDPOINT_URL": "http://store-b:9000"}  # the shell now points elsewhere
+    found = row(moved)
+    assert found.status == "error" and "endpoint http://store-a:9000 (this shell: http://store-b:9000)" in found.detail
+    # a crontab line above the job that names another profile counts as cron's too
+    fake_crontab.write_text(f"AWS_PROFILE=other\n{fake_crontab.read_text()}")
+    assert "profile other (this shell: default)" in row(shell).detail

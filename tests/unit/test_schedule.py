@@ -197,3 +197,16 @@ def test_list_shows_schedules_with_their_next_runs(project, saved_crontab):
     for text in (str(path), "0 3 * * 1", "Asia/Kolkata", f"{monday:%Y-%m-%d} 03:00 IST",
                  f"{monday + timedelta(days=7):%Y-%m-%d} 03:00 IST"):
         assert text in row
+
+
+def test_the_cron_line_carries_the_stores_settings_and_never_its_secrets(project, fake_crontab):
+    path = scheduled_project(project)
+    shell = {"PATH": "/usr/bin:/bin", "AWS_ENDPOINT_URL": "http://store.internal:9000", "AWS_REGION": "eu-west-3",
+             "AWS_PROFILE": "lake", "AWS_CONFIG_FILE": "/srv/aws/config", "AWS_ACCESS_KEY_ID": "AKIAHFTESTKEY",
+             "AWS_SECRET_ACCESS_KEY": "hf-secret-0123456789", "AWS_SESSION_TOKEN": "hf-token-0123456789"}
+    entry = schedule.install(load_pipeline(path, environ=shell), environ=shell)
+    carried = schedule.line_values(entry.line)
+    for name in ("AWS_ENDPOINT_URL", "AWS_REGION", "AWS_PROFILE", "AWS_CONFIG_FILE"):
+        assert carried[name] == shell[name], entry.line
+    table = fake_crontab.read_text()
+    assert not any(secret in table for secret in ("AKIAHFTESTKEY", "hf-secret-0123456789", "hf-token-0123456789"))

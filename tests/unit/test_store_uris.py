@@ -1,0 +1,60 @@
+"""A workdir or dataset path with a mistyped or unsupported scheme is a config error at file:line with
+a did-you-mean, never a local folder named `S3:` (two cron hosts would each take a lock of their own)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hybridflow.errors import ConfigError, ExitCode
+from hybridflow.spec.config import check_file, load_pipeline
+
+PIPELINE = """name: p
+workdir: {workdir}
+datasets:
+  raw: {{path: "{path}"}}
+stages:
+  a: {{run: "m:f", inputs: [raw], outputs: [b]}}
+"""
+
+
+def write(tmp_path, workdir: str = ".hf", path: str = "s3://lake/raw"):
+    (tmp_path / "m.py").write_text("def f(raw):\n    return raw\n")
+    file = tmp_path / "pipeline.yaml"
+    file.write_text(PIPELINE.format(workdir=workdir, path=path))
+    return file
+
+
+@pytest.mark.parametrize(("given", "hint"), [
+    ("S3://team-bucket/wd", "did you mean 's3://team-bucket/wd'?"),
+    ("s3:/team-bucket/wd", "did you mean 's3://team-bucket/wd'?"),
+    ("s3a://team-bucket/wd", "did you mean 's3://team-bucket/wd'?"),
+    ("s3:team-bucket/wd", "did you mean 's3://team-bucket/wd'?"),
+    ("file:/srv/wd", "did you mean '/srv/wd'?"),
+    ("gs://team-bucket/wd", "gs:// is not supported"),
+])
+def test_a_workdir_with_a_wrong_scheme_is_a_located_config_error(tmp_path, given, hint):
+    with pytest.raises(ConfigError) as raised:
+        load_pipeline(write(tmp_path, workdir=given), environ={})
+    line = raised.value.one_line()
+    assert line.startswith(f"{tmp_path / 'pipeline.yaml'}:2:10: error: workdir:") and hint in line, line
+    assert raised.value.exit_code == ExitCode.CONFIG
+    assert not (tmp_path / given.split(":")[0]).exists()
+
+
+def test_the_workdir_variable_is_checked_too(tmp_path):
+    with pytest.raises(ConfigError) as raised:
+        load_pipeline(write(tmp_path), environ={"HYBRIDFLOW_WORKDIR": "S3://b/wd"})
+    assert "HYBRIDFLOW_WORKDIR" in raised.value.one_line() and "did you mean 's3://b/wd'?" in raised.value.one_line()
+
+
+@pytest.mark.parametrize(("given", "hint"), [("S3://lake/raw", "did you mean 's3://lake/raw'?"),
+                                             ("gs://lake/raw", "gs:// is not supported")])
+def test_a_dataset_path_with_a_wrong_scheme_is_a_located_config_error(tmp_path, given, hint):
+    _, problems = check_file(write(tmp_path, path=given), environ={})
+    errors = [str(p) for p in problems if p.severity == "error"]
+    assert len(errors) == 1 and ":4:" in errors[0] and hint in errors[0], errors
+
+
+def test_local_paths_and_s3_uris_are_still_taken(tmp_path):
+    pipeline = load_pipeline(write(tmp_path, workdir="s3://team-bucket/wd", path="data/raw:2024"), environ={})
+    assert pipeline.remote is not None and str(pipeline.remote) == "team-bucket/wd"
