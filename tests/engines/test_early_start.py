@@ -26,7 +26,19 @@ import pandas as pd
 
 
 def slow():
-    time.sleep(4)  # dask starts in under 1.5 s here, and well within this on a loaded machine
+    waited_for = os.environ.get("HF_TEST_ENGINE_STARTED")  # "<runs.db> <engine>": until its start is recorded
+    if waited_for:
+        import sqlite3
+
+        database, engine = waited_for.split()
+        deadline = time.monotonic() + 120  # an engine started only once this stage ended never comes
+        while time.monotonic() < deadline:
+            with sqlite3.connect(database) as db:
+                if db.execute("SELECT 1 FROM spans WHERE kind = 'engine start' AND detail = ?", [engine]).fetchone():
+                    break
+            time.sleep(0.1)
+    else:
+        time.sleep(4)
     return pd.DataFrame({"id": [1, 2, 3], "stage_nice": os.nice(0), "stage_policy": os.sched_getscheduler(0)})
 
 
@@ -51,9 +63,12 @@ def spans(project, run_id: str) -> list[dict]:
     return RunStore(project.root / ".hybridflow" / "runs.db").spans(run_id)
 
 
-def test_an_engine_starts_while_the_stages_before_it_compute(project):
+def test_an_engine_starts_while_the_stages_before_it_compute(project, monkeypatch):
     project.stages(STAGES)
     path = project.pipeline(PIPELINE % ("1g", "dask"))
+    # the stage before it lasts until dask's start is recorded: however slow the machine, the start
+    # is seen ending while that stage computes, or never (an engine started once its stage comes)
+    monkeypatch.setenv("HF_TEST_ENGINE_STARTED", f"{project.root / '.hybridflow' / 'runs.db'} dask")
     before = child_pids()
     result = Runner(load_pipeline(path)).run()
     assert result.status == "success", result.error

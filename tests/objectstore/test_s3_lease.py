@@ -94,10 +94,16 @@ def test_a_run_frozen_in_a_stage_past_its_lease_stops_and_publishes_nothing_more
     first = hf(project, s3, "run", "pipeline.yaml", cache=tmp_path / "m1", env=SHORT_LEASE)
     assert first.returncode == 0, first.stdout + first.stderr
     before = current_versions(s3, f"{prefix}/small")
-    run = hf(project, s3, "run", "pipeline.yaml", "--force", "--param", "slow.seconds=8", cache=tmp_path / "m1",
+    earlier_logs = set((tmp_path / "m1").rglob("slow.log"))
+    never = tmp_path / "never"  # the stage waits for it: only losing the lease ends it
+    run = hf(project, s3, "run", "pipeline.yaml", "--force", "--param", f"slow.gate={never}", cache=tmp_path / "m1",
              wait=False, env=SHORT_LEASE)
     deadline = time.monotonic() + 120
-    while current_versions(s3, f"{prefix}/small")["b"] == before["b"]:  # b made current: stage slow runs
+
+    def slow_is_called() -> bool:  # this run's log of it says so (b was made current before it)
+        return any("calling mypkg.steps:slow" in log.read_text(errors="replace")
+                   for log in set((tmp_path / "m1").rglob("slow.log")) - earlier_logs)
+    while current_versions(s3, f"{prefix}/small")["b"] == before["b"] or not slow_is_called():
         assert run.poll() is None and time.monotonic() < deadline, run.communicate()
         time.sleep(0.1)
     os.killpg(run.pid, signal.SIGSTOP)

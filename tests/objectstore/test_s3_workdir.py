@@ -126,8 +126,9 @@ def check(a):
     return a.assign(b=a["a"] * 2)
 
 
-def slow(b, gate=""):
-    """Holds its run open until the file `gate` exists (none given: at once)."""
+def slow(b, gate="", seconds=0):
+    """Holds its run open for `seconds`, then until the file `gate` exists (none given: at once)."""
+    time.sleep(seconds)
     deadline = time.monotonic() + 300
     while gate and not os.path.exists(gate):
         if time.monotonic() > deadline:
