@@ -245,7 +245,7 @@ def test_an_up_that_fails_is_one_line_exit_69_and_leaves_nothing_behind(provisio
                                                          "up: CLOUD_TOKEN=${env:CLOUD_TOKEN} bash fail.sh || exit $?"))
     run = hf("run", "pipeline.yaml", env={"CLOUD_TOKEN": token})
     assert run.returncode == ExitCode.UNAVAILABLE, run.stdout
-    assert "the dask cluster's `up` exited 3: quota exceeded for m5.xlarge in eu-west-1" in run.stdout
+    assert "the dask cluster's `up` exited 3: quota exceeded for m5.xlarge in eu-west-1" in run.stdout, run.stdout
     assert "Traceback" not in run.stdout
     logs = next(project.root.rglob("cluster-dask.log")).read_text()
     assert "signing in with" in logs and token not in logs and token not in run.stdout

@@ -55,11 +55,12 @@ def test_cron_runs_the_installed_schedule(project, saved_crontab, running_cron):
     entry = schedule.install(load_pipeline(path))
     store = RunStore(project.root / ".hybridflow" / "runs.db")
     deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
-        if any(r["trigger"] == "cron" and r["status"] == "success" for r in store.runs()):
+    log = project.root / ".hybridflow" / "tiny" / "cron.log"
+    while time.monotonic() < deadline:  # the run's summary reaches the log after its record is final
+        if any(r["trigger"] == "cron" and r["status"] == "success" for r in store.runs()) and \
+                log.exists() and "success" in log.read_text():
             break
         time.sleep(2)
-    log = project.root / ".hybridflow" / "tiny" / "cron.log"
     assert any(r["trigger"] == "cron" and r["status"] == "success" for r in store.runs()), (
         f"no successful cron run within {WAIT}s; {log}: {log.read_text() if log.exists() else '(none)'}")
     schedule.remove(str(path))
