@@ -63,7 +63,7 @@ def test_ci_run_passes_on_arguments_and_fails_when_pytest_fails_or_collects_noth
     # the existing virtualenv is reused (no python3 on PATH to make another); pip runs every time, from its
     # cache, and so does the fetcher of Spark's s3a jars (a no-op once they are cached)
     assert calls[:3] == ["-m pip install --disable-pip-version-check --quiet -e .[test]",
-                         "-m hybridflow.backends.spark_s3_jars", "-m pytest tests -m not cron"]  # every tier
+                         "-m hybridflow.backends.spark_s3_jars", "-m pytest tests -n 0 -m not cron"]  # every tier, serially
     assert len(calls) == 12
 
 
@@ -76,7 +76,7 @@ def test_ci_run_runs_only_the_tests_named_where_a_path_or_node_id_is_given(tmp_p
                               env={**env, "FAKE_PYTEST_EXIT": "0"}, timeout=120, cwd=root)
         assert done.returncode == 0, done.stderr
     calls = [c for c in (root / ".venv" / "bin" / "calls").read_text().splitlines() if c.startswith("-m pytest")]
-    assert calls == ["-m pytest tests/unit", "-m pytest -x tests/unit/test_one.py::test_it"]
+    assert calls == ["-m pytest -n 0 tests/unit", "-m pytest -n 0 -x tests/unit/test_one.py::test_it"]
 
 
 def test_the_session_ends_with_every_skipped_test_and_why(tmp_path):
