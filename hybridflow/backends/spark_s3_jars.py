@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from ..data.durable import fsync_path
 from ..errors import ExitCode, UnavailableError
 from .maven import CENTRAL, Artifact, Repository, RepositoryError, compile_dependencies
 
@@ -163,23 +164,15 @@ def _fetch(repository: Repository, version: str, cache: Path, folder: Path, stre
             for artifact in artifacts:
                 repository.download(artifact.path("jar"), work / artifact.jar, show(artifact.jar))
         for artifact in artifacts:
-            _synced(work / artifact.jar)
+            fsync_path(work / artifact.jar)
         (work / COMPLETE).write_text("".join(f"{artifact.jar}\n" for artifact in artifacts))
-        _synced(work / COMPLETE)
+        fsync_path(work / COMPLETE)
         if folder.exists():  # an unfinished folder an older fetcher left
             shutil.rmtree(folder)
         os.rename(work, folder)
-        _synced(cache)
+        fsync_path(cache)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-
-
-def _synced(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 @contextlib.contextmanager

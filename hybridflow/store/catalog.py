@@ -29,6 +29,7 @@ from pathlib import Path, PurePath, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from ..data.contract import check_schema, schema_to_dict
+from ..data.durable import fsync_path
 from ..data.hashing import file_digests
 from ..data.storage import StoreSettings
 from ..data.tables import TableSource, partition_values
@@ -159,7 +160,7 @@ class Catalog:
         versions = self._made(self.dataset_dir(name) / "versions")
         final = versions / version_id
         os.rename(staging, final)
-        _fsync_dir(versions)
+        fsync_path(versions)
         faults.checkpoint("publish:moved")
         return Version(name, version_id, final, manifest)
 
@@ -219,7 +220,7 @@ class Catalog:
             faults.checkpoint("publish:committed")
         if len(versions) > 1:
             (self.home / JOURNAL).unlink()
-            _fsync_dir(self.home)
+            fsync_path(self.home)
 
     def recover(self) -> list[str]:
         """Finish what a crash interrupted (only ever under the run lock): a stage commit, and the
@@ -453,21 +454,9 @@ class _Background:
 
 def _fsync_tree(root: Path, files: list[Path]) -> None:
     for file in files:
-        fd = os.open(file, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_path(file)
     for directory in sorted({f.parent for f in files} | {root}, reverse=True):
-        _fsync_dir(directory)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fsync_path(directory)
 
 
 def _write_durably(path: Path, text: str) -> None:
@@ -483,4 +472,4 @@ def _write_durably(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):  # a full disk must not stay full of it (a kill: remove_leftovers)
             tmp.unlink()
         raise
-    _fsync_dir(path.parent)
+    fsync_path(path.parent)

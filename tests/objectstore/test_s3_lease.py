@@ -1,6 +1,6 @@
 """The lease of a workdir in object storage, against a real S3 server (moto on 127.0.0.1) with its
 faults injected: a runner frozen past its lease while another machine collects garbage publishes
-nothing and exits 75; answers to conditional writes lost on the way back (a fault-injecting proxy)
+nothing and exits 75; answers to conditional writes lost on the way back (tests/support/s3proxy.py)
 are recognised as the run's own; a runner in another pid namespace on the same host does not take
 a live lease; gc spares a young upload that has no manifest yet."""
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.objectstore.test_s3_workdir import current_versions, hf, small, statuses
-from tests.support.faultproxy import FaultProxy, conditional_put
+from tests.support.s3proxy import S3Proxy, conditional_put
 from tests.support.s3server import S3Server
 
 pytestmark = pytest.mark.timeout(300)
@@ -133,7 +133,7 @@ def collect_garbage_elsewhere(project, s3: S3Server, cache: Path):
 
 def test_conditional_writes_whose_answers_were_lost_are_recognised_as_the_runs_own(project, s3, tmp_path):
     prefix = small(project, s3, "lost-answers")
-    proxy = FaultProxy(s3.endpoint).start()
+    proxy = S3Proxy(s3.endpoint).start()
     try:
         dropped = {name: proxy.drop_answer(rule) for name, rule in {
             "lease taken": lambda m, p, h: conditional_put("/LEASE")(m, p, h) and "if-none-match" in h,
