@@ -113,6 +113,28 @@ class ObjectStore:
             raise self._error(exc, path) from exc
         return True
 
+    def age(self, path: ObjectPath) -> float | None:
+        """Seconds since the object was last written, by the store's own clock (its answer's Date
+        less the object's Last-Modified): never this machine's, which may drift from the writer's.
+        None when the object is gone or the store's answer does not say."""
+        try:
+            answer = self._client.head_object(Bucket=path.bucket, Key=_key(path))
+        except Exception as exc:
+            if _code(exc) in ("NoSuchKey", "404", "NotFound"):
+                return None
+            raise self._error(exc, path) from exc
+        said = answer.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+        written = answer.get("LastModified")
+        if not said or written is None:
+            return None
+        from email.utils import parsedate_to_datetime
+
+        try:
+            now = parsedate_to_datetime(said)
+        except (TypeError, ValueError):
+            return None
+        return max(0.0, (now - written).total_seconds())
+
     def delete(self, path: ObjectPath, if_match: str | None = None) -> None:
         try:
             condition = {"IfMatch": if_match} if if_match else {}

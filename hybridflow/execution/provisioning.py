@@ -59,7 +59,11 @@ class RunClusters:
     problems: list[str] = field(default_factory=list)  # teardowns that failed: said at the run's end
     tethers: dict[str, list] = field(default_factory=dict)  # ssh provider: each engine's hosts' tethers
     launches: dict[str, Any] = field(default_factory=dict)  # ssh provider: each engine's ClusterLaunch (credentials)
+    # a watch session's clusters outlive its runs, outside the lock: their records are written again
+    # every `beat_every` seconds, so a reaper on another machine sees the session alive (keep_beating)
+    beat_every: float | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _beating: threading.Event | None = None
 
     def bring_up(self, engine: str, spec, niceness: int = 0) -> dict[str, Any]:
         """Bring `engine`'s cluster up as `spec` (a settings.ClusterSection) says; what its `up` said
@@ -70,6 +74,8 @@ class RunClusters:
         record = {"run_id": self.run_id, "pipeline": self.pipeline.name, "engine": engine, "provider": spec.provider,
                   "name": cluster_name(self.pipeline.name, self.run_id, engine), "state": "starting",
                   "runner": this_runner(), "created_at": now_text()}
+        if self.beat_every is not None:
+            record["beat_every"] = self.beat_every
         self.records.put(key, record)
         with self._lock:
             self.up_clusters[engine] = record
@@ -93,6 +99,34 @@ class RunClusters:
         record.update(state="up", cluster=cluster, up_at=now_text())
         self.records.put(key, record)
         return cluster
+
+    def keep_beating(self, every: float) -> None:
+        """From now on (a watch session, before its first cluster), write each cluster's record again
+        every `every` seconds until stop_beating(): a reaper elsewhere, which cannot ask this machine
+        whether the session lives, sees the record's age by the store's own clock."""
+        self.beat_every = every
+        if self._beating is None:
+            self._beating = threading.Event()
+            threading.Thread(target=self._beat, args=(self._beating,), name="hybridflow-cluster-beat",
+                             daemon=True).start()
+
+    def stop_beating(self) -> None:
+        if self._beating is not None:
+            self._beating.set()
+            self._beating = None
+
+    def _beat(self, stopped: threading.Event) -> None:
+        while not stopped.wait(self.beat_every):
+            for engine in list(self.up_clusters):
+                with self._lock:  # held while written: a record its teardown deleted is never written again
+                    record = self.up_clusters.get(engine)
+                    if record is None:
+                        continue
+                    try:
+                        self.records.put(f"{self.run_id}-{engine}", record)
+                    except Exception as exc:  # noqa: BLE001 - a beat that fails is tried again at the next
+                        log.warning("could not renew the record of cluster %s: %s", record.get("name"),
+                                    first_line(exc))
 
     def credentials(self, engine: str) -> tuple[dict[str, Any], tuple[str, ...]]:
         """What the engine's settings get to attach to the cluster brought up for it (beside its
@@ -300,6 +334,19 @@ def cluster_spec(pipeline, engine: str):
     return getattr(settings, "cluster", None)
 
 
+def _still_beating(key: str, record: dict[str, Any], records) -> bool:
+    """Whether a watch session's record was written again lately (its age by the store's own clock,
+    never compared with this machine's): it lives, wherever it runs, until its beat stops for a lease
+    length (HYBRIDFLOW_LEASE_SECONDS) and at least two beats."""
+    every = record.get("beat_every")
+    if isinstance(every, bool) or not isinstance(every, (int, float)) or every <= 0:
+        return False
+    from ..store.lock import lease_seconds
+
+    age = records.age(key)
+    return age is None or age < max(lease_seconds(), 2 * every)  # an age the store cannot tell: alive
+
+
 def _refused_record(key: str, record: dict[str, Any], records) -> str | None:
     """Why a cluster record read from the workdir may not become an ssh target or a command's
     environment (a name, a run id or a host it could not hold), or None."""
@@ -326,7 +373,7 @@ def reap(pipeline, records, log_file: Path, confirm=lambda: None) -> tuple[list[
     stay, for the next try)."""
     reaped, problems = [], []
     for key, record in records.all().items():
-        if runner_alive(record.get("runner")):
+        if runner_alive(record.get("runner")) or _still_beating(key, record, records):
             continue  # this process's own, or a live watch session's, which keeps its clusters between runs
         refused = _refused_record(key, record, records)
         if refused:

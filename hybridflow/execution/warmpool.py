@@ -15,6 +15,7 @@ from typing import Any, Callable
 from ..reporting.timeline import ENGINE_STOP
 from ..spec.codereach import CodeIndex
 from ..spec.pipeline import Pipeline
+from ..store.lock import lease_seconds
 from .enginepool import EnginePool
 from .stopping import SignalState
 
@@ -42,6 +43,8 @@ class WarmPool(EnginePool):
         self.on_started, self.seconds = on_started, {}
         # the session's first run brings clusters up; they stay, as its engines do, and go at its end
         self.clusters = self.clusters or clusters
+        if self.clusters is not None:  # alive to reapers on other machines while the session lasts
+            self.clusters.keep_beating(lease_seconds() / 3)
         self._given = dict(given or {})
         if timeline is not None:
             self.timeline = timeline
@@ -105,6 +108,8 @@ class WarmPool(EnginePool):
         """The session ends: every engine it started stops (its clusters go down: what failed to is
         said), and the threads that started them end."""
         super().stop_all()
+        if self.clusters is not None:
+            self.clusters.stop_beating()
         for problem in self.clusters.problems if self.clusters is not None else ():
             self.notice(f"warning: {problem}")
         self._engines_stopped.set()  # only now: the engines they launched are stopped

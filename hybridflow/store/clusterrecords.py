@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -32,6 +33,13 @@ class LocalRecords:
         with contextlib.suppress(FileNotFoundError):
             (self.folder / f"{key}.json").unlink()
 
+    def age(self, key: str) -> float | None:
+        """Seconds since the record was last written; None when it is gone."""
+        try:
+            return max(0.0, time.time() - (self.folder / f"{key}.json").stat().st_mtime)
+        except FileNotFoundError:
+            return None
+
     def all(self) -> dict[str, dict[str, Any]]:
         found = {}
         for file in sorted(self.folder.glob("*.json")) if self.folder.is_dir() else []:
@@ -50,6 +58,10 @@ class ObjectRecords:
 
     def delete(self, key: str) -> None:
         self.objects.delete(self.prefix / f"{key}.json")
+
+    def age(self, key: str) -> float | None:
+        """Seconds since the record was last written, by the store's clock; None when it cannot tell."""
+        return self.objects.age(self.prefix / f"{key}.json")
 
     def all(self) -> dict[str, dict[str, Any]]:
         found = {}

@@ -372,3 +372,64 @@ def test_a_watch_session_takes_the_old_cluster_down_when_it_restarts_its_engine(
         warm.shutdown()
     assert not any(alive(pid) for pid in second) and (cluster / "downs").read_text() == "down\ndown\n"
     assert records(project) == []
+
+
+def _reap_from_another_machine(project: Project, state: Path) -> subprocess.CompletedProcess:
+    """`clusters reap` in a UTS namespace of its own: a machine with another hostname, which cannot ask
+    this one whether a process lives."""
+    env = {**os.environ, "STATE": str(state), "BIN": str(BIN), "COLUMNS": "300"}
+    return subprocess.run(["unshare", "--uts", "sh", "-c", 'hostname another-machine && exec "$@"', "sh",
+                           sys.executable, "-m", "hybridflow.cli", "clusters", "reap", "pipeline.yaml"],
+                          cwd=project.root, env=env, capture_output=True, text=True, timeout=240)
+
+
+def _written_again(path: Path, times: int) -> None:
+    """Until the file has been written `times` more times (its mtime moved), at most 60 s."""
+    seen, deadline = path.stat().st_mtime_ns, time.monotonic() + 60
+    while times and time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = path.stat().st_mtime_ns
+        if now != seen:
+            seen, times = now, times - 1
+    assert times == 0, f"{path} was not written again"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a hostname of its own (unshare --uts) needs root")
+def test_a_watch_session_keeps_its_clusters_from_a_reaper_on_another_machine_while_it_lives(
+        provisioned, tmp_path, monkeypatch):
+    """A reaper on another machine cannot see a watch session's process: the session writes its
+    clusters' records again (a beat) while it lives, and the reaper leaves them up while the beat is
+    younger than a lease length by the store's own clock; once the beat stops for that long (the
+    session died with it), the reaper takes the cluster down."""
+    from hybridflow.api import load
+    from hybridflow.execution.provisioning import RunClusters
+    from hybridflow.execution.stopping import SignalState
+    from hybridflow.execution.warmpool import WarmPool
+    from hybridflow.store.clusterrecords import open_records
+
+    project, state, _ = provisioned
+    monkeypatch.setenv("STATE", str(state))
+    monkeypatch.setenv("BIN", str(BIN))
+    monkeypatch.setenv("HYBRIDFLOW_LEASE_SECONDS", "3")  # a beat each second; stale after 3 s without
+    pipeline(project)
+    loaded = load(project.root / "pipeline.yaml")
+    warm = WarmPool(loaded, tmp_path / "logs")
+    clusters = RunClusters(loaded, "watch-1", tmp_path / "logs", open_records(loaded))
+    try:
+        logs = tmp_path / "logs"
+        warm.for_run(loaded, list(loaded.stages), logs, signals=SignalState(), clusters=clusters).get("dask")
+        pids = cluster_pids(state)
+        record = project.home("provisioned") / "clusters" / "watch-1-dask.json"
+        _written_again(record, 4)  # beyond a lease length since the cluster came up
+        kept = _reap_from_another_machine(project, state)
+        assert kept.returncode == 0 and "took down" not in kept.stdout, kept.stdout + kept.stderr
+        assert all(alive(pid) for pid in pids) and len(records(project)) == 1
+
+        clusters.stop_beating()  # as when the session's machine died
+        while time.time() - record.stat().st_mtime < 3.5:
+            time.sleep(0.1)
+        taken = _reap_from_another_machine(project, state)
+        assert taken.returncode == 0 and "took down" in taken.stdout, taken.stdout + taken.stderr
+        assert not any(alive(pid) for pid in pids) and records(project) == []
+    finally:
+        warm.shutdown()
