@@ -19,23 +19,14 @@ import pytest
 
 from tests.objectstore.test_s3_workdir import current_versions, hf, small, statuses
 from tests.support.faultproxy import FaultProxy, conditional_put
-from tests.support.s3server import S3Server
+from tests.support.s3server import S3Endpoint
 
 pytestmark = pytest.mark.timeout(300)
 
 SHORT_LEASE = {"HYBRIDFLOW_LEASE_SECONDS": "2"}
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    server = S3Server(tmp_path_factory.mktemp("s3") / "moto.log").start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-def assert_current_is_whole(s3: S3Server, prefix: str) -> None:
+def assert_current_is_whole(s3: S3Endpoint, prefix: str) -> None:
     """Every file each current manifest names is in the store, at its size."""
     bucket, key = prefix.split("/", 1)
     for name, version in current_versions(s3, f"{prefix}/small").items():
@@ -119,7 +110,7 @@ def test_a_run_frozen_in_a_stage_past_its_lease_stops_and_publishes_nothing_more
     assert_current_is_whole(s3, prefix)
 
 
-def collect_garbage_elsewhere(project, s3: S3Server, cache: Path):
+def collect_garbage_elsewhere(project, s3: S3Endpoint, cache: Path):
     """`hybridflow gc` from another machine, tried until the lease it finds is no longer renewed
     (exit 75 until then) and it takes it over."""
     for _ in range(60):

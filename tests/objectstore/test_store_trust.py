@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.s3proxy import S3Proxy
-from tests.support.s3server import S3Server
+from tests.support.s3server import S3Endpoint
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -39,15 +39,8 @@ stages:
 '''
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    """moto without signature checks: the proxy's edits must reach it (a signed header removed)."""
-    server = S3Server(tmp_path_factory.mktemp("s3") / "moto.log", authenticate=False).start()
-    try:
-        server.bucket("trust")
-        yield server
-    finally:
-        server.stop()
+S3_BUCKETS = ("trust",)
+S3_CHECKS_SIGNATURES = False  # moto's: the proxy's edits must reach it (a signed header removed)
 
 
 @pytest.fixture
@@ -124,7 +117,7 @@ def use(a):
 '''
 
 
-def current(s3: S3Server, prefix: str) -> dict[str, str]:
+def current(s3: S3Endpoint, prefix: str) -> dict[str, str]:
     answer = s3.client().get_object(Bucket="trust", Key=f"{prefix}/small/CURRENT")
     return json.loads(answer["Body"].read())["datasets"]
 
@@ -193,13 +186,13 @@ def test_a_cluster_record_whose_host_is_an_ssh_option_is_not_run(project, s3, tm
     assert s3.keys("trust/clusters/small/clusters/")  # its record stays, for a person to look at
 
 
-def incomplete_upload(s3: S3Server, key: str) -> None:
+def incomplete_upload(s3: S3Endpoint, key: str) -> None:
     client = s3.client()
     upload = client.create_multipart_upload(Bucket="trust", Key=key)["UploadId"]
     client.upload_part(Bucket="trust", Key=key, UploadId=upload, PartNumber=1, Body=b"x" * 1024)
 
 
-def uploads(s3: S3Server, prefix: str) -> list[str]:
+def uploads(s3: S3Endpoint, prefix: str) -> list[str]:
     return [u["Key"] for u in s3.client().list_multipart_uploads(Bucket="trust", Prefix=prefix).get("Uploads", [])]
 
 
