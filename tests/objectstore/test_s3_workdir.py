@@ -157,6 +157,9 @@ def test_a_failed_run_is_resumed_from_another_machine(project, s3, tmp_path):
     resumed = hf(project, s3, "run", "pipeline.yaml", "--resume", cache=tmp_path / "m2")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert statuses(resumed.stdout) == {"make": "skipped", "check": "done", "slow": "done"}, resumed.stdout
+    # the store was proved to honour conditional writes before it was trusted, and the answer kept
+    kept = s3.client().get_object(Bucket="small-workdirs", Key="resume/.hybridflow/store-check.json")["Body"].read()
+    assert json.loads(kept)[s3.endpoint]["honoured"] is True
 
 
 @every_store
