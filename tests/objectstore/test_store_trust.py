@@ -122,6 +122,23 @@ def current(s3: S3Endpoint, prefix: str) -> dict[str, str]:
     return json.loads(answer["Body"].read())["datasets"]
 
 
+@pytest.mark.parametrize("proxy", [{"refuse_checksums": True}], indirect=True)
+def test_a_store_that_predates_flexible_checksums_takes_every_write_and_delete(project, s3, proxy, tmp_path):
+    """boto3 and pyarrow send CRC32 checksums by default (pyarrow's parts in aws-chunked encoding, with a
+    trailer) and a DeleteObjects without Content-MD5, which stores that predate those checksums refuse.
+    On a store other than AWS, hybridflow sends only the checksums the S3 API requires, and Content-MD5
+    with a batch delete."""
+    small(project, "checksums", USE, TWO_STAGES)
+    for machine in ("m1", "m2"):  # the second run replaces every version: gc then has some to delete
+        done = hf(project, proxy.env(s3), "run", "pipeline.yaml", "--force", cache=tmp_path / machine)
+        assert done.returncode == 0, done.stdout + done.stderr + str(proxy.refused)
+    collected = hf(project, proxy.env(s3), "gc", "pipeline.yaml", "--keep", "1", cache=tmp_path / "m2")
+    assert collected.returncode == 0 and "b@" in collected.stdout, collected.stdout + collected.stderr
+    assert proxy.refused == []
+    assert proxy.requested("PUT", "/checksums/small/datasets/")
+    assert [r for r in proxy.requests if r[0] == "POST" and r[2].startswith("delete")]  # the batch deletes
+
+
 def test_a_manifest_naming_a_path_outside_its_version_is_refused(project, s3, tmp_path):
     small(project, "manifest", USE, TWO_STAGES)
     done = hf(project, s3.env(), "run", "pipeline.yaml", cache=tmp_path / "m1")

@@ -7,6 +7,9 @@ the store in the ways real stores and gateways break it.
   matches: put it in front of a moto server that does not check signatures (S3Server(authenticate=False)).
 - `refuse_deleting`: keys holding this text are taken out of each DeleteObjects request and answered
   with an AccessDenied error each, as a store answers a batch delete that fails for some keys.
+- `refuse_checksums`: a write carrying the flexible checksums newer AWS SDKs send by default (an
+  x-amz-checksum-* header, or a body in aws-chunked encoding with a trailing checksum) is refused with
+  400, and so is a DeleteObjects without Content-MD5: what stores that predate those checksums answer.
 """
 
 from __future__ import annotations
@@ -24,10 +27,13 @@ HOP_BY_HOP = ("connection", "keep-alive", "transfer-encoding", "proxy-connection
 
 
 class S3Proxy:
-    def __init__(self, upstream: str, *, strip_conditions: bool = False, refuse_deleting: str | None = None) -> None:
+    def __init__(self, upstream: str, *, strip_conditions: bool = False, refuse_deleting: str | None = None,
+                 refuse_checksums: bool = False) -> None:
         parts = urlsplit(upstream)
         self.upstream = (parts.hostname, parts.port)
         self.strip_conditions, self.refuse_deleting = strip_conditions, refuse_deleting
+        self.refuse_checksums = refuse_checksums
+        self.refused: list[tuple[str, str, str]] = []  # (method, path, why) of each request answered 400
         self.requests: list[tuple[str, str, str]] = []  # (method, path, query) of each request forwarded
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
@@ -51,6 +57,19 @@ class S3Proxy:
         return [r for r in self.requests if r[0] == method and path_holding in r[1]]
 
     # what is done to a request and its answer
+
+    def _refusal(self, method: str, query: str, headers: dict[str, str]) -> str | None:
+        """Why the request is refused without reaching the store (None: it is forwarded)."""
+        if not self.refuse_checksums or method not in ("PUT", "POST"):
+            return None
+        named = {k.lower(): v for k, v in headers.items()}
+        if re.search(r"(^|&)delete(=|&|$)", query):
+            return None if "content-md5" in named else "Missing required header for this request: Content-MD5"
+        if any(k.startswith(("x-amz-checksum-", "x-amz-sdk-checksum")) for k in named) \
+                or "aws-chunked" in named.get("content-encoding", "") \
+                or named.get("x-amz-content-sha256", "").startswith("STREAMING-"):
+            return "x-amz-checksum and aws-chunked trailers are not supported"
+        return None
 
     def _edit_request(self, method: str, query: str, headers: dict[str, str], body: bytes):
         if self.strip_conditions:
@@ -92,6 +111,12 @@ def _dechunked(stream) -> bytes:
         stream.readline()
 
 
+def _body(headers, stream) -> bytes:
+    if headers.get("Transfer-Encoding", "").lower() == "chunked":
+        return _dechunked(stream)
+    return stream.read(int(headers.get("Content-Length") or 0))
+
+
 def _handler(proxy: S3Proxy):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -101,8 +126,13 @@ def _handler(proxy: S3Proxy):
 
         def _forward(self) -> None:
             path, _, query = self.path.partition("?")
-            body = self._body()
+            body = _body(self.headers, self.rfile)
             headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
+            why = proxy._refusal(self.command, query, headers)
+            if why:
+                proxy.refused.append((self.command, path, why))
+                return self._answer(400, "Bad Request", [("Content-Type", "application/xml")],
+                                    f"<Error><Code>InvalidArgument</Code><Message>{why}</Message></Error>".encode())
             headers, body, refused = proxy._edit_request(self.command, query, headers, body)
             proxy.requests.append((self.command, path, query))
             upstream = http.client.HTTPConnection(*proxy.upstream, timeout=60)
@@ -113,21 +143,19 @@ def _handler(proxy: S3Proxy):
                 data = answer.read()
                 if refused and answer.status == 200:
                     data = _with_errors(data, refused)
-                self.send_response(answer.status, answer.reason)
-                for name, value in answer.getheaders():
-                    if name.lower() not in HOP_BY_HOP + ("content-length",):
-                        self.send_header(name, value)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(data)
+                self._answer(answer.status, answer.reason, answer.getheaders(), data)
             finally:
                 upstream.close()
 
-        def _body(self) -> bytes:
-            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-                return _dechunked(self.rfile)
-            return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        def _answer(self, status: int, reason: str, headers, data: bytes) -> None:
+            self.send_response(status, reason)
+            for name, value in headers:
+                if name.lower() not in HOP_BY_HOP + ("content-length",):
+                    self.send_header(name, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
 
         do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
 
