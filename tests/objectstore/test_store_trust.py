@@ -16,6 +16,7 @@ import pytest
 
 from tests.support.s3proxy import S3Proxy
 from tests.support.s3server import S3Endpoint
+from tests.support.s3stores import every_store
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -41,6 +42,7 @@ stages:
 
 S3_BUCKETS = ("trust",)
 S3_CHECKS_SIGNATURES = False  # moto's: the proxy's edits must reach it (a signed header removed)
+# (versitygw always checks them: the tests behind an editing proxy run on moto only)
 
 
 @pytest.fixture
@@ -139,6 +141,7 @@ def test_a_store_that_predates_flexible_checksums_takes_every_write_and_delete(p
     assert [r for r in proxy.requests if r[0] == "POST" and r[2].startswith("delete")]  # the batch deletes
 
 
+@every_store
 def test_a_manifest_naming_a_path_outside_its_version_is_refused(project, s3, tmp_path):
     small(project, "manifest", USE, TWO_STAGES)
     done = hf(project, s3.env(), "run", "pipeline.yaml", cache=tmp_path / "m1")
@@ -170,6 +173,7 @@ def test_a_listed_key_holding_dotdot_is_never_downloaded_outside_the_folder(s3, 
     assert not list(tmp_path.rglob("escaped.txt"))
 
 
+@every_store
 def test_a_run_record_whose_run_id_is_a_path_is_not_imported(project, s3, tmp_path):
     small(project, "records")
     done = hf(project, s3.env(), "run", "pipeline.yaml", cache=tmp_path / "m1")
@@ -185,6 +189,7 @@ def test_a_run_record_whose_run_id_is_a_path_is_not_imported(project, s3, tmp_pa
     assert "success" in listed.stdout  # the genuine record still is
 
 
+@every_store
 def test_a_cluster_record_whose_host_is_an_ssh_option_is_not_run(project, s3, tmp_path):
     small(project, "clusters", pipeline=PIPELINE + '''backends:
   dask:
@@ -227,6 +232,7 @@ def test_gc_aborts_the_incomplete_uploads_a_killed_writer_left(project, s3, tmp_
     assert uploads(s3, "elsewhere/") == ["elsewhere/not-the-workdirs.bin"]
 
 
+@every_store
 def test_a_failed_run_aborts_the_uploads_under_its_own_prefixes(s3, tmp_path, monkeypatch):
     from hybridflow.data.storage import ObjectPath, StoreSettings
     from hybridflow.store.objectcatalog import ObjectCatalog
