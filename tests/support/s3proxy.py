@@ -149,10 +149,13 @@ def _handler(proxy: S3Proxy):
 
         def _answer(self, status: int, reason: str, headers, data: bytes) -> None:
             self.send_response(status, reason)
+            length = str(len(data))
             for name, value in headers:
-                if name.lower() not in HOP_BY_HOP + ("content-length",):
+                if name.lower() == "content-length" and self.command == "HEAD":
+                    length = value  # the object's size: a HEAD answer has no body to measure
+                elif name.lower() not in HOP_BY_HOP + ("content-length",):
                     self.send_header(name, value)
-            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Content-Length", length)
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(data)
