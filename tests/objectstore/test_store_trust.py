@@ -129,15 +129,16 @@ def test_a_store_that_predates_flexible_checksums_takes_every_write_and_delete(p
     """boto3 and pyarrow send CRC32 checksums by default (pyarrow's parts in aws-chunked encoding, with a
     trailer) and a DeleteObjects without Content-MD5, which stores that predate those checksums refuse.
     On a store other than AWS, hybridflow sends only the checksums the S3 API requires, and Content-MD5
-    with a batch delete."""
-    small(project, "checksums", USE, TWO_STAGES)
+    with a batch delete: in its own process and in the engines' worker processes (Dask's here)."""
+    on_dask = TWO_STAGES.replace("outputs: [b]}}", "outputs: [b], backend: dask}}")
+    small(project, "checksums", USE, on_dask + "backends: {{dask: {{n_workers: 1, processes: true}}}}\n")
     for machine in ("m1", "m2"):  # the second run replaces every version: gc then has some to delete
         done = hf(project, proxy.env(s3), "run", "pipeline.yaml", "--force", cache=tmp_path / machine)
         assert done.returncode == 0, done.stdout + done.stderr + str(proxy.refused)
     collected = hf(project, proxy.env(s3), "gc", "pipeline.yaml", "--keep", "1", cache=tmp_path / "m2")
     assert collected.returncode == 0 and "b@" in collected.stdout, collected.stdout + collected.stderr
     assert proxy.refused == []
-    assert proxy.requested("PUT", "/checksums/small/datasets/")
+    assert proxy.requested("PUT", "/checksums/small/datasets/b/")  # written by a Dask worker process
     assert [r for r in proxy.requests if r[0] == "POST" and r[2].startswith("delete")]  # the batch deletes
 
 
