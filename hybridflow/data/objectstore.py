@@ -45,10 +45,16 @@ class ObjectStore:
                                    hint="pip install 'hybridflow[s3]'") from None
         config = Config(s3={"addressing_style": "path"} if self.settings.path_style else {},
                         retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=10, read_timeout=60)
+        self.settings.adopt_checksum_policy()
         # a session of its own: boto3's default one keeps the credentials it found first for the whole
         # process, even after the environment names others (a notebook that switches accounts)
-        return boto3.session.Session().client("s3", endpoint_url=self.settings.endpoint,
-                                              region_name=self.settings.region, config=config)
+        client = boto3.session.Session().client("s3", endpoint_url=self.settings.endpoint,
+                                                region_name=self.settings.region, config=config)
+        if self.settings.endpoint:
+            # botocore sends a batch delete's required checksum as CRC32 only; stores that predate
+            # flexible checksums require Content-MD5 there (and AWS takes both)
+            client.meta.events.register("before-sign.s3.DeleteObjects", _with_content_md5)
+        return client
 
     # small JSON objects, written conditionally
 
@@ -284,6 +290,14 @@ class ObjectStore:
 
     def _error(self, exc: BaseException, path: ObjectPath) -> HybridflowError:
         return store_error(exc, path.uri)
+
+
+def _with_content_md5(request, **_) -> None:
+    import base64
+    import hashlib
+
+    body = request.body if isinstance(request.body, bytes) else (request.body or "").encode()
+    request.headers["Content-MD5"] = base64.b64encode(hashlib.md5(body).digest()).decode()
 
 
 def _key(path: ObjectPath) -> str:

@@ -26,6 +26,8 @@ SCHEMES = ("s3://",)  # engines are handed their own spelling (Spark's s3a://) b
 # what a path written as a URI looks like: a scheme, a colon, then a slash or nothing (not C:\ nor a:b)
 _URI_LIKE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):(/*)(.*)$", re.DOTALL)
 _S3_SPELLINGS = ("s3", "s3a", "s3n")
+# the AWS SDKs' shared settings for flexible checksums (boto3 and pyarrow's C++ SDK read both)
+CHECKSUM_VARIABLES = ("AWS_REQUEST_CHECKSUM_CALCULATION", "AWS_RESPONSE_CHECKSUM_VALIDATION")
 
 
 class ObjectPath(PurePosixPath):
@@ -95,6 +97,16 @@ class StoreSettings:
             path_style = True
         return cls(endpoint.rstrip("/") if endpoint else None, region, path_style)
 
+    def adopt_checksum_policy(self) -> None:
+        """On a store other than AWS, checksums only where the S3 API requires them: boto3 and pyarrow
+        otherwise send CRC32 with every write (pyarrow's parts in aws-chunked encoding with a trailer),
+        which stores that predate those checksums refuse. Set in the environment, where both SDKs read
+        it when a client is made, in this process and in the engines' workers it starts; a value the
+        user set is kept."""
+        if self.endpoint:
+            for name in CHECKSUM_VARIABLES:
+                os.environ.setdefault(name, "when_required")
+
     @property
     def plain_http(self) -> bool:
         return bool(self.endpoint) and self.endpoint.startswith("http://")
@@ -102,6 +114,7 @@ class StoreSettings:
     def arrow_filesystem(self):
         """pyarrow's S3FileSystem for these settings (credentials from the environment or profile),
         made once per set of credentials: pyarrow reads them when the filesystem is made."""
+        self.adopt_checksum_policy()
         return _arrow_filesystem(self, _credentials_key())
 
     def fsspec_filesystem(self):

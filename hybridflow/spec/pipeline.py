@@ -65,7 +65,9 @@ class Pipeline:
     def store(self) -> StoreSettings:
         """How this pipeline reaches object storage: its storage: section over the AWS variables."""
         section = self.spec.storage.model_dump(exclude_none=True) if self.spec.storage else None
-        return StoreSettings.of(section)
+        settings = StoreSettings.of(section)
+        settings.adopt_checksum_policy()  # before any engine starts its workers (they inherit it)
+        return settings
 
     @property
     def uses_object_storage(self) -> bool:

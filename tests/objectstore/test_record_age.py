@@ -7,20 +7,13 @@ import time
 
 import pytest
 
-from tests.support.s3server import S3Server
+from tests.support.s3stores import every_store
 
 pytestmark = pytest.mark.timeout(120)
+S3_BUCKETS = ("ages",)
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    server = S3Server(tmp_path_factory.mktemp("s3") / "moto.log").start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
+@every_store
 def test_a_records_age_is_read_by_the_stores_clock_not_this_machines(s3, monkeypatch):
     from hybridflow.data.objectstore import ObjectStore
     from hybridflow.data.storage import ObjectPath, StoreSettings
@@ -28,7 +21,6 @@ def test_a_records_age_is_read_by_the_stores_clock_not_this_machines(s3, monkeyp
 
     for name, value in s3.env().items():
         monkeypatch.setenv(name, value)
-    s3.bucket("ages")
     records = ObjectRecords(ObjectStore(StoreSettings.of()), ObjectPath("ages/p/clusters"))
     assert records.age("run-dask") is None  # no such record
     records.put("run-dask", {"name": "hf-p-run-dask", "beat_every": 1.0})

@@ -15,7 +15,8 @@ import pytest
 
 import hybridflow
 from tests.support.projects import last_run_record
-from tests.support.s3server import S3Server
+from tests.support.s3server import S3Endpoint
+from tests.support.s3stores import every_store
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -25,14 +26,7 @@ EVENTS = pa.schema([("customer", pa.string()), ("amount", pa.float64()), ("ts", 
 WEEKS = (dt.date(2026, 11, 2), dt.date(2026, 11, 9))
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    server = S3Server(tmp_path_factory.mktemp("s3") / "moto.log").start()
-    try:
-        server.bucket("lake")
-        yield server
-    finally:
-        server.stop()
+S3_BUCKETS = ("lake",)  # made when the s3 fixture (conftest.py) starts its server
 
 
 def week_rows(week: dt.date) -> pa.Table:
@@ -43,7 +37,7 @@ def week_rows(week: dt.date) -> pa.Table:
                      "note": [None if i == 2 else f"ünï {i}" for i in range(n)]}, schema=EVENTS)
 
 
-def put_week(s3: S3Server, prefix: str, week: dt.date) -> None:
+def put_week(s3: S3Endpoint, prefix: str, week: dt.date) -> None:
     s3.put_table(f"{prefix}/week={week.isoformat()}/part-0.parquet", week_rows(week))
 
 
@@ -115,7 +109,7 @@ stages:
 """
 
 
-def run_cli(project, s3: S3Server, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_cli(project, s3: S3Endpoint, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     environ = {**os.environ, **s3.env(), **(env or {})}
     return subprocess.run([sys.executable, "-m", "hybridflow.cli", "run", "pipeline.yaml", *args], cwd=project.root,
                           env=environ, capture_output=True, text=True, timeout=600)
@@ -130,6 +124,7 @@ def expected_join(weeks) -> list[dict]:
     return sorted(rows, key=lambda r: (r["week"], r["ts"]))
 
 
+@every_store
 def test_every_engine_reads_s3_inputs_skips_them_unchanged_and_processes_only_new_partitions(project, s3):
     prefix = s3.bucket("inputs-all")
     for week in WEEKS:
@@ -182,6 +177,7 @@ stages:
 """
 
 
+@every_store
 @pytest.mark.parametrize("case", ["no bucket", "bad credentials", "server down"])
 def test_a_wrong_bucket_credential_or_endpoint_is_one_line_and_a_documented_exit_code(project, s3, case):
     prefix = "inputs-bad"
@@ -204,6 +200,7 @@ def test_a_wrong_bucket_credential_or_endpoint_is_one_line_and_a_documented_exit
     assert s3.secret_key not in done.stdout + done.stderr and "wrong-secret-value" not in done.stdout + done.stderr
 
 
+@every_store
 def test_a_storage_section_overrides_the_variables_and_doctor_checks_each_bucket(project, s3):
     prefix = s3.bucket("inputs-storage")
     put_week(s3, f"{prefix}/events", WEEKS[0])

@@ -19,23 +19,15 @@ import pytest
 
 from tests.objectstore.test_s3_workdir import current_versions, hf, small, statuses
 from tests.support.s3proxy import S3Proxy, conditional_put
-from tests.support.s3server import S3Server
+from tests.support.s3server import S3Endpoint
+from tests.support.s3stores import every_store
 
 pytestmark = pytest.mark.timeout(300)
 
 SHORT_LEASE = {"HYBRIDFLOW_LEASE_SECONDS": "2"}
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    server = S3Server(tmp_path_factory.mktemp("s3") / "moto.log").start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-def assert_current_is_whole(s3: S3Server, prefix: str) -> None:
+def assert_current_is_whole(s3: S3Endpoint, prefix: str) -> None:
     """Every file each current manifest names is in the store, at its size."""
     bucket, key = prefix.split("/", 1)
     for name, version in current_versions(s3, f"{prefix}/small").items():
@@ -58,6 +50,7 @@ def stopped_in_group(pgid: int) -> bool:
     return False
 
 
+@every_store
 def test_a_run_frozen_past_its_lease_while_another_machine_collects_garbage_publishes_nothing(project, s3, tmp_path):
     prefix = small(project, s3, "frozen")
     first = hf(project, s3, "run", "pipeline.yaml", cache=tmp_path / "m1", env=SHORT_LEASE)
@@ -87,6 +80,7 @@ def test_a_run_frozen_past_its_lease_while_another_machine_collects_garbage_publ
     assert again.returncode == 0 and set(statuses(again.stdout).values()) == {"skipped"}, again.stdout + again.stderr
 
 
+@every_store
 def test_a_run_frozen_in_a_stage_past_its_lease_stops_and_publishes_nothing_more(project, s3, tmp_path):
     """Frozen from outside (the whole process group, as a suspended VM) while a stage runs: once
     thawed, the run notices its lease is gone, stops the stage and exits 75."""
@@ -119,7 +113,7 @@ def test_a_run_frozen_in_a_stage_past_its_lease_stops_and_publishes_nothing_more
     assert_current_is_whole(s3, prefix)
 
 
-def collect_garbage_elsewhere(project, s3: S3Server, cache: Path):
+def collect_garbage_elsewhere(project, s3: S3Endpoint, cache: Path):
     """`hybridflow gc` from another machine, tried until the lease it finds is no longer renewed
     (exit 75 until then) and it takes it over."""
     for _ in range(60):
@@ -131,6 +125,7 @@ def collect_garbage_elsewhere(project, s3: S3Server, cache: Path):
     return collected
 
 
+@every_store
 def test_conditional_writes_whose_answers_were_lost_are_recognised_as_the_runs_own(project, s3, tmp_path):
     prefix = small(project, s3, "lost-answers")
     proxy = S3Proxy(s3.endpoint).start()
@@ -153,6 +148,7 @@ def test_conditional_writes_whose_answers_were_lost_are_recognised_as_the_runs_o
     assert not [k for k in s3.keys(f"{prefix}/") if k.endswith("/LEASE")]  # released, not left behind
 
 
+@every_store
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root for a pid namespace")
 def test_a_runner_in_another_pid_namespace_does_not_take_a_live_lease(project, s3, tmp_path):
     """Two containers on one host share its host name and boot id, not their pids: the holder's pid
@@ -175,6 +171,7 @@ def test_a_runner_in_another_pid_namespace_does_not_take_a_live_lease(project, s
     assert statuses(other.stdout) == {"make": "done", "check": "done", "slow": "done"}, other.stdout
 
 
+@every_store
 def test_gc_spares_a_young_upload_without_a_manifest(project, s3, tmp_path):
     prefix = small(project, s3, "grace")
     done = hf(project, s3, "run", "pipeline.yaml", cache=tmp_path / "m1")

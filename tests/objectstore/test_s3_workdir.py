@@ -27,21 +27,13 @@ import hybridflow
 from hybridflow.backends import spark_s3_jars
 from tests.objectstore.test_s3_inputs import ENGINES, STAGES, WEEKS, expected_join, pipeline_text, put_week
 from tests.support.maven import repository_of, serving
-from tests.support.s3server import S3Server
+from tests.support.s3server import S3Endpoint, S3Server
+from tests.support.s3stores import every_store
 
 pytestmark = pytest.mark.timeout(900)
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    server = S3Server(tmp_path_factory.mktemp("s3") / "moto.log").start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-def hf(project, s3: S3Server, *args: str, cache: Path, env: dict | None = None, wait: bool = True):
+def hf(project, s3: S3Endpoint, *args: str, cache: Path, env: dict | None = None, wait: bool = True):
     environ = {**os.environ, **s3.env(), "HYBRIDFLOW_CACHE": str(cache), **(env or {})}
     command = [sys.executable, "-m", "hybridflow.cli", *args]
     if not wait:
@@ -55,11 +47,12 @@ def statuses(summary: str) -> dict[str, str]:
     return {found[1]: found[2] for found in re.finditer(r"│ (\w+)\s+│ \w+\s+│ ([\w ]+?)\s+│", summary)}
 
 
-def current_versions(s3: S3Server, prefix: str) -> dict[str, str]:
+def current_versions(s3: S3Endpoint, prefix: str) -> dict[str, str]:
     body = s3.client().get_object(Bucket=prefix.split("/")[0], Key=prefix.split("/", 1)[1] + "/CURRENT")["Body"]
     return json.loads(body.read())["datasets"]
 
 
+@every_store
 def test_every_engine_publishes_to_s3_and_a_fresh_machine_skips_resumes_and_adds_partitions(project, s3, tmp_path):
     bucket = s3.bucket("lake-workdir")
     for week in WEEKS:
@@ -147,7 +140,7 @@ stages:
 '''
 
 
-def small(project, s3: S3Server, prefix: str) -> str:
+def small(project, s3: S3Endpoint, prefix: str) -> str:
     bucket = "small-workdirs"
     if bucket not in [b["Name"] for b in s3.client().list_buckets()["Buckets"]]:
         s3.bucket(bucket)
@@ -156,6 +149,7 @@ def small(project, s3: S3Server, prefix: str) -> str:
     return f"{bucket}/{prefix}"
 
 
+@every_store
 def test_a_failed_run_is_resumed_from_another_machine(project, s3, tmp_path):
     small(project, s3, "resume")
     failed = hf(project, s3, "run", "pipeline.yaml", cache=tmp_path / "m1", env={"HF_FAIL_CHECK": "1"})
@@ -163,8 +157,12 @@ def test_a_failed_run_is_resumed_from_another_machine(project, s3, tmp_path):
     resumed = hf(project, s3, "run", "pipeline.yaml", "--resume", cache=tmp_path / "m2")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert statuses(resumed.stdout) == {"make": "skipped", "check": "done", "slow": "done"}, resumed.stdout
+    # the store was proved to honour conditional writes before it was trusted, and the answer kept
+    kept = s3.client().get_object(Bucket="small-workdirs", Key="resume/.hybridflow/store-check.json")["Body"].read()
+    assert json.loads(kept)[s3.endpoint]["honoured"] is True
 
 
+@every_store
 def test_two_runners_on_two_machines_never_run_the_pipeline_at_once(project, s3, tmp_path):
     small(project, s3, "lease")
     # the first run holds the lease until the test opens its gate (6 s of sleep could end before a slow
@@ -189,6 +187,7 @@ def test_two_runners_on_two_machines_never_run_the_pipeline_at_once(project, s3,
     assert third.returncode == 0, third.stdout + third.stderr
 
 
+@every_store
 def test_a_commit_that_loses_a_race_publishes_nothing_and_says_so(project, s3, tmp_path):
     prefix = small(project, s3, "race")
     done = hf(project, s3, "run", "pipeline.yaml", cache=tmp_path / "m1")
@@ -312,6 +311,7 @@ def maven():
         yield server
 
 
+@every_store
 def test_the_weekly_retrain_on_s3_from_fresh_machines_skips_everything_then_runs_only_a_new_week(s3, maven, tmp_path):
     """The example, its workdir in the store: run; a new clone with no local state skips every stage;
     after a new delivery, another new clone processes only the new partitions. The first run starts with

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.s3proxy import S3Proxy
-from tests.support.s3server import S3Server
+from tests.support.s3server import S3Endpoint
+from tests.support.s3stores import every_store
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -39,15 +40,9 @@ stages:
 '''
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    """moto without signature checks: the proxy's edits must reach it (a signed header removed)."""
-    server = S3Server(tmp_path_factory.mktemp("s3") / "moto.log", authenticate=False).start()
-    try:
-        server.bucket("trust")
-        yield server
-    finally:
-        server.stop()
+S3_BUCKETS = ("trust",)
+S3_CHECKS_SIGNATURES = False  # moto's: the proxy's edits must reach it (a signed header removed)
+# (versitygw always checks them: the tests behind an editing proxy run on moto only)
 
 
 @pytest.fixture
@@ -124,11 +119,30 @@ def use(a):
 '''
 
 
-def current(s3: S3Server, prefix: str) -> dict[str, str]:
+def current(s3: S3Endpoint, prefix: str) -> dict[str, str]:
     answer = s3.client().get_object(Bucket="trust", Key=f"{prefix}/small/CURRENT")
     return json.loads(answer["Body"].read())["datasets"]
 
 
+@pytest.mark.parametrize("proxy", [{"refuse_checksums": True}], indirect=True)
+def test_a_store_that_predates_flexible_checksums_takes_every_write_and_delete(project, s3, proxy, tmp_path):
+    """boto3 and pyarrow send CRC32 checksums by default (pyarrow's parts in aws-chunked encoding, with a
+    trailer) and a DeleteObjects without Content-MD5, which stores that predate those checksums refuse.
+    On a store other than AWS, hybridflow sends only the checksums the S3 API requires, and Content-MD5
+    with a batch delete: in its own process and in the engines' worker processes (Dask's here)."""
+    on_dask = TWO_STAGES.replace("outputs: [b]}}", "outputs: [b], backend: dask}}")
+    small(project, "checksums", USE, on_dask + "backends: {{dask: {{n_workers: 1, processes: true}}}}\n")
+    for machine in ("m1", "m2"):  # the second run replaces every version: gc then has some to delete
+        done = hf(project, proxy.env(s3), "run", "pipeline.yaml", "--force", cache=tmp_path / machine)
+        assert done.returncode == 0, done.stdout + done.stderr + str(proxy.refused)
+    collected = hf(project, proxy.env(s3), "gc", "pipeline.yaml", "--keep", "1", cache=tmp_path / "m2")
+    assert collected.returncode == 0 and "b@" in collected.stdout, collected.stdout + collected.stderr
+    assert proxy.refused == []
+    assert proxy.requested("PUT", "/checksums/small/datasets/b/")  # written by a Dask worker process
+    assert [r for r in proxy.requests if r[0] == "POST" and r[2].startswith("delete")]  # the batch deletes
+
+
+@every_store
 def test_a_manifest_naming_a_path_outside_its_version_is_refused(project, s3, tmp_path):
     small(project, "manifest", USE, TWO_STAGES)
     done = hf(project, s3.env(), "run", "pipeline.yaml", cache=tmp_path / "m1")
@@ -160,6 +174,7 @@ def test_a_listed_key_holding_dotdot_is_never_downloaded_outside_the_folder(s3, 
     assert not list(tmp_path.rglob("escaped.txt"))
 
 
+@every_store
 def test_a_run_record_whose_run_id_is_a_path_is_not_imported(project, s3, tmp_path):
     small(project, "records")
     done = hf(project, s3.env(), "run", "pipeline.yaml", cache=tmp_path / "m1")
@@ -175,6 +190,7 @@ def test_a_run_record_whose_run_id_is_a_path_is_not_imported(project, s3, tmp_pa
     assert "success" in listed.stdout  # the genuine record still is
 
 
+@every_store
 def test_a_cluster_record_whose_host_is_an_ssh_option_is_not_run(project, s3, tmp_path):
     small(project, "clusters", pipeline=PIPELINE + '''backends:
   dask:
@@ -193,13 +209,13 @@ def test_a_cluster_record_whose_host_is_an_ssh_option_is_not_run(project, s3, tm
     assert s3.keys("trust/clusters/small/clusters/")  # its record stays, for a person to look at
 
 
-def incomplete_upload(s3: S3Server, key: str) -> None:
+def incomplete_upload(s3: S3Endpoint, key: str) -> None:
     client = s3.client()
     upload = client.create_multipart_upload(Bucket="trust", Key=key)["UploadId"]
     client.upload_part(Bucket="trust", Key=key, UploadId=upload, PartNumber=1, Body=b"x" * 1024)
 
 
-def uploads(s3: S3Server, prefix: str) -> list[str]:
+def uploads(s3: S3Endpoint, prefix: str) -> list[str]:
     return [u["Key"] for u in s3.client().list_multipart_uploads(Bucket="trust", Prefix=prefix).get("Uploads", [])]
 
 
@@ -217,6 +233,7 @@ def test_gc_aborts_the_incomplete_uploads_a_killed_writer_left(project, s3, tmp_
     assert uploads(s3, "elsewhere/") == ["elsewhere/not-the-workdirs.bin"]
 
 
+@every_store
 def test_a_failed_run_aborts_the_uploads_under_its_own_prefixes(s3, tmp_path, monkeypatch):
     from hybridflow.data.storage import ObjectPath, StoreSettings
     from hybridflow.store.objectcatalog import ObjectCatalog

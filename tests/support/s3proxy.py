@@ -7,6 +7,9 @@ in the ways real stores, gateways and networks break it.
   matches: put it in front of a moto server that does not check signatures (S3Server(authenticate=False)).
 - `refuse_deleting`: keys holding this text are taken out of each DeleteObjects request and answered
   with an AccessDenied error each, as a store answers a batch delete that fails for some keys.
+- `refuse_checksums`: a write carrying the flexible checksums newer AWS SDKs send by default (an
+  x-amz-checksum-* header, or a body in aws-chunked encoding with a trailing checksum) is refused with
+  400, and so is a DeleteObjects without Content-MD5: what stores that predate those checksums answer.
 - `drop_answer(matches)`: the answer to a matching request is lost after the server acted on it, as a
   network that loses a response does; the client then retries what was already done.
 
@@ -44,10 +47,13 @@ def conditional_put(key_suffix: str) -> Callable[[str, str, dict[str, str]], boo
 
 
 class S3Proxy:
-    def __init__(self, upstream: str, *, strip_conditions: bool = False, refuse_deleting: str | None = None) -> None:
+    def __init__(self, upstream: str, *, strip_conditions: bool = False, refuse_deleting: str | None = None,
+                 refuse_checksums: bool = False) -> None:
         parts = urlsplit(upstream)
         self.upstream = (parts.hostname, parts.port)
         self.strip_conditions, self.refuse_deleting = strip_conditions, refuse_deleting
+        self.refuse_checksums = refuse_checksums
+        self.refused: list[tuple[str, str, str]] = []  # (method, path, why) of each request answered 400
         self.requests: list[tuple[str, str, str]] = []  # (method, path, query) of each request forwarded
         self.rules: list[Rule] = []
         self._lock = threading.Lock()
@@ -90,6 +96,16 @@ class S3Proxy:
         path, _, query = request.path.partition("?")
         lowered = {name.lower(): value for name, value in request.headers.items()}
         raw = _raw_body(request, lowered)
+        why = self._refusal(request.command, query, lowered)
+        if why:
+            self.refused.append((request.command, path, why))
+            data = f"<Error><Code>InvalidArgument</Code><Message>{why}</Message></Error>".encode()
+            request.send_response_only(400, "Bad Request")
+            request.send_header("Content-Type", "application/xml")
+            request.send_header("Content-Length", str(len(data)))
+            request.end_headers()
+            request.wfile.write(data)
+            return
         headers, body, refused = self._edit_request(request.command, query, list(request.headers.items()), raw,
                                                     lowered.get("transfer-encoding", "").lower() == "chunked")
         self.requests.append((request.command, path, query))
@@ -119,6 +135,18 @@ class S3Proxy:
         request.end_headers()
         if request.command != "HEAD":
             request.wfile.write(data)
+
+    def _refusal(self, method: str, query: str, headers: dict[str, str]) -> str | None:
+        """Why the request is refused without reaching the store (None: it is forwarded); `headers` in lower case."""
+        if not self.refuse_checksums or method not in ("PUT", "POST"):
+            return None
+        if re.search(r"(^|&)delete(=|&|$)", query):
+            return None if "content-md5" in headers else "Missing required header for this request: Content-MD5"
+        if any(k.startswith(("x-amz-checksum-", "x-amz-sdk-checksum")) for k in headers) \
+                or "aws-chunked" in headers.get("content-encoding", "") \
+                or headers.get("x-amz-content-sha256", "").startswith("STREAMING-"):
+            return "x-amz-checksum and aws-chunked trailers are not supported"
+        return None
 
     def _edit_request(self, method: str, query: str, headers: list[tuple[str, str]], raw: bytes, chunked: bool):
         """(headers, body, keys refused): as they came unless a fault edits them; an edited body is

@@ -1,5 +1,6 @@
 """A real S3-compatible server for tests: moto in server mode, one process on 127.0.0.1 that the tests
-start and stop by pid, and the AWS variables that point hybridflow and every engine at it."""
+start and stop by pid, and the AWS variables that point hybridflow and every engine at it. S3Endpoint
+holds what a test does with any S3 server (tests/support/versitygw.py is the second one)."""
 
 from __future__ import annotations
 
@@ -19,53 +20,14 @@ BOOTSTRAP_KEY, BOOTSTRAP_SECRET = "hf-bootstrap", "hf-bootstrap-secret"  # befor
 ALL_OF_S3 = '{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}'
 
 
-class S3Server:
-    def __init__(self, log: Path, host: str = "127.0.0.1", authenticate: bool = True) -> None:
-        self.log, self.host = log, host  # host: an address other hosts (network namespaces) reach it on
-        # authenticate=False: any key is taken and no signature checked (behind a proxy that edits requests)
-        self.authenticate = authenticate
-        self.port = _free_port(host)
-        self.endpoint = f"http://{host}:{self.port}"
-        self.process: subprocess.Popen | None = None
-        self.access_key, self.secret_key = BOOTSTRAP_KEY, BOOTSTRAP_SECRET
+class S3Endpoint:
+    """An S3 server the tests started: its endpoint and the keys made for the run, and the few things
+    tests do with it through boto3 and pyarrow (never through hybridflow)."""
 
-    def start(self) -> S3Server:
-        # moto checks credentials once it has served this many requests: the three that make the one
-        # user whose key the tests use, allowed everything on S3 (wrong keys are then refused, 403)
-        env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3" if self.authenticate else "inf"}
-        with open(self.log, "ab") as out:
-            self.process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", self.host, "-p",
-                                             str(self.port)], stdout=out, stderr=out, env=env, start_new_session=True)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection((self.host, self.port), timeout=0.5).close()
-                if self.authenticate:
-                    self._make_user()
-                return self
-            except OSError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto server did not start; see {self.log}") from None
-                time.sleep(0.05)
-
-    def _make_user(self) -> None:
-        import boto3
-
-        iam = boto3.client("iam", endpoint_url=self.endpoint, aws_access_key_id=BOOTSTRAP_KEY,
-                           aws_secret_access_key=BOOTSTRAP_SECRET, region_name=REGION)
-        iam.create_user(UserName="hybridflow-tests")
-        iam.put_user_policy(UserName="hybridflow-tests", PolicyName="s3", PolicyDocument=ALL_OF_S3)
-        key = iam.create_access_key(UserName="hybridflow-tests")["AccessKey"]
-        self.access_key, self.secret_key = key["AccessKeyId"], key["SecretAccessKey"]
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+    name = "s3"
+    endpoint: str
+    access_key: str
+    secret_key: str
 
     def env(self) -> dict[str, str]:
         """The standard AWS variables for this server (what a user sets): no storage: section needed."""
@@ -104,7 +66,70 @@ class S3Server:
         return sorted(f"{bucket}/{item['Key']}" for page in pages for item in page.get("Contents", []))
 
 
-def _free_port(host: str) -> int:
+class S3Server(S3Endpoint):
+    """moto in server mode."""
+
+    name = "moto"
+
+    def __init__(self, log: Path, host: str = "127.0.0.1", authenticate: bool = True) -> None:
+        self.log, self.host = log, host  # host: an address other hosts (network namespaces) reach it on
+        # authenticate=False: any key is taken and no signature checked (behind a proxy that edits requests)
+        self.authenticate = authenticate
+        self.port = free_port(host)
+        self.endpoint = f"http://{host}:{self.port}"
+        self.process: subprocess.Popen | None = None
+        self.access_key, self.secret_key = BOOTSTRAP_KEY, BOOTSTRAP_SECRET
+
+    def start(self) -> S3Server:
+        # moto checks credentials once it has served this many requests: the three that make the one
+        # user whose key the tests use, allowed everything on S3 (wrong keys are then refused, 403)
+        env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3" if self.authenticate else "inf"}
+        with open(self.log, "ab") as out:
+            self.process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", self.host, "-p",
+                                             str(self.port)], stdout=out, stderr=out, env=env, start_new_session=True)
+        wait_for_port(self.process, self.host, self.port, "moto server", self.log)
+        if self.authenticate:
+            self._make_user()
+        return self
+
+    def _make_user(self) -> None:
+        import boto3
+
+        iam = boto3.client("iam", endpoint_url=self.endpoint, aws_access_key_id=BOOTSTRAP_KEY,
+                           aws_secret_access_key=BOOTSTRAP_SECRET, region_name=REGION)
+        iam.create_user(UserName="hybridflow-tests")
+        iam.put_user_policy(UserName="hybridflow-tests", PolicyName="s3", PolicyDocument=ALL_OF_S3)
+        key = iam.create_access_key(UserName="hybridflow-tests")["AccessKey"]
+        self.access_key, self.secret_key = key["AccessKeyId"], key["SecretAccessKey"]
+
+    def stop(self) -> None:
+        stop_group(self.process)
+
+
+def stop_group(process: subprocess.Popen | None) -> None:
+    """Stop a server started in a session of its own, by its pid: SIGTERM, then SIGKILL after 10 s."""
+    if process is not None and process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def wait_for_port(process: subprocess.Popen, host: str, port: int, what: str, log: Path) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=0.5).close()
+            return
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not start; see {log}") from None
+            time.sleep(0.05)
+
+
+def free_port(host: str) -> int:
     with socket.socket() as probe:
         probe.bind((host, 0))
         return probe.getsockname()[1]
