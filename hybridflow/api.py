@@ -111,7 +111,8 @@ def plan(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | No
 def run(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | None = None, to: Names | None = None,  # noqa: PLR0913 - the public run's options, one per CLI flag
         force: bool | Names | None = False, params: Params = None, resume: bool = False, keep_going: bool = False,
         dry_run: bool = False, wait: bool = False, trigger: str = "manual", listener: Listener | None = None,
-        notify: bool = True, exit_when_stuck: bool = False) -> RunResult | Plan | None:
+        notify: bool = True, exit_when_stuck: bool = False, scheduled_for: datetime | str | None = None,
+        calendar: dict | None = None) -> RunResult | Plan | None:
     """Run a pipeline (a file, or one from load()) and return its RunResult: the run's status, each
     stage's status, duration, rows, bytes, published versions and error. A stage that fails does
     not raise (result.raise_for_status() does); what stops a run from starting raises the typed
@@ -124,8 +125,12 @@ def run(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | Non
     A stage that a timeout or a stop request cannot get back from native code (one endless numpy
     call) has its run ended around it: engines stopped, staging dropped, the run recorded and the
     listener told. The error (StageTimeout, InterruptedRun) is then raised here once that call
-    returns; exit_when_stuck (the CLI's) instead ends this process at once with the error's code."""
+    returns; exit_when_stuck (the CLI's) instead ends this process at once with the error's code.
+
+    scheduled_for: the time the run is for (a datetime, or ISO text in the schedule's zone; default:
+    now, or the resumed run's); calendar: the ticks it catches up (ops/calendar.py)."""
     from .execution import planning
+    from .spec.runvalues import parse_moment
     from .execution.runner import new_runner, selection_of
 
     if trigger not in ("manual", "cron"):
@@ -143,11 +148,19 @@ def run(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | Non
         loaded, arguments, chosen = repeated
     else:
         chosen = forced(loaded, force)
+    moment = parse_moment(scheduled_for, loaded.zone) if isinstance(scheduled_for, str) else scheduled_for
+    calendar = dict(calendar or {})
+    if resume:  # a resumed run is still for the time the failed run was for, and lifts a held schedule
+        last = _last_run(loaded)
+        calendar["resumed"] = last["run_id"] if last else None
+        if moment is None and last and last.get("scheduled_for"):
+            moment = parse_moment(last["scheduled_for"], loaded.zone)
+    loaded.scheduled_for, loaded.calendar = moment, calendar
     if dry_run:
         return planning.plan(loaded, selection_of(arguments), chosen)
     runner = new_runner(loaded, arguments, keep_going=keep_going, wait_for_lock=wait, trigger=trigger, force=chosen,
                         listener=listener, subscribers=_notifications(loaded, trigger, listener) if notify else (),
-                        exit_when_stuck=exit_when_stuck)
+                        exit_when_stuck=exit_when_stuck, scheduled_for=moment)
     return _run_notifying_failed_start(runner, notify)
 
 
@@ -223,6 +236,13 @@ def _resumed(pipeline: Pipeline, force, listener: Listener, arguments: dict):
         chosen = (set(reloaded.stages) if chosen is True else chosen) - finished
     listener.resuming(last["run_id"], last["status"])
     return reloaded, arguments, chosen
+
+
+def _last_run(pipeline: Pipeline) -> dict | None:
+    """The pipeline's last run (that ran: not a held tick), from its workdir, local or in object storage."""
+    from .store import runsync
+
+    return runsync.open_store(pipeline).last_run(pipeline.name)
 
 
 def _run_notifying_failed_start(runner: Runner, notify: bool) -> RunResult:
@@ -540,6 +560,33 @@ def is_due(pipeline: PipelineLike) -> bool:
     from .ops.schedule import is_due_now
 
     return is_due_now(_pipeline(pipeline))
+
+
+def scheduled_invocation(pipeline: PipelineLike, *, if_due: bool, params: Params = None):
+    """What a scheduled invocation does now (ops/calendar.Invocation: the ticks to run for, each with
+    its calendar notes, or a hold), from the run records; None for a pipeline without a schedule."""
+    from .ops import calendar
+
+    loaded = _pipeline(pipeline, params)
+    return calendar.plan(loaded, if_due) if loaded.spec.schedule is not None else None
+
+
+def hold(pipeline: PipelineLike, invocation, listener: Listener | None = None) -> dict[str, Any]:
+    """Record a held tick (invocation.held) and notify it; returns its record."""
+    from .ops import calendar
+    from .ops.notify import Notifications, held_summary
+
+    loaded = _pipeline(pipeline)
+    record = calendar.record_held(loaded, invocation)
+    Notifications(loaded, "cron", listener or Listener()).send(held_summary(loaded, record))
+    return record
+
+
+def release_schedule(pipeline: PipelineLike) -> str:
+    """Let the next tick of a schedule held after a failure run; returns the failed run's id."""
+    from .ops import calendar
+
+    return calendar.release(_pipeline(pipeline))
 
 
 def schedules() -> list[tuple[Any, list[datetime]]]:

@@ -207,7 +207,10 @@ def run(  # noqa: PLR0913 - a typer command takes one parameter per option
     wait: bool = typer.Option(False, "--wait", help="Wait for another run of this pipeline to finish."),
     trigger: str = typer.Option("manual", "--trigger", help="Recorded with the run: manual or cron."),
     if_due: bool = typer.Option(False, "--if-due", help="Exit 0 without running unless schedule.cron is due "
-                                "this minute in schedule.timezone (the cron lines use it)."),
+                                "this minute in schedule.timezone, or a tick was missed (the cron lines use it)."),
+    for_: Optional[str] = typer.Option(None, "--for", help="The time the run is for, e.g. 2026-11-22T03:00 (in "
+                                       "schedule.timezone): ${run.scheduled_for} and ctx.scheduled_for. "
+                                       "Default: now; a scheduled run: the tick it serves."),
     watch: bool = typer.Option(False, "--watch", help="Keep the engines running and run again on each save of "
                                "the pipeline file, of the stage code it reaches or of an external input; "
                                "Ctrl-C stops."),
@@ -230,26 +233,45 @@ def run(  # noqa: PLR0913 - a typer command takes one parameter per option
                verbose=verbose)
         return
 
-    if if_due:
-        pipeline = api.load(pipeline_file, params)
-        if trigger not in ("manual", "cron"):
-            raise ConfigError(f"--trigger must be manual or cron, not '{trigger}'")
-        if not api.is_due(pipeline):
-            return  # quietly: cron calls this on every minute the schedule might fall on
+    if trigger not in ("manual", "cron"):
+        raise ConfigError(f"--trigger must be manual or cron, not '{trigger}'")
+    ticks = [(for_, None)]
+    if (if_due or trigger == "cron") and not (resume or dry_run or for_):
+        ticks = _scheduled_ticks(pipeline_file, params, if_due)
+        trigger = "cron"
 
     def run_it() -> None:
-        result = api.run(pipeline_file, only=only, from_=start, to=end, params=params, force=force, resume=resume,
-                         keep_going=keep_going, dry_run=dry_run, wait=wait, trigger=trigger,
-                         listener=_RunReport(listener_for(err)), exit_when_stuck=True)
-        if isinstance(result, api.Plan):
-            _print_plan(result)
-        elif result is not None and result.error is not None:
-            raise typer.Exit(result.exit_code)
+        for moment, notes in ticks:  # a catch-up of every missed tick runs them in order, stopping at a failure
+            result = api.run(pipeline_file, only=only, from_=start, to=end, params=params, force=force,
+                             resume=resume, keep_going=keep_going, dry_run=dry_run, wait=wait, trigger=trigger,
+                             listener=_RunReport(listener_for(err)), exit_when_stuck=True, scheduled_for=moment,
+                             calendar=notes)
+            if isinstance(result, api.Plan):
+                _print_plan(result)
+            elif result is not None and result.error is not None:
+                raise typer.Exit(result.exit_code)
 
     if dry_run:
         run_it()  # runs no stage
     else:
         _supervised(run_it, pipeline_file, verbose)
+
+
+def _scheduled_ticks(pipeline_file: Path, params, if_due: bool) -> list:
+    """(tick, calendar notes) for each run a scheduled invocation makes now: none when nothing is due
+    or the schedule is held (the hold recorded, notified and said in one line)."""
+    from . import api
+
+    invocation = api.scheduled_invocation(pipeline_file, if_due=if_due, params=params)
+    if invocation is None:  # no schedule: a --trigger cron run runs now; --if-due says what is missing
+        if if_due and not api.is_due(pipeline_file):
+            return []
+        return [(None, None)]
+    if invocation.held:
+        api.hold(pipeline_file, invocation, _RunReport(None))
+        err.print(f"{invocation.held}; resume with: hybridflow run {pipeline_file} --resume, or let the next "
+                  f"tick run: hybridflow schedule release {pipeline_file}", soft_wrap=True, markup=False)
+    return list(zip(invocation.ticks, invocation.notes))
 
 
 @app.command()
@@ -669,6 +691,20 @@ def schedule_list(verbose: bool = VerboseOption) -> None:
         runs = ", ".join(t.strftime("%Y-%m-%d %H:%M %Z") for t in upcoming)
         table.add_row(*map(escape, (entry.pipeline, entry.file, entry.cron, entry.timezone, runs)))
     out.print(table)
+
+
+@schedule_app.command("release")
+@_guarded
+def schedule_release(
+    pipeline_file: Path = typer.Argument(..., metavar="PIPELINE.yaml"),
+    verbose: bool = VerboseOption,
+) -> None:
+    """Let the next tick of a schedule held after a failed run (on_failure: hold) run."""
+    from . import api
+
+    failed = api.release_schedule(pipeline_file)
+    out.print(f"released: the next tick of {pipeline_file} runs (run {failed} had failed)",
+              soft_wrap=True, markup=False)
 
 
 @schedule_app.command("remove")

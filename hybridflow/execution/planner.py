@@ -123,6 +123,8 @@ class Planner:
         }
         # engine settings that change results (Spark's conf), as the engine itself declares them
         settings.update(engine(spec.backend).result_settings(self.pipeline.engine_settings(spec.backend)))
+        if code.reads_calendar:  # ctx.scheduled_for: the time the run is for decides this stage's output
+            settings["scheduled_for"] = self.pipeline.run_values["scheduled_for"]
         inputs = {ds: self.input_digest(ds) for ds in spec.inputs if ds != partitioned}
         datums = self.datums(partitioned) if partitioned else None
         versions = self.libraries.versions(code.imports, engine(spec.backend).distributions)
