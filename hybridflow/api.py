@@ -130,8 +130,8 @@ def run(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | Non
     scheduled_for: the time the run is for (a datetime, or ISO text in the schedule's zone; default:
     now, or the resumed run's); calendar: the ticks it catches up (ops/calendar.py)."""
     from .execution import planning
-    from .spec.runvalues import parse_moment
     from .execution.runner import new_runner, selection_of
+    from .spec.runvalues import parse_moment
 
     if trigger not in ("manual", "cron"):
         raise ConfigError(f"--trigger must be manual or cron, not '{trigger}'")

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from ..errors import UsageError
-from ..results import new_run_id
+from ..results import new_run_id, now
 from ..spec.pipeline import Pipeline
 from ..spec.runvalues import clock
 from ..store import runsync
@@ -140,7 +140,7 @@ def _chosen(catchup: str, due: datetime | None, missed: list[datetime]) -> list[
 def record_held(pipeline: Pipeline, invocation: Invocation) -> dict:
     """A held tick as a run record (status held, no stage), pushed to object storage like any run's."""
     store = runsync.open_store(pipeline)
-    stamp = clock().isoformat(timespec="milliseconds")
+    stamp = now()
     record = {"run_id": new_run_id(), "pipeline": pipeline.name, "pipeline_file": str(pipeline.file),
               "trigger": "cron", "started_at": stamp, "ended_at": stamp, "status": HELD, "error": invocation.held,
               "run_dir": None, "arguments": "{}", "scheduled_for": _iso(invocation.held_tick),
@@ -156,7 +156,7 @@ def release(pipeline: Pipeline) -> str:
     if held is None:
         raise UsageError(f"the schedule of {pipeline.name} is not held",
                          hint="hybridflow runs shows its scheduled runs")
-    stamp = clock().isoformat(timespec="milliseconds")
+    stamp = now()
     _save(runsync.open_store(pipeline), pipeline, {
         "run_id": new_run_id(), "pipeline": pipeline.name, "pipeline_file": str(pipeline.file),
         "trigger": "manual", "started_at": stamp, "ended_at": stamp, "status": RELEASED,

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..backends.stagelog import private_file
 from ..errors import HybridflowError, counted
-from . import reportcharts
+from . import calendartext, reportcharts
 from .progress import engine_work_text, seconds_text, size_text, step_seconds
 
 LOG_TAIL = 20  # lines of each stage's log shown in the report
@@ -99,7 +99,8 @@ def _summary(run: dict[str, Any], stages: list[dict[str, Any]]) -> str:
              ", ".join(f"{n} {escape(s)}" for s, n in counts.items()) or "no stage"]
     error = f'<p class="error">{escape(run["error"])}</p>' if run.get("error") else ""
     where = f"<p class='muted'>pipeline file <code>{escape(run.get('pipeline_file') or '')}</code></p>"
-    return f"<p class='facts'>{' · '.join(facts)}</p>{error}{where}"
+    calendar = "".join(f"<p>{escape(line)}</p>" for line in calendartext.lines(run))
+    return f"<p class='facts'>{' · '.join(facts)}</p>{calendar}{error}{where}"
 
 
 STAGE_COLUMNS = ("stage", "backend", "device", "status", "duration", "attempts", "time went to", "rows in",

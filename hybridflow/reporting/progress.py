@@ -13,6 +13,7 @@ from rich.text import Text
 
 from ..errors import counted
 from ..results import Listener, RunResult, StageResult
+from . import calendartext
 
 RUN_STYLES = {"success": "green", "failed": "bold red", "interrupted": "yellow", "killed": "bold red",
               "running": "cyan"}
@@ -213,13 +214,14 @@ def run_duration(run: dict, now: datetime | None = None) -> str:
 
 def runs_table(runs: list[dict]) -> Table:
     table = Table()
-    for column in ("run", "pipeline", "trigger", "started", "duration", "status", "error"):
+    for column in ("run", "pipeline", "trigger", "started", "duration", "status", "error", "for"):
         table.add_column(column, no_wrap=column in ("run", "started", "duration"), overflow="fold",
                          justify="right" if column == "duration" else "left")
     for run in runs:
-        error = (run["error"] or "")[:80]
+        error = "; ".join(filter(None, [(run["error"] or "")[:80], *calendartext.lines(run)[1:]]))
         table.add_row(run["run_id"], run["pipeline"], run["trigger"], run["started_at"][:19].replace("T", " "),
-                      run_duration(run), Text(run["status"], style=RUN_STYLES.get(run["status"], "")), Text(error))
+                      run_duration(run), Text(run["status"], style=RUN_STYLES.get(run["status"], "")), Text(error),
+                      calendartext.for_cell(run))
     return table
 
 
@@ -282,6 +284,7 @@ def run_details(run: dict, stages: list[dict], spans: list[dict] = ()) -> list:
                            f"  {run['started_at']} -> {run['ended_at'] or '…'}",
                            f" ({duration})" if (duration := run_duration(run)) else "")
     parts: list = [header]
+    parts += [Text(line) for line in calendartext.lines(run)]
     if run["error"]:
         parts.append(Text(f"error: {run['error']}", style="red"))
     table = Table()

@@ -43,8 +43,8 @@ Binding = tuple[str, str | None]  # what an import binds: (module, name), or (mo
 class ReachedCode:
     digests: dict[str, str]  # unit key -> sha256 of its parsed code
     reads_params: bool  # whether any of it reads a `.params` attribute (ctx.params)
-    imports: frozenset[str] = frozenset()
-    reads_calendar: bool = False  # whether any of it reads a `.scheduled_for` attribute (ctx.scheduled_for)  # top-level names of the modules outside the project it imports
+    imports: frozenset[str] = frozenset()  # top-level names of the modules outside the project it imports
+    reads_calendar: bool = False  # whether any of it reads a `.scheduled_for` attribute (ctx.scheduled_for)
 
 
 @dataclass
