@@ -589,6 +589,14 @@ def release_schedule(pipeline: PipelineLike) -> str:
     return calendar.release(_pipeline(pipeline))
 
 
+def schedule_state(pipeline: PipelineLike) -> str:
+    """A scheduled pipeline's calendar in a few words: held (and why), ticks missed, or ok."""
+    from .ops import calendar
+
+    held, missed = calendar.state(_pipeline(pipeline))
+    return held or (f"{len(missed)} tick(s) missed" if missed else "ok")
+
+
 def schedules() -> list[tuple[Any, list[datetime]]]:
     """Each hybridflow schedule in the user's crontab, with its next two runs."""
     from .ops import schedule as schedules

@@ -686,10 +686,14 @@ def schedule_list(verbose: bool = VerboseOption) -> None:
     if not entries:
         out.print("no hybridflow schedule is installed (hybridflow schedule install PIPELINE.yaml adds one)")
         return
-    table = Table("pipeline", "file", "cron", "timezone", "next runs")
+    table = Table("pipeline", "file", "cron", "timezone", "next runs", "state")
     for entry, upcoming in entries:
         runs = ", ".join(t.strftime("%Y-%m-%d %H:%M %Z") for t in upcoming)
-        table.add_row(*map(escape, (entry.pipeline, entry.file, entry.cron, entry.timezone, runs)))
+        try:
+            state = api.schedule_state(entry.file)
+        except HybridflowError as exc:  # a file moved or broken since it was installed
+            state = f"unknown: {exc.one_line()}"
+        table.add_row(*map(escape, (entry.pipeline, entry.file, entry.cron, entry.timezone, runs, state)))
     out.print(table)
 
 

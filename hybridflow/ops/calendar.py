@@ -190,3 +190,19 @@ def _moment(text: str, zone: str) -> datetime:
 
 def _iso(moment: datetime) -> str:
     return moment.isoformat(timespec="seconds")
+
+
+def findings(pipeline: Pipeline, now: datetime | None = None) -> list[tuple[str, str, str]]:
+    """(status, detail, fix) of a scheduled pipeline's calendar, for `doctor`: a hold, missed ticks."""
+    held, missed = state(pipeline, now)
+    found = []
+    if held:
+        found.append(("warning", held, f"hybridflow run {pipeline.shown_file} --resume, or let the next tick run: "
+                                       f"hybridflow schedule release {pipeline.shown_file}"))
+    if missed:
+        shown = ", ".join(_iso(t)[:16].replace("T", " ") for t in missed[-3:])
+        catchup = pipeline.spec.schedule.catchup
+        fix = ("the next scheduled invocation catches up (catchup: none: it will not)" if catchup == "none" else
+               f"the next tick catches up (catchup: {catchup}); now: hybridflow run --if-due {pipeline.shown_file}")
+        found.append(("warning", f"{len(missed)} tick(s) missed since the last scheduled run: {shown}", fix))
+    return found or [("ok", "no tick missed, not held", "")]
