@@ -15,7 +15,7 @@ import os
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from .errors import ConfigError, HybridflowError, LockedError, UsageError
 from .results import Listener, RunResult, Selection, new_run_id
@@ -587,6 +587,24 @@ def release_schedule(pipeline: PipelineLike) -> str:
     from .ops import calendar
 
     return calendar.release(_pipeline(pipeline))
+
+
+def backfill(pipeline: PipelineLike, partitions: str | None = None, *, chunk: int = 0, reprocess: str = "all",  # noqa: PLR0913 - the backfill's options, one per CLI flag
+             resume: bool = False, dry_run: bool = False, wait: bool = False,
+             listener: Callable[[], Listener] | None = None, notify: bool = True):
+    """Reprocess chosen partitions of the incremental stages and rerun what depends on them
+    (ops/backfill.py): `partitions` "column=low..high" or "column=a,b,c"; `chunk` partitions per run
+    (0: one run); `reprocess` missing, failed or all; `resume` runs the last backfill's unfinished
+    chunks. Returns backfill.Outcome (each chunk's RunResult), or backfill.DryRun when dry_run."""
+    from .ops import backfill as backfills
+
+    loaded = _pipeline(pipeline)
+    if dry_run:
+        return backfills.dry_run(loaded, partitions, chunk=chunk, reprocess=reprocess)
+    plan, done = backfills.prepare(loaded, partitions, chunk=chunk, reprocess=reprocess, resume=resume)
+    listen = listener or Listener
+    return backfills.run(loaded, plan, done, listen, wait=wait,
+                         subscribers=lambda p: _notifications(p, backfills.TRIGGER, Listener()) if notify else [])
 
 
 def schedule_state(pipeline: PipelineLike) -> str:

@@ -257,6 +257,46 @@ def run(  # noqa: PLR0913 - a typer command takes one parameter per option
         _supervised(run_it, pipeline_file, verbose)
 
 
+@app.command()
+@_guarded
+def backfill(  # noqa: PLR0913 - a typer command takes one parameter per option
+    pipeline_file: Path = typer.Argument(..., metavar="PIPELINE.yaml"),
+    partitions: Optional[str] = typer.Option(None, "--partitions", help="Partitions of an incremental stage's "
+                                             "input to process again: column=low..high or column=a,b,c."),
+    chunk: int = typer.Option(0, "--chunk", help="Partitions per run; each chunk commits on its own (0: one run)."),
+    resume: bool = typer.Option(False, "--resume", help="Run the chunks the last backfill did not finish."),
+    reprocess: str = typer.Option("all", "--reprocess", help="Which partitions of the range: missing (never "
+                                  "processed), failed (in the last backfill's failed chunks) or all."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List the partitions (with their rows) and stages; "
+                                 "run nothing."),
+    wait: bool = typer.Option(False, "--wait", help="Wait for another run of this pipeline to finish."),
+    workdir: Optional[str] = RunWorkdirOption,
+    verbose: bool = VerboseOption,
+) -> None:
+    """Reprocess chosen partitions of the incremental stages (every other one kept), and what depends on them."""
+    from . import api
+    from .reporting.progress import backfill_lines, listener_for
+
+    _use_workdir(workdir)
+    if dry_run:
+        for line in backfill_lines(api.backfill(pipeline_file, partitions, chunk=chunk, reprocess=reprocess,
+                                                dry_run=True)):
+            out.print(line, soft_wrap=True, markup=False)
+        return
+
+    def run_it() -> None:
+        outcome = api.backfill(pipeline_file, partitions, chunk=chunk, reprocess=reprocess, resume=resume,
+                               wait=wait, listener=lambda: _RunReport(listener_for(err)))
+        done = f"; chunks {', '.join(map(str, outcome.skipped))} were done already" if outcome.skipped else ""
+        out.print(f"backfill {outcome.backfill.id}: {len(outcome.results)} of {len(outcome.backfill.chunks)} "
+                  f"chunk(s) run{done}", soft_wrap=True, markup=False)
+        if outcome.failed is not None:
+            err.print(f"resume with: hybridflow backfill {pipeline_file} --resume", soft_wrap=True, markup=False)
+            raise typer.Exit(outcome.failed.exit_code)
+
+    _supervised(run_it, pipeline_file, verbose)
+
+
 def _scheduled_ticks(pipeline_file: Path, params, if_due: bool) -> list:
     """(tick, calendar notes) for each run a scheduled invocation makes now: none when nothing is due
     or the schedule is held (the hold recorded, notified and said in one line)."""

@@ -33,6 +33,10 @@ def lines(run: dict[str, Any]) -> list[str]:
         found.append(f"missed ticks: {shown}{more}: {what}")
     if notes.get("released"):
         found.append(f"released the schedule held after run {notes['released']}")
+    if notes.get("backfill"):
+        values = notes.get("values") or []
+        found.append(f"backfill {notes['backfill']} of {notes.get('partitions')}: chunk {notes.get('chunk')} of "
+                     f"{notes.get('chunks')} ({', '.join(values[:3])}{', ...' if len(values) > 3 else ''})")
     if notes.get("resumed"):
         found.append(f"resumed run {notes['resumed']}")
     return found

@@ -212,6 +212,21 @@ def run_duration(run: dict, now: datetime | None = None) -> str:
     return ""
 
 
+def backfill_lines(plan) -> list[str]:
+    """A backfill's dry run (ops/backfill.DryRun) in lines: its partitions with their rows, its stages."""
+    backfill = plan.backfill
+    found = [f"backfill of {backfill.partitions.shown()} (reprocess {backfill.reprocess}): "
+             f"{len(backfill.chunks)} chunk(s)"]
+    for dataset, rows in plan.partitions.items():
+        found.append(f"{dataset}: {len(rows)} partition(s)")
+        found += [f"  {key}  {'?' if n is None else f'{n:,}'} rows" for key, n in rows.items()]
+    found.append(f"processed again by: {', '.join(plan.stages)}")
+    if plan.downstream:
+        found.append(f"then, as their inputs change: {', '.join(plan.downstream)}")
+    found += [f"chunk {c.number}: {', '.join(c.values)}" for c in backfill.chunks if len(backfill.chunks) > 1]
+    return found
+
+
 def runs_table(runs: list[dict]) -> Table:
     table = Table()
     for column in ("run", "pipeline", "trigger", "started", "duration", "status", "error", "for"):
