@@ -159,6 +159,7 @@ def test_if_due_between_ticks_catches_up_the_newest_missed_tick_once(project, we
     path = weekly()
     assert hf(monkeypatch, SUNDAY, "run", "--trigger", "cron", path).exit_code == 0
     booted = SUNDAY + 2 * WEEK + timedelta(hours=30)  # Monday, after two Sundays off: @reboot's --if-due
+    assert "tick(s) missed" in hf(monkeypatch, booted, "doctor", path).output
     assert hf(monkeypatch, booted, "run", "--if-due", "--trigger", "cron", path).exit_code == 0
     caught = records(project)[-1]
     assert caught["scheduled_for"] == "2026-12-06T03:00:00+01:00" and json.loads(caught["calendar"])["late"]
@@ -206,3 +207,14 @@ def test_an_unknown_run_value_is_a_located_config_error(project, weekly, monkeyp
     done = hf(monkeypatch, None, "validate", path)
     assert done.exit_code == ExitCode.CONFIG
     assert "${run.schedule_date} is not a run value (did you mean 'scheduled_date'?)" in done.output
+
+
+def test_schedule_list_shows_a_held_schedule(project, weekly, monkeypatch, saved_crontab):
+    path = weekly(on_failure="hold")
+    assert hf(monkeypatch, None, "schedule", "install", path).exit_code == 0
+    listed = hf(monkeypatch, None, "schedule", "list")
+    assert listed.exit_code == 0 and "held" not in listed.output
+    (project.root / "FAIL").touch()
+    assert hf(monkeypatch, SUNDAY, "run", "--trigger", "cron", path).exit_code == ExitCode.STAGE_FAILED
+    listed = hf(monkeypatch, None, "schedule", "list")
+    assert "held: run" in listed.output.replace("\n", " ").replace("│", " "), listed.output
