@@ -164,7 +164,7 @@ def run(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | Non
     return _run_notifying_failed_start(runner, notify)
 
 
-def record_crash(pipeline: PipelineLike, run_id: str, death: str) -> HybridflowError:
+def record_crash(pipeline: PipelineLike, run_id: str, death: str, command: str = "run") -> HybridflowError:
     """The error of run `run_id`, whose process ended without recording its end (`death`: how, e.g.
     'killed by SIGSEGV: a crash in native code'). Records the run, and the stage that was running, as
     killed, unless the run's end was recorded after all."""
@@ -180,7 +180,7 @@ def record_crash(pipeline: PipelineLike, run_id: str, death: str) -> HybridflowE
     if running is not None:
         RunStore(records).mark_crashed(run_id, message, now())
     logs = f"its log: {running[0]['log_path']}; " if running else ""
-    return StageError(message, hint=f"{logs}resume with: hybridflow run {loaded.shown_file} --resume")
+    return StageError(message, hint=f"{logs}resume with: hybridflow {command} {loaded.shown_file} --resume")
 
 
 def watch(pipeline: str | os.PathLike, *, only: Names | None = None, from_: Names | None = None,  # noqa: PLR0913 - the public watch's options, one per CLI flag

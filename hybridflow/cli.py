@@ -294,7 +294,7 @@ def backfill(  # noqa: PLR0913 - a typer command takes one parameter per option
             err.print(f"resume with: hybridflow backfill {pipeline_file} --resume", soft_wrap=True, markup=False)
             raise typer.Exit(outcome.failed.exit_code)
 
-    _supervised(run_it, pipeline_file, verbose)
+    _supervised(run_it, pipeline_file, verbose, "backfill")
 
 
 def _scheduled_ticks(pipeline_file: Path, params, if_due: bool) -> list:
@@ -345,7 +345,7 @@ def _watch(pipeline_file: Path, *, only, start, end, params, force, keep_going: 
 _supervising = False  # set by main(): the command's own process (tests calling `app` in-process never fork)
 
 
-def _supervised(work, pipeline_file: Path, verbose: bool) -> None:
+def _supervised(work, pipeline_file: Path, verbose: bool, command: str = "run") -> None:
     """`work()` (runs of `pipeline_file`) in a child process that this one supervises (supervisor.py):
     a run whose process ends without recording its end is recorded here, and named in one line."""
     from .execution import supervisor
@@ -358,7 +358,7 @@ def _supervised(work, pipeline_file: Path, verbose: bool) -> None:
         raise typer.Exit(outcome.exit_code)
     from . import api
 
-    raise api.record_crash(pipeline_file, outcome.unfinished, outcome.death)
+    raise api.record_crash(pipeline_file, outcome.unfinished, outcome.death, command)
 
 
 def _exit_code_of(work, verbose: bool) -> int:

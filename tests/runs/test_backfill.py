@@ -121,7 +121,7 @@ def test_chunks_commit_on_their_own_and_a_killed_backfill_resumes(project):
     (project.root / "KILL").touch()
     killed = hybridflow(project, "backfill", "pipeline.yaml", "--partitions", f"week={WEEKS[0]}..{WEEKS[4]}",
                         "--chunk", "2")
-    assert killed.returncode != 0
+    assert killed.returncode != 0 and "resume with: hybridflow backfill pipeline.yaml --resume" in killed.stderr
     middle = partitions(project)
     assert all(middle[w] != before[w] for w in WEEKS[:2])  # chunk 1 committed
     assert all(middle[w] == before[w] for w in WEEKS[2:])  # chunk 2 died: nothing of it published
