@@ -140,10 +140,10 @@ def _chosen(catchup: str, due: datetime | None, missed: list[datetime]) -> list[
 def record_held(pipeline: Pipeline, invocation: Invocation) -> dict:
     """A held tick as a run record (status held, no stage), pushed to object storage like any run's."""
     store = runsync.open_store(pipeline)
-    stamp = now()
-    record = {"run_id": new_run_id(), "pipeline": pipeline.name, "pipeline_file": str(pipeline.file),
+    stamp, run_id = now(), new_run_id()
+    record = {"run_id": run_id, "pipeline": pipeline.name, "pipeline_file": str(pipeline.file),
               "trigger": "cron", "started_at": stamp, "ended_at": stamp, "status": HELD, "error": invocation.held,
-              "run_dir": None, "arguments": "{}", "scheduled_for": _iso(invocation.held_tick),
+              "run_dir": _run_dir(pipeline, run_id), "arguments": "{}", "scheduled_for": _iso(invocation.held_tick),
               "calendar": json.dumps({"held": True, "missed": [_iso(t) for t in invocation.missed]})}
     _save(store, pipeline, record)
     return record
@@ -156,11 +156,11 @@ def release(pipeline: Pipeline) -> str:
     if held is None:
         raise UsageError(f"the schedule of {pipeline.name} is not held",
                          hint="hybridflow runs shows its scheduled runs")
-    stamp = now()
+    stamp, run_id = now(), new_run_id()
     _save(runsync.open_store(pipeline), pipeline, {
-        "run_id": new_run_id(), "pipeline": pipeline.name, "pipeline_file": str(pipeline.file),
+        "run_id": run_id, "pipeline": pipeline.name, "pipeline_file": str(pipeline.file),
         "trigger": "manual", "started_at": stamp, "ended_at": stamp, "status": RELEASED,
-        "error": None, "run_dir": None, "arguments": "{}", "scheduled_for": None,
+        "error": None, "run_dir": _run_dir(pipeline, run_id), "arguments": "{}", "scheduled_for": None,
         "calendar": json.dumps({"released": held[1]})})
     return held[1]
 
@@ -176,6 +176,11 @@ def _save(store: RunStore, pipeline: Pipeline, record: dict) -> None:
     store.save_run(**record)
     if pipeline.remote is not None:
         runsync.push(store, pipeline, record["run_id"])
+
+
+def _run_dir(pipeline: Pipeline, run_id: str) -> str:
+    """Where a report of the record goes (`hybridflow report` makes it): as for any run."""
+    return str(pipeline.workdir / pipeline.name / "runs" / run_id)
 
 
 def _whole_or_resumed(run: dict) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -182,6 +183,8 @@ def test_a_failed_scheduled_run_holds_later_ticks_until_resumed_or_released(proj
         assert f"held: run {failed['run_id']}" in done.output
         assert json.loads((project.root / f"notified-{held['run_id']}.json").read_text())["status"] == "held"
     assert "held: run" in hf(monkeypatch, None, "doctor", path).output
+    report = hf(monkeypatch, None, "report", held["run_id"], "--pipeline", path)
+    assert report.exit_code == 0 and "held: run" in Path(report.output.strip()).read_text()
     (project.root / "FAIL").unlink()
     assert hf(monkeypatch, SUNDAY + 2 * WEEK + timedelta(hours=1), "run", path, "--resume").exit_code == 0
     assert records(project)[-1]["scheduled_for"] == "2026-11-22T03:00:00+01:00"  # the failed run's tick
@@ -213,7 +216,7 @@ def test_schedule_list_shows_a_held_schedule(project, weekly, monkeypatch, saved
     path = weekly(on_failure="hold")
     assert hf(monkeypatch, None, "schedule", "install", path).exit_code == 0
     listed = hf(monkeypatch, None, "schedule", "list")
-    assert listed.exit_code == 0 and "held" not in listed.output
+    assert listed.exit_code == 0 and "held: run" not in listed.output
     (project.root / "FAIL").touch()
     assert hf(monkeypatch, SUNDAY, "run", "--trigger", "cron", path).exit_code == ExitCode.STAGE_FAILED
     listed = hf(monkeypatch, None, "schedule", "list")
