@@ -42,6 +42,22 @@ def lines(run: dict[str, Any]) -> list[str]:
     return found
 
 
+def backfill_chunks(runs: list[dict[str, Any]], run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The chunks of the backfill `run` belongs to, in order, each with its last run: {"chunk", "values",
+    "run_id", "status"} (run_id None for a chunk not started); [] for a run of no backfill."""
+    notes = _notes(run)
+    if not notes.get("backfill"):
+        return []
+    last: dict[int, dict] = {}
+    for other in runs:  # newest first: a chunk's last attempt first
+        found = _notes(other)
+        if found.get("backfill") == notes["backfill"]:
+            last.setdefault(found.get("chunk"), other)
+    return [{"chunk": number, "values": values, "run_id": last.get(number, {}).get("run_id"),
+             "status": last.get(number, {}).get("status", "not started")}
+            for number, values in enumerate(notes.get("plan") or [], start=1)]
+
+
 def _notes(run: dict[str, Any]) -> dict[str, Any]:
     try:
         notes = json.loads(run.get("calendar") or "{}")

@@ -136,6 +136,10 @@ def test_chunks_commit_on_their_own_and_a_killed_backfill_resumes(project):
     assert chunks == [(1, "success"), (2, "killed"), (3 - 1, "success"), (3, "success")]
     listed = hybridflow(project, "runs", "pipeline.yaml")
     assert listed.stdout.count("chunk 2 of 3") >= 2, listed.stdout
+    report = Path(hybridflow(project, "report").stdout.strip()).read_text()  # the last chunk's: a row each
+    for number, status in ((1, "success"), (2, "success"), (3, "success")):
+        assert f"<tr><td>{number}</td>" in report and status in report
+    assert f"<td>{WEEKS[2]}, {WEEKS[3]}</td>" in report
 
 
 def test_reprocess_missing_processes_only_partitions_never_processed(project):
