@@ -257,6 +257,21 @@ def run(  # noqa: PLR0913 - a typer command takes one parameter per option
         _supervised(run_it, pipeline_file, verbose)
 
 
+@app.command("resume")
+@_guarded
+def resume_run(
+    pipeline_file: Path = typer.Argument(..., metavar="PIPELINE.yaml"),
+    keep_going: bool = KeepGoingOption,
+    wait: bool = typer.Option(False, "--wait", help="Wait for another run of this pipeline to finish."),
+    workdir: Optional[str] = RunWorkdirOption,
+    verbose: bool = VerboseOption,
+) -> None:
+    """Continue the last run if it failed or was interrupted (run --resume); its success lifts a held schedule."""
+    run(pipeline_file, only=None, start=None, end=None, params=None, force=None, resume=True, dry_run=False,
+        keep_going=keep_going, wait=wait, trigger="manual", if_due=False, for_=None, watch=False, workdir=workdir,
+        verbose=verbose)
+
+
 @app.command()
 @_guarded
 def backfill(  # noqa: PLR0913 - a typer command takes one parameter per option

@@ -123,7 +123,7 @@ def test_a_manual_run_is_for_now_and_a_resumed_run_for_the_time_of_the_run_it_re
     assert done.exit_code == ExitCode.STAGE_FAILED, done.output
     assert records(project)[-1]["scheduled_for"] == "2026-11-22T08:00:00+01:00"  # now, to the minute, in Paris
     (project.root / "FAIL").unlink()
-    done = hf(monkeypatch, SUNDAY + 2 * WEEK, "run", path, "--resume")
+    done = hf(monkeypatch, SUNDAY + 2 * WEEK, "resume", path)  # as run --resume
     assert done.exit_code == 0, done.output
     resumed = records(project)[-1]
     assert resumed["scheduled_for"] == "2026-11-22T08:00:00+01:00"
