@@ -285,6 +285,8 @@ def backfill(  # noqa: PLR0913 - a typer command takes one parameter per option
     dry_run: bool = typer.Option(False, "--dry-run", help="List the partitions (with their rows) and stages; "
                                  "run nothing."),
     wait: bool = typer.Option(False, "--wait", help="Wait for another run of this pipeline to finish."),
+    only: Optional[List[str]] = OnlyOption,
+    end: Optional[List[str]] = ToOption,
     workdir: Optional[str] = RunWorkdirOption,
     verbose: bool = VerboseOption,
 ) -> None:
@@ -295,13 +297,13 @@ def backfill(  # noqa: PLR0913 - a typer command takes one parameter per option
     _use_workdir(workdir)
     if dry_run:
         for line in backfill_lines(api.backfill(pipeline_file, partitions, chunk=chunk, reprocess=reprocess,
-                                                dry_run=True)):
+                                                dry_run=True, only=only, to=end)):
             out.print(line, soft_wrap=True, markup=False)
         return
 
     def run_it() -> None:
         outcome = api.backfill(pipeline_file, partitions, chunk=chunk, reprocess=reprocess, resume=resume,
-                               wait=wait, listener=lambda: _RunReport(listener_for(err)))
+                               wait=wait, only=only, to=end, listener=lambda: _RunReport(listener_for(err)))
         done = f"; chunks {', '.join(map(str, outcome.skipped))} were done already" if outcome.skipped else ""
         out.print(f"backfill {outcome.backfill.id}: {len(outcome.results)} of {len(outcome.backfill.chunks)} "
                   f"chunk(s) run{done}", soft_wrap=True, markup=False)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..errors import DataError, UsageError
@@ -95,9 +95,11 @@ class Backfill:
     partitions: Partitions
     reprocess: str
     chunks: list[Chunk]
+    selection: dict[str, list[str]] = field(default_factory=dict)  # --only/--to: the stages each chunk runs
 
     def notes(self, chunk: Chunk) -> dict[str, Any]:
         return {"backfill": self.id, "partitions": self.partitions.shown(), "reprocess": self.reprocess,
+                "selection": self.selection,
                 "chunk": chunk.number, "chunks": len(self.chunks), "values": list(chunk.values),
                 "plan": [list(c.values) for c in self.chunks]}
 
@@ -167,7 +169,8 @@ def last_backfill(pipeline: Pipeline) -> tuple[Backfill, dict[int, str]] | None:
     if newest is None:
         return None
     chunks = [Chunk(i + 1, tuple(values)) for i, values in enumerate(newest["plan"])]
-    return Backfill(newest["backfill"], Partitions.parse(newest["partitions"]), newest["reprocess"], chunks), statuses
+    return Backfill(newest["backfill"], Partitions.parse(newest["partitions"]), newest["reprocess"], chunks,
+                    newest.get("selection") or {}), statuses
 
 
 def failed_values(pipeline: Pipeline) -> set[str]:
@@ -185,7 +188,8 @@ def run_chunk(pipeline: Pipeline, backfill: Backfill, chunk: Chunk, listener: Li
     from ..execution.runner import new_runner
 
     pipeline.calendar = backfill.notes(chunk)
-    arguments = {"only": [], "from": [], "to": [], "params": list(pipeline.param_args), "force": None}
+    arguments = {"only": [], "from": [], "to": [], **backfill.selection, "params": list(pipeline.param_args),
+                 "force": None}
     runner = new_runner(pipeline, arguments, trigger=TRIGGER, listener=listener, wait_for_lock=wait,
                         subscribers=subscribers)
     runner.planner.backfill = chooser(backfill, chunk)
@@ -219,12 +223,13 @@ class DryRun:
     downstream: list[str]
 
 
-def prepare(pipeline: Pipeline, partitions: str | None, *, chunk: int, reprocess: str,
-            resume: bool) -> tuple[Backfill, set[int]]:
+def prepare(pipeline: Pipeline, partitions: str | None, *, chunk: int, reprocess: str, resume: bool,
+            selection: dict[str, list[str]]) -> tuple[Backfill, set[int]]:
     """The backfill to run (a new one, or the last one resumed) and its chunks already done."""
     if resume:
-        if partitions:
-            raise UsageError("--resume repeats the last backfill's --partitions; do not give them again")
+        if partitions or any(selection.values()):
+            raise UsageError("--resume repeats the last backfill's --partitions, --only and --to; "
+                             "do not give them again")
         last = last_backfill(pipeline)
         if last is None:
             raise UsageError(f"{pipeline.name} has no backfill to resume", hint="start one with --partitions")
@@ -237,16 +242,19 @@ def prepare(pipeline: Pipeline, partitions: str | None, *, chunk: int, reprocess
     failed = failed_values(pipeline) if reprocess == "failed" else set()
     backfill, _ = plan(pipeline, Partitions.parse(partitions), chunk=chunk, reprocess=reprocess,
                        datums_of=planner.datums, failed=failed)
+    backfill.selection = {k: list(v) for k, v in selection.items() if v}
     return backfill, set()
 
 
-def dry_run(pipeline: Pipeline, partitions: str | None, *, chunk: int, reprocess: str) -> DryRun:
+def dry_run(pipeline: Pipeline, partitions: str | None, *, chunk: int, reprocess: str,
+            selection: dict[str, list[str]]) -> DryRun:
     planner = _planner(pipeline)
     failed = failed_values(pipeline) if reprocess == "failed" else set()
     asked = Partitions.parse(partitions or "")
     backfill, keys = plan(pipeline, asked, chunk=chunk, reprocess=reprocess, datums_of=planner.datums, failed=failed)
-    stages = [stage for stage, _ in incremental_stages(pipeline, asked.column)]
-    below = {d for stage in stages for d in pipeline.dag.descendants(stage)} - set(stages)
+    selected = set(pipeline.dag.select(selection.get("only", ()), (), selection.get("to", ())))
+    stages = [stage for stage, _ in incremental_stages(pipeline, asked.column) if stage in selected]
+    below = {d for stage in stages for d in pipeline.dag.descendants(stage)} & selected - set(stages)
     rows = {ds: partition_rows(pipeline, planner.catalog, ds, found) for ds, found in keys.items()}
     return DryRun(backfill, rows, stages, [s for s in pipeline.dag.order() if s in below])
 
