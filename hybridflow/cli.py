@@ -225,7 +225,8 @@ def run(  # noqa: PLR0913 - a typer command takes one parameter per option
 
     if watch:
         clashing = [flag for flag, given in (("--resume", resume), ("--dry-run", dry_run), ("--if-due", if_due),
-                                             ("--wait", wait), ("--trigger cron", trigger != "manual")) if given]
+                                             ("--wait", wait), ("--trigger cron", trigger != "manual"),
+                                             ("--for", for_)) if given]
         if clashing:
             raise UsageError(f"--watch cannot be combined with {clashing[0]}",
                              hint="--watch runs on each save; run without it for a one-off run")
