@@ -15,7 +15,7 @@ import os
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from .errors import ConfigError, HybridflowError, LockedError, UsageError
 from .results import Listener, RunResult, Selection, new_run_id
@@ -111,7 +111,8 @@ def plan(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | No
 def run(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | None = None, to: Names | None = None,  # noqa: PLR0913 - the public run's options, one per CLI flag
         force: bool | Names | None = False, params: Params = None, resume: bool = False, keep_going: bool = False,
         dry_run: bool = False, wait: bool = False, trigger: str = "manual", listener: Listener | None = None,
-        notify: bool = True, exit_when_stuck: bool = False) -> RunResult | Plan | None:
+        notify: bool = True, exit_when_stuck: bool = False, scheduled_for: datetime | str | None = None,
+        calendar: dict | None = None) -> RunResult | Plan | None:
     """Run a pipeline (a file, or one from load()) and return its RunResult: the run's status, each
     stage's status, duration, rows, bytes, published versions and error. A stage that fails does
     not raise (result.raise_for_status() does); what stops a run from starting raises the typed
@@ -124,9 +125,13 @@ def run(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | Non
     A stage that a timeout or a stop request cannot get back from native code (one endless numpy
     call) has its run ended around it: engines stopped, staging dropped, the run recorded and the
     listener told. The error (StageTimeout, InterruptedRun) is then raised here once that call
-    returns; exit_when_stuck (the CLI's) instead ends this process at once with the error's code."""
+    returns; exit_when_stuck (the CLI's) instead ends this process at once with the error's code.
+
+    scheduled_for: the time the run is for (a datetime, or ISO text in the schedule's zone; default:
+    now, or the resumed run's); calendar: the ticks it catches up (ops/calendar.py)."""
     from .execution import planning
     from .execution.runner import new_runner, selection_of
+    from .spec.runvalues import parse_moment
 
     if trigger not in ("manual", "cron"):
         raise ConfigError(f"--trigger must be manual or cron, not '{trigger}'")
@@ -143,15 +148,23 @@ def run(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | Non
         loaded, arguments, chosen = repeated
     else:
         chosen = forced(loaded, force)
+    moment = parse_moment(scheduled_for, loaded.zone) if isinstance(scheduled_for, str) else scheduled_for
+    calendar = dict(calendar or {})
+    if resume:  # a resumed run is still for the time the failed run was for, and lifts a held schedule
+        last = _last_run(loaded)
+        calendar["resumed"] = last["run_id"] if last else None
+        if moment is None and last and last.get("scheduled_for"):
+            moment = parse_moment(last["scheduled_for"], loaded.zone)
+    loaded.scheduled_for, loaded.calendar = moment, calendar
     if dry_run:
         return planning.plan(loaded, selection_of(arguments), chosen)
     runner = new_runner(loaded, arguments, keep_going=keep_going, wait_for_lock=wait, trigger=trigger, force=chosen,
                         listener=listener, subscribers=_notifications(loaded, trigger, listener) if notify else (),
-                        exit_when_stuck=exit_when_stuck)
+                        exit_when_stuck=exit_when_stuck, scheduled_for=moment)
     return _run_notifying_failed_start(runner, notify)
 
 
-def record_crash(pipeline: PipelineLike, run_id: str, death: str) -> HybridflowError:
+def record_crash(pipeline: PipelineLike, run_id: str, death: str, command: str = "run") -> HybridflowError:
     """The error of run `run_id`, whose process ended without recording its end (`death`: how, e.g.
     'killed by SIGSEGV: a crash in native code'). Records the run, and the stage that was running, as
     killed, unless the run's end was recorded after all."""
@@ -167,7 +180,7 @@ def record_crash(pipeline: PipelineLike, run_id: str, death: str) -> HybridflowE
     if running is not None:
         RunStore(records).mark_crashed(run_id, message, now())
     logs = f"its log: {running[0]['log_path']}; " if running else ""
-    return StageError(message, hint=f"{logs}resume with: hybridflow run {loaded.shown_file} --resume")
+    return StageError(message, hint=f"{logs}resume with: hybridflow {command} {loaded.shown_file} --resume")
 
 
 def watch(pipeline: str | os.PathLike, *, only: Names | None = None, from_: Names | None = None,  # noqa: PLR0913 - the public watch's options, one per CLI flag
@@ -223,6 +236,13 @@ def _resumed(pipeline: Pipeline, force, listener: Listener, arguments: dict):
         chosen = (set(reloaded.stages) if chosen is True else chosen) - finished
     listener.resuming(last["run_id"], last["status"])
     return reloaded, arguments, chosen
+
+
+def _last_run(pipeline: Pipeline) -> dict | None:
+    """The pipeline's last run (that ran: not a held tick), from its workdir, local or in object storage."""
+    from .store import runsync
+
+    return runsync.open_store(pipeline).last_run(pipeline.name)
 
 
 def _run_notifying_failed_start(runner: Runner, notify: bool) -> RunResult:
@@ -540,6 +560,62 @@ def is_due(pipeline: PipelineLike) -> bool:
     from .ops.schedule import is_due_now
 
     return is_due_now(_pipeline(pipeline))
+
+
+def scheduled_invocation(pipeline: PipelineLike, *, if_due: bool, params: Params = None):
+    """What a scheduled invocation does now (ops/calendar.Invocation: the ticks to run for, each with
+    its calendar notes, or a hold), from the run records; None for a pipeline without a schedule."""
+    from .ops import calendar
+
+    loaded = _pipeline(pipeline, params)
+    return calendar.plan(loaded, if_due) if loaded.spec.schedule is not None else None
+
+
+def hold(pipeline: PipelineLike, invocation, listener: Listener | None = None) -> dict[str, Any]:
+    """Record a held tick (invocation.held) and notify it; returns its record."""
+    from .ops import calendar
+    from .ops.notify import Notifications, held_summary
+
+    loaded = _pipeline(pipeline)
+    record = calendar.record_held(loaded, invocation)
+    Notifications(loaded, "cron", listener or Listener()).send(held_summary(loaded, record))
+    return record
+
+
+def release_schedule(pipeline: PipelineLike) -> str:
+    """Let the next tick of a schedule held after a failure run; returns the failed run's id."""
+    from .ops import calendar
+
+    return calendar.release(_pipeline(pipeline))
+
+
+def backfill(pipeline: PipelineLike, partitions: str | None = None, *, chunk: int = 0, reprocess: str = "all",  # noqa: PLR0913 - the backfill's options, one per CLI flag
+             resume: bool = False, dry_run: bool = False, wait: bool = False, only: Names | None = None,
+             to: Names | None = None, listener: Callable[[], Listener] | None = None, notify: bool = True):
+    """Reprocess chosen partitions of the incremental stages and rerun what depends on them
+    (ops/backfill.py): `partitions` "column=low..high" or "column=a,b,c"; `chunk` partitions per run
+    (0: one run); `reprocess` missing, failed or all; `resume` runs the last backfill's unfinished
+    chunks; `only`/`to` limit the stages each chunk runs, as for run(). Returns backfill.Outcome
+    (each chunk's RunResult), or backfill.DryRun when dry_run."""
+    from .ops import backfill as backfills
+
+    loaded = _pipeline(pipeline)
+    selection = {"only": list(_names(only)), "to": list(_names(to))}
+    if dry_run:
+        return backfills.dry_run(loaded, partitions, chunk=chunk, reprocess=reprocess, selection=selection)
+    plan, done = backfills.prepare(loaded, partitions, chunk=chunk, reprocess=reprocess, resume=resume,
+                                   selection=selection)
+    listen = listener or Listener
+    return backfills.run(loaded, plan, done, listen, wait=wait,
+                         subscribers=lambda p: _notifications(p, backfills.TRIGGER, Listener()) if notify else [])
+
+
+def schedule_state(pipeline: PipelineLike) -> str:
+    """A scheduled pipeline's calendar in a few words: held (and why), ticks missed, or ok."""
+    from .ops import calendar
+
+    held, missed = calendar.state(_pipeline(pipeline))
+    return held or (f"{len(missed)} tick(s) missed" if missed else "ok")
 
 
 def schedules() -> list[tuple[Any, list[datetime]]]:

@@ -207,7 +207,10 @@ def run(  # noqa: PLR0913 - a typer command takes one parameter per option
     wait: bool = typer.Option(False, "--wait", help="Wait for another run of this pipeline to finish."),
     trigger: str = typer.Option("manual", "--trigger", help="Recorded with the run: manual or cron."),
     if_due: bool = typer.Option(False, "--if-due", help="Exit 0 without running unless schedule.cron is due "
-                                "this minute in schedule.timezone (the cron lines use it)."),
+                                "this minute in schedule.timezone, or a tick was missed (the cron lines use it)."),
+    for_: Optional[str] = typer.Option(None, "--for", help="The time the run is for, e.g. 2026-11-22T03:00 (in "
+                                       "schedule.timezone): ${run.scheduled_for} and ctx.scheduled_for. "
+                                       "Default: now; a scheduled run: the tick it serves."),
     watch: bool = typer.Option(False, "--watch", help="Keep the engines running and run again on each save of "
                                "the pipeline file, of the stage code it reaches or of an external input; "
                                "Ctrl-C stops."),
@@ -222,7 +225,8 @@ def run(  # noqa: PLR0913 - a typer command takes one parameter per option
 
     if watch:
         clashing = [flag for flag, given in (("--resume", resume), ("--dry-run", dry_run), ("--if-due", if_due),
-                                             ("--wait", wait), ("--trigger cron", trigger != "manual")) if given]
+                                             ("--wait", wait), ("--trigger cron", trigger != "manual"),
+                                             ("--for", for_)) if given]
         if clashing:
             raise UsageError(f"--watch cannot be combined with {clashing[0]}",
                              hint="--watch runs on each save; run without it for a one-off run")
@@ -230,26 +234,102 @@ def run(  # noqa: PLR0913 - a typer command takes one parameter per option
                verbose=verbose)
         return
 
-    if if_due:
-        pipeline = api.load(pipeline_file, params)
-        if trigger not in ("manual", "cron"):
-            raise ConfigError(f"--trigger must be manual or cron, not '{trigger}'")
-        if not api.is_due(pipeline):
-            return  # quietly: cron calls this on every minute the schedule might fall on
+    if trigger not in ("manual", "cron"):
+        raise ConfigError(f"--trigger must be manual or cron, not '{trigger}'")
+    ticks = [(for_, None)]
+    if (if_due or trigger == "cron") and not (resume or dry_run or for_):
+        ticks = _scheduled_ticks(pipeline_file, params, if_due)
+        trigger = "cron"
 
     def run_it() -> None:
-        result = api.run(pipeline_file, only=only, from_=start, to=end, params=params, force=force, resume=resume,
-                         keep_going=keep_going, dry_run=dry_run, wait=wait, trigger=trigger,
-                         listener=_RunReport(listener_for(err)), exit_when_stuck=True)
-        if isinstance(result, api.Plan):
-            _print_plan(result)
-        elif result is not None and result.error is not None:
-            raise typer.Exit(result.exit_code)
+        for moment, notes in ticks:  # a catch-up of every missed tick runs them in order, stopping at a failure
+            result = api.run(pipeline_file, only=only, from_=start, to=end, params=params, force=force,
+                             resume=resume, keep_going=keep_going, dry_run=dry_run, wait=wait, trigger=trigger,
+                             listener=_RunReport(listener_for(err)), exit_when_stuck=True, scheduled_for=moment,
+                             calendar=notes)
+            if isinstance(result, api.Plan):
+                _print_plan(result)
+            elif result is not None and result.error is not None:
+                raise typer.Exit(result.exit_code)
 
     if dry_run:
         run_it()  # runs no stage
     else:
         _supervised(run_it, pipeline_file, verbose)
+
+
+@app.command("resume")
+@_guarded
+def resume_run(
+    pipeline_file: Path = typer.Argument(..., metavar="PIPELINE.yaml"),
+    keep_going: bool = KeepGoingOption,
+    wait: bool = typer.Option(False, "--wait", help="Wait for another run of this pipeline to finish."),
+    workdir: Optional[str] = RunWorkdirOption,
+    verbose: bool = VerboseOption,
+) -> None:
+    """Continue the last run if it failed or was interrupted (run --resume); its success lifts a held schedule."""
+    run(pipeline_file, only=None, start=None, end=None, params=None, force=None, resume=True, dry_run=False,
+        keep_going=keep_going, wait=wait, trigger="manual", if_due=False, for_=None, watch=False, workdir=workdir,
+        verbose=verbose)
+
+
+@app.command()
+@_guarded
+def backfill(  # noqa: PLR0913 - a typer command takes one parameter per option
+    pipeline_file: Path = typer.Argument(..., metavar="PIPELINE.yaml"),
+    partitions: Optional[str] = typer.Option(None, "--partitions", help="Partitions of an incremental stage's "
+                                             "input to process again: column=low..high or column=a,b,c."),
+    chunk: int = typer.Option(0, "--chunk", help="Partitions per run; each chunk commits on its own (0: one run)."),
+    resume: bool = typer.Option(False, "--resume", help="Run the chunks the last backfill did not finish."),
+    reprocess: str = typer.Option("all", "--reprocess", help="Which partitions of the range: missing (never "
+                                  "processed), failed (in the last backfill's failed chunks) or all."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List the partitions (with their rows) and stages; "
+                                 "run nothing."),
+    wait: bool = typer.Option(False, "--wait", help="Wait for another run of this pipeline to finish."),
+    only: Optional[List[str]] = OnlyOption,
+    end: Optional[List[str]] = ToOption,
+    workdir: Optional[str] = RunWorkdirOption,
+    verbose: bool = VerboseOption,
+) -> None:
+    """Reprocess chosen partitions of the incremental stages (every other one kept), and what depends on them."""
+    from . import api
+    from .reporting.progress import backfill_lines, listener_for
+
+    _use_workdir(workdir)
+    if dry_run:
+        for line in backfill_lines(api.backfill(pipeline_file, partitions, chunk=chunk, reprocess=reprocess,
+                                                dry_run=True, only=only, to=end)):
+            out.print(line, soft_wrap=True, markup=False)
+        return
+
+    def run_it() -> None:
+        outcome = api.backfill(pipeline_file, partitions, chunk=chunk, reprocess=reprocess, resume=resume,
+                               wait=wait, only=only, to=end, listener=lambda: _RunReport(listener_for(err)))
+        done = f"; chunks {', '.join(map(str, outcome.skipped))} were done already" if outcome.skipped else ""
+        out.print(f"backfill {outcome.backfill.id}: {len(outcome.results)} of {len(outcome.backfill.chunks)} "
+                  f"chunk(s) run{done}", soft_wrap=True, markup=False)
+        if outcome.failed is not None:
+            err.print(f"resume with: hybridflow backfill {pipeline_file} --resume", soft_wrap=True, markup=False)
+            raise typer.Exit(outcome.failed.exit_code)
+
+    _supervised(run_it, pipeline_file, verbose, "backfill")
+
+
+def _scheduled_ticks(pipeline_file: Path, params, if_due: bool) -> list:
+    """(tick, calendar notes) for each run a scheduled invocation makes now: none when nothing is due
+    or the schedule is held (the hold recorded, notified and said in one line)."""
+    from . import api
+
+    invocation = api.scheduled_invocation(pipeline_file, if_due=if_due, params=params)
+    if invocation is None:  # no schedule: a --trigger cron run runs now; --if-due says what is missing
+        if if_due and not api.is_due(pipeline_file):
+            return []
+        return [(None, None)]
+    if invocation.held:
+        api.hold(pipeline_file, invocation, _RunReport(None))
+        err.print(f"{invocation.held}; resume with: hybridflow run {pipeline_file} --resume, or let the next "
+                  f"tick run: hybridflow schedule release {pipeline_file}", soft_wrap=True, markup=False)
+    return list(zip(invocation.ticks, invocation.notes))
 
 
 @app.command()
@@ -283,7 +363,7 @@ def _watch(pipeline_file: Path, *, only, start, end, params, force, keep_going: 
 _supervising = False  # set by main(): the command's own process (tests calling `app` in-process never fork)
 
 
-def _supervised(work, pipeline_file: Path, verbose: bool) -> None:
+def _supervised(work, pipeline_file: Path, verbose: bool, command: str = "run") -> None:
     """`work()` (runs of `pipeline_file`) in a child process that this one supervises (supervisor.py):
     a run whose process ends without recording its end is recorded here, and named in one line."""
     from .execution import supervisor
@@ -296,7 +376,7 @@ def _supervised(work, pipeline_file: Path, verbose: bool) -> None:
         raise typer.Exit(outcome.exit_code)
     from . import api
 
-    raise api.record_crash(pipeline_file, outcome.unfinished, outcome.death)
+    raise api.record_crash(pipeline_file, outcome.unfinished, outcome.death, command)
 
 
 def _exit_code_of(work, verbose: bool) -> int:
@@ -664,11 +744,29 @@ def schedule_list(verbose: bool = VerboseOption) -> None:
     if not entries:
         out.print("no hybridflow schedule is installed (hybridflow schedule install PIPELINE.yaml adds one)")
         return
-    table = Table("pipeline", "file", "cron", "timezone", "next runs")
+    table = Table("pipeline", "file", "cron", "timezone", "next runs", "state")
     for entry, upcoming in entries:
         runs = ", ".join(t.strftime("%Y-%m-%d %H:%M %Z") for t in upcoming)
-        table.add_row(*map(escape, (entry.pipeline, entry.file, entry.cron, entry.timezone, runs)))
+        try:
+            state = api.schedule_state(entry.file)
+        except HybridflowError as exc:  # a file moved or broken since it was installed
+            state = f"unknown: {exc.one_line()}"
+        table.add_row(*map(escape, (entry.pipeline, entry.file, entry.cron, entry.timezone, runs, state)))
     out.print(table)
+
+
+@schedule_app.command("release")
+@_guarded
+def schedule_release(
+    pipeline_file: Path = typer.Argument(..., metavar="PIPELINE.yaml"),
+    verbose: bool = VerboseOption,
+) -> None:
+    """Let the next tick of a schedule held after a failed run (on_failure: hold) run."""
+    from . import api
+
+    failed = api.release_schedule(pipeline_file)
+    out.print(f"released: the next tick of {pipeline_file} runs (run {failed} had failed)",
+              soft_wrap=True, markup=False)
 
 
 @schedule_app.command("remove")

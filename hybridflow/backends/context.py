@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -19,6 +20,7 @@ class StageContext:
     backend: str
     params: Mapping[str, Any]
     log: logging.Logger
+    scheduled_for: datetime | None = None  # the time the run is for: its cron tick, --for, or when it started
     _output_paths: dict[str, Path] = field(default_factory=dict, repr=False)
     _engines: dict[str, Any] = field(default_factory=dict, repr=False)
     _previous: dict[str, Path | None] = field(default_factory=dict, repr=False)

@@ -204,7 +204,7 @@ class StageExecutor:
                       for ds in spec.outputs if self.pipeline.dataset(ds).kind == "files"}
         previous = {ds: getattr(self.catalog.current(ds), "directory", None) for ds in files_dirs}
         ctx = StageContext(self.pipeline.name, result.name, run_id, spec.backend, params, log,
-                           files_dirs, backend.handles(), previous)
+                           self.pipeline.run_moment(), files_dirs, backend.handles(), previous)
         kwargs = signature.call_arguments(parameters, inputs, params, ctx)
         log.info("calling %s with %s", spec.run, ", ".join(kwargs) or "no arguments")
         try:

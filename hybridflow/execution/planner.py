@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath, PurePosixPath
+from typing import Callable
 
 from ..backends import gpu
 from ..data import storage
@@ -52,6 +53,9 @@ class Planner:
         self.secrets = fp.SecretHasher(pipeline.workdir / ".fingerprint-key", pipeline.secrets,
                                        agree=_shared_key(pipeline) if pipeline.remote is not None else None)
         self._runs = runs
+        # a backfill (ops/backfill.py): (stage, partitioned input, its datums now, those its outputs were
+        # made from) -> the partitions to process again, or None where it does not apply to the stage
+        self.backfill: Callable[[str, str, dict, dict], set[str] | None] | None = None
 
     def forced(self, stage: str) -> bool:
         return self.force is True or (isinstance(self.force, set) and stage in self.force)
@@ -81,6 +85,9 @@ class Planner:
                 else f"output {missing[0]} was never published"
             return Decision(stage, RUN, [reason], current, previous=previous)
         records = [v.manifest.get("fingerprint") or {} for v in previous.values()]
+        backfilled = self._backfilled(stage, current, records, previous)
+        if backfilled is not None:
+            return backfilled
         upgraded, noted = self._upgrades(records, current)
         if all(r.get("digest") == current.digest for r in records) and not upgraded:
             runs = sorted({v.manifest.get("run_id", "?") for v in previous.values()})
@@ -97,6 +104,29 @@ class Planner:
         if not reasons:  # every part matches one output: the others come from another run
             reasons = ["its outputs were published by different runs"]
         return Decision(stage, RUN, reasons + noted, current, previous=previous)
+
+    def _backfilled(self, stage: str, current: fp.Fingerprint, records: list[dict],
+                    previous: dict[str, Version]) -> Decision | None:
+        """A backfill's decision for an incremental stage: exactly the chosen partitions processed again,
+        every other output partition carried over, and recorded with the digest it was made from (so a
+        later run still processes an input partition that changed outside the backfill)."""
+        partitioned = self.partitioned_input(stage)
+        old = records[0].get("datums") if records else None
+        if self.backfill is None or partitioned is None or old is None or current.datums is None:
+            return None
+        chosen = self.backfill(stage, partitioned, current.datums, old)
+        if chosen is None:
+            return None
+        if not chosen:
+            return Decision(stage, SKIP, [f"no partition of {partitioned} in this backfill"], current,
+                            previous=previous)
+        datums = {**{k: v for k, v in old.items() if k not in chosen}, **{k: current.datums[k] for k in chosen}}
+        kept = fp.Fingerprint(current.code, current.params, current.settings, current.inputs, datums,
+                              current.libraries)
+        changes = DatumChanges(tuple(sorted(chosen)), (), tuple(sorted(set(old) - chosen)))
+        shown = ", ".join(changes.changed[:3]) + (", ..." if len(changes.changed) > 3 else "")
+        return Decision(stage, INCREMENTAL, [f"backfill of {len(chosen)} partition(s) of {partitioned} ({shown})"],
+                        kept, changes, previous)
 
     def _upgrades(self, records: list[dict], current: fp.Fingerprint) -> tuple[list[str], list[str]]:
         """The libraries upgraded since the outputs were made, in one reason: (as a reason to run, as
@@ -123,6 +153,8 @@ class Planner:
         }
         # engine settings that change results (Spark's conf), as the engine itself declares them
         settings.update(engine(spec.backend).result_settings(self.pipeline.engine_settings(spec.backend)))
+        if code.reads_calendar:  # ctx.scheduled_for: the time the run is for decides this stage's output
+            settings["scheduled_for"] = self.pipeline.run_values["scheduled_for"]
         inputs = {ds: self.input_digest(ds) for ds in spec.inputs if ds != partitioned}
         datums = self.datums(partitioned) if partitioned else None
         versions = self.libraries.versions(code.imports, engine(spec.backend).distributions)

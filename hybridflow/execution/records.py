@@ -79,7 +79,9 @@ class RunRecords(Listener):
             self.push(abandoned)
         self.record = {"run_id": run_id, "pipeline": self.pipeline.name, "pipeline_file": str(self.pipeline.file),
                        "trigger": trigger, "started_at": started.isoformat(timespec="milliseconds"),
-                       "run_dir": str(run_dir), "arguments": json.dumps(arguments)}
+                       "run_dir": str(run_dir), "arguments": json.dumps(arguments),
+                       "scheduled_for": self.pipeline.run_moment().isoformat(timespec="seconds"),
+                       "calendar": json.dumps(self.pipeline.calendar) if self.pipeline.calendar else None}
         self.store.save_run(**self.record, status="running")
         self.push(run_id)  # seen from other machines as running, and marked killed if it dies
         return self.record

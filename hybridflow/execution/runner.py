@@ -30,6 +30,7 @@ from ..errors import DataError, HybridflowError, InterruptedRun, first_line, is_
 from ..reporting.timeline import Timeline
 from ..results import Listener, PlannedInput, RunResult, Selection, StageResult, new_run_id, now  # noqa: F401 - re-exported
 from ..spec.pipeline import Pipeline
+from ..spec.runvalues import this_minute
 from ..store import faults, runsync
 from ..store.clusterrecords import open_records
 from ..store.lock import pipeline_lock
@@ -58,12 +59,14 @@ class Runner:
                  listener: Listener | None = None, wait_for_lock: bool = False, trigger: str = "manual",
                  engines: dict[str, Any] | None = None, force: bool | set[str] = False,
                  arguments: dict[str, Any] | None = None, pool: Callable[..., EnginePool] = EnginePool,
-                 exit_when_stuck: bool = False, subscribers: Sequence[Listener] = ()) -> None:
+                 exit_when_stuck: bool = False, subscribers: Sequence[Listener] = (),
+                 scheduled_for: datetime | None = None) -> None:
         """pool: makes the run's engine pool; a watch session's (warmpool.py) keeps its engines between runs.
         exit_when_stuck: once a run was ended around a stage stuck in native code (see _end_stuck_run),
         end this process with the error's exit code, as the CLI asks; otherwise (a library caller's
         notebook) the error is raised to the caller when the stage's native call returns. subscribers:
-        told the run's events after the listener (the API's notifications)."""
+        told the run's events after the listener (the API's notifications). scheduled_for: the time the
+        run is for (its cron tick, --for); None: the minute each run starts."""
         self.pipeline = pipeline
         self.selection = selection or Selection()
         self.keep_going = keep_going
@@ -94,6 +97,7 @@ class Runner:
         self._signals.on_stuck = self._end_stuck_run
         self.exit_when_stuck = exit_when_stuck
         self._ender: threading.Thread | None = None  # the thread that ended it
+        self.scheduled_for = scheduled_for
 
     @property
     def ended_around_stuck_stage(self) -> bool:
@@ -144,6 +148,7 @@ class Runner:
 
     def run(self) -> RunResult:
         run_id = self._run_id = new_run_id()
+        self.pipeline.scheduled_for = self.scheduled_for or this_minute(self.pipeline.zone)  # one time per run
         # a Runner may run again (a watch loop)
         self._signals.signum = self._signals.ended = self._signals.stopped_by = None
         self.inputs.forget()

@@ -15,6 +15,7 @@ from ..errors import UnavailableError
 
 MARKER = "# hybridflow-schedule "
 JOB_SIGN = "--trigger cron"  # every job line hybridflow writes holds it; guards against deleting a user's line
+REBOOT = "@reboot "  # the line after a job line that catches up at boot (ops/calendar.py)
 _ENCODING = dict(encoding="utf-8", errors="surrogateescape")  # odd bytes in other lines survive a rewrite
 
 
@@ -26,9 +27,10 @@ class Entry:
     timezone: str
     log: str
     line: str = ""  # the job line as installed, in the system's time
+    reboot: str = ""  # its @reboot line: `run --if-due` catches up the ticks missed while the machine was off
 
     def marker(self) -> str:
-        identity = {k: v for k, v in asdict(self).items() if k != "line"}
+        identity = {k: v for k, v in asdict(self).items() if k not in ("line", "reboot")}
         return MARKER + json.dumps(identity)  # ensure_ascii: always one line, whatever the path holds
 
 
@@ -88,11 +90,15 @@ def put(text: str, entry: Entry) -> str:
     lines = text.split("\n")
     for start, end, old in _blocks(lines):
         if old.file == entry.file:
-            lines[start:end] = [entry.marker(), entry.line]
+            lines[start:end] = _lines_of(entry)
             return "\n".join(lines)
     if text and not text.endswith("\n"):
         text += "\n"  # crontab needs every line ended; the only change ever made to another line
-    return f"{text}{entry.marker()}\n{entry.line}\n"
+    return text + "".join(f"{line}\n" for line in _lines_of(entry))
+
+
+def _lines_of(entry: Entry) -> list[str]:
+    return [entry.marker(), entry.line, *([entry.reboot] if entry.reboot else [])]
 
 
 def drop(text: str, doomed: Entry) -> str:
@@ -114,7 +120,9 @@ def _blocks(lines: list[str]) -> list[tuple[int, int, Entry]]:
             continue
         job = lines[index + 1] if index + 1 < len(lines) else ""
         if JOB_SIGN in job and not job.startswith(MARKER):
-            found.append((index, index + 2, Entry(**{**asdict(entry), "line": job})))
+            after = lines[index + 2] if index + 2 < len(lines) else ""
+            reboot = after if after.startswith(REBOOT) and JOB_SIGN in after else ""
+            found.append((index, index + 2 + bool(reboot), Entry(**{**asdict(entry), "line": job, "reboot": reboot})))
         else:  # the job line was deleted by hand: the marker alone is ours to remove
             found.append((index, index + 1, entry))
     return found

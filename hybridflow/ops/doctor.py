@@ -370,8 +370,18 @@ def _conditional_writes(objects, workdir) -> Finding:
                                 "compare-and-swap with a wrong ETag: the workdir's lease and commits hold")
 
 
+def check_calendar(target: Target) -> list[Finding]:
+    """A scheduled pipeline's ticks: missed since its last scheduled run, or held after a failure."""
+    if not target.scheduled:
+        return []
+    from . import calendar
+
+    return [Finding("calendar", *found) for found in calendar.findings(target.pipeline)]
+
+
 CHECKS: list[Check] = [check_packages, check_engines, check_workdir, check_disk, check_cron, check_schedule,
-                       check_cron_environment, check_cron_store, check_gpu, check_shared_workdir, check_object_storage]
+                       check_calendar, check_cron_environment, check_cron_store, check_gpu, check_shared_workdir,
+                       check_object_storage]
 
 
 def run_checks(pipeline: Pipeline | None, environ: Mapping[str, str] | None = None,

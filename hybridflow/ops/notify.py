@@ -97,9 +97,26 @@ def _summary(pipeline: Pipeline, *, run_id, status, trigger, started_at, duratio
         "started_at": started_at, "duration": round(duration, 3), "host": socket.gethostname(),
         "error": error.one_line() if error is not None else None,
         "failed_stages": [{k: s[k] for k in ("name", "error", "log_path")} for s in stages if s["status"] == "failed"],
-        "stages": stages, "resume_command": resume_command, "report": report,
+        "stages": stages, "resume_command": resume_command, "report": report, **_calendar(pipeline),
     }
     return _redacted(summary, pipeline.redact)
+
+
+def _calendar(pipeline: Pipeline) -> dict[str, Any]:
+    """The time the run is for, and whether it caught up ticks the schedule missed (ops/calendar.py)."""
+    notes = pipeline.calendar
+    return {"scheduled_for": pipeline.run_moment().isoformat(timespec="seconds"),
+            "caught_up": bool(notes.get("late") or notes.get("missed") and notes.get("catchup") != "none"),
+            "missed_ticks": list(notes.get("missed") or [])}
+
+
+def held_summary(pipeline: Pipeline, record: dict[str, Any]) -> dict[str, Any]:
+    """The JSON summary of a tick a failed scheduled run holds (ops/calendar.py): status held, nothing ran."""
+    summary = _summary(pipeline, run_id=record["run_id"], status="held", trigger="cron",
+                       started_at=record["started_at"], duration=0.0, error=None, stages=[],
+                       resume_command=f"hybridflow run {pipeline.shown_file} --resume", report=None)
+    summary.update(error=pipeline.redact(record["error"]), scheduled_for=record["scheduled_for"], caught_up=False)
+    return summary
 
 
 def _redacted(value: Any, redact: Callable[[str], str]) -> Any:

@@ -46,7 +46,10 @@ def install(pipeline: Pipeline, environ: dict[str, str] | None = None) -> Entry:
     fields = spec.cron if same_time else system_fields(spec.cron, shifts)
     log = pipeline.workdir / pipeline.name / "cron.log"
     line = f"{fields} {job_command(pipeline, log, if_due=not same_time, environ=environ)}"
-    entry = Entry(pipeline.name, str(pipeline.file), spec.cron, spec.timezone, str(log), line)
+    # cron drops the ticks that fell while the machine was off: at boot, --if-due catches them up
+    reboot = f"{crontab.REBOOT}{job_command(pipeline, log, if_due=True, environ=environ)}" \
+        if spec.catchup != "none" else ""
+    entry = Entry(pipeline.name, str(pipeline.file), spec.cron, spec.timezone, str(log), line, reboot)
     crontab.write(crontab.put(crontab.read(), entry))
     return entry
 

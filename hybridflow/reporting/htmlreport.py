@@ -17,7 +17,7 @@ from typing import Any
 
 from ..backends.stagelog import private_file
 from ..errors import HybridflowError, counted
-from . import reportcharts
+from . import calendartext, reportcharts
 from .progress import engine_work_text, seconds_text, size_text, step_seconds
 
 LOG_TAIL = 20  # lines of each stage's log shown in the report
@@ -26,18 +26,20 @@ REPORT_FILE = "report.html"  # in each run's directory
 
 def render(run: dict[str, Any], stages: list[dict[str, Any]], spans: list[dict[str, Any]],
            previous: tuple[dict[str, Any], list[dict[str, Any]]] | None = None,
-           edges: tuple[list[tuple[str, str]], list[tuple[str, str]]] | None = None, catalog=None) -> str:
+           edges: tuple[list[tuple[str, str]], list[tuple[str, str]]] | None = None, catalog=None,
+           chunks: list[dict[str, Any]] = ()) -> str:
     """The report's HTML for a run record, its stage records and its spans (RunStore); `previous`:
     the last successful run before it and its stages, to compare with; `edges`: the pipeline's graph
     (pipeline_edges; by default, what the run's manifests say); `catalog`: where its versions are
-    (by default the local workdir the run's directory is in)."""
+    (by default the local workdir the run's directory is in); `chunks`: of the backfill it belongs to
+    (calendartext.backfill_chunks)."""
     title = f"{run['pipeline']} · run {run['run_id']}"
     published = _published(run, stages, catalog)
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">', f"<title>{escape(title)}</title>",
         f"<style>{STYLE}</style>", f"<script>{reportcharts.plotly_script()}</script>", "</head><body>",
-        f"<header><h1>{escape(title)}</h1>{_summary(run, stages)}</header>",
+        f"<header><h1>{escape(title)}</h1>{_summary(run, stages)}{_chunks(chunks)}</header>",
         "<noscript><p class='error'>The timeline and the graph need JavaScript; the tables below do not.</p>"
         "</noscript>",
         "<h2>Timeline</h2>", _timeline(run, stages, spans),
@@ -47,6 +49,16 @@ def render(run: dict[str, Any], stages: list[dict[str, Any]], spans: list[dict[s
         "<h2>Compared with the previous successful run</h2>", _comparison(stages, previous),
         "<h2>Logs</h2>", _logs(stages),
         "</body></html>", ""])
+
+
+def _chunks(chunks: list[dict[str, Any]]) -> str:
+    """A backfill's chunks, a row each: the partitions it processes, its run and how it ended."""
+    if not chunks:
+        return ""
+    rows = "".join(f"<tr><td>{c['chunk']}</td><td>{escape(', '.join(c['values']))}</td>"
+                   f"<td><code>{escape(c['run_id'] or '')}</code></td><td>{escape(c['status'])}</td></tr>"
+                   for c in chunks)
+    return f"<table><tr><th>chunk</th><th>partitions</th><th>run</th><th>status</th></tr>{rows}</table>"
 
 
 def _published(run: dict[str, Any], stages: list[dict[str, Any]], catalog=None) -> list[dict[str, Any]]:
@@ -99,7 +111,8 @@ def _summary(run: dict[str, Any], stages: list[dict[str, Any]]) -> str:
              ", ".join(f"{n} {escape(s)}" for s, n in counts.items()) or "no stage"]
     error = f'<p class="error">{escape(run["error"])}</p>' if run.get("error") else ""
     where = f"<p class='muted'>pipeline file <code>{escape(run.get('pipeline_file') or '')}</code></p>"
-    return f"<p class='facts'>{' · '.join(facts)}</p>{error}{where}"
+    calendar = "".join(f"<p>{escape(line)}</p>" for line in calendartext.lines(run))
+    return f"<p class='facts'>{' · '.join(facts)}</p>{calendar}{error}{where}"
 
 
 STAGE_COLUMNS = ("stage", "backend", "device", "status", "duration", "attempts", "time went to", "rows in",
@@ -277,7 +290,8 @@ def write(store, run: dict[str, Any], out: Path | None = None, pipeline=None) ->
                      if r["status"] == "success" and r["started_at"] < run["started_at"]), None)
     edges = pipeline_edges(pipeline) if pipeline is not None else _edges_from_file(run)
     html = render(run, store.stages(run["run_id"]), store.spans(run["run_id"]),
-                  (previous, store.stages(previous["run_id"])) if previous else None, edges, _catalog_of(store, run))
+                  (previous, store.stages(previous["run_id"])) if previous else None, edges, _catalog_of(store, run),
+                  calendartext.backfill_chunks(store.runs(run["pipeline"], limit=500), run))
     path = out or Path(run["run_dir"]) / REPORT_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")  # whose: workdir.remove_leftovers

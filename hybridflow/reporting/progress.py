@@ -13,6 +13,7 @@ from rich.text import Text
 
 from ..errors import counted
 from ..results import Listener, RunResult, StageResult
+from . import calendartext
 
 RUN_STYLES = {"success": "green", "failed": "bold red", "interrupted": "yellow", "killed": "bold red",
               "running": "cyan"}
@@ -211,15 +212,31 @@ def run_duration(run: dict, now: datetime | None = None) -> str:
     return ""
 
 
+def backfill_lines(plan) -> list[str]:
+    """A backfill's dry run (ops/backfill.DryRun) in lines: its partitions with their rows, its stages."""
+    backfill = plan.backfill
+    found = [f"backfill of {backfill.partitions.shown()} (reprocess {backfill.reprocess}): "
+             f"{len(backfill.chunks)} chunk(s)"]
+    for dataset, rows in plan.partitions.items():
+        found.append(f"{dataset}: {len(rows)} partition(s)")
+        found += [f"  {key}  {'?' if n is None else f'{n:,}'} rows" for key, n in rows.items()]
+    found.append(f"processed again by: {', '.join(plan.stages)}")
+    if plan.downstream:
+        found.append(f"then, as their inputs change: {', '.join(plan.downstream)}")
+    found += [f"chunk {c.number}: {', '.join(c.values)}" for c in backfill.chunks if len(backfill.chunks) > 1]
+    return found
+
+
 def runs_table(runs: list[dict]) -> Table:
     table = Table()
-    for column in ("run", "pipeline", "trigger", "started", "duration", "status", "error"):
+    for column in ("run", "pipeline", "trigger", "started", "duration", "status", "error", "for"):
         table.add_column(column, no_wrap=column in ("run", "started", "duration"), overflow="fold",
                          justify="right" if column == "duration" else "left")
     for run in runs:
-        error = (run["error"] or "")[:80]
+        error = "; ".join(filter(None, [(run["error"] or "")[:80], *calendartext.lines(run)[1:]]))
         table.add_row(run["run_id"], run["pipeline"], run["trigger"], run["started_at"][:19].replace("T", " "),
-                      run_duration(run), Text(run["status"], style=RUN_STYLES.get(run["status"], "")), Text(error))
+                      run_duration(run), Text(run["status"], style=RUN_STYLES.get(run["status"], "")), Text(error),
+                      calendartext.for_cell(run))
     return table
 
 
@@ -282,6 +299,7 @@ def run_details(run: dict, stages: list[dict], spans: list[dict] = ()) -> list:
                            f"  {run['started_at']} -> {run['ended_at'] or '…'}",
                            f" ({duration})" if (duration := run_duration(run)) else "")
     parts: list = [header]
+    parts += [Text(line) for line in calendartext.lines(run)]
     if run["error"]:
         parts.append(Text(f"error: {run['error']}", style="red"))
     table = Table()

@@ -44,6 +44,7 @@ class ReachedCode:
     digests: dict[str, str]  # unit key -> sha256 of its parsed code
     reads_params: bool  # whether any of it reads a `.params` attribute (ctx.params)
     imports: frozenset[str] = frozenset()  # top-level names of the modules outside the project it imports
+    reads_calendar: bool = False  # whether any of it reads a `.scheduled_for` attribute (ctx.scheduled_for)
 
 
 @dataclass
@@ -52,6 +53,7 @@ class _Unit:
     digest: str
     targets: list[Target]  # what running it may reach
     reads_params: bool
+    reads_calendar: bool = True
 
 
 @dataclass
@@ -94,7 +96,8 @@ class CodeIndex:
                     queue += unit.targets
             queue += more
         return ReachedCode({key: unit.digest for key, unit in reached.items()},
-                           any(unit.reads_params for unit in reached.values()), frozenset(outside))
+                           any(unit.reads_params for unit in reached.values()), frozenset(outside),
+                           any(unit.reads_calendar for unit in reached.values()))
 
     def _step(self, name: str, wanted: str) -> tuple[list[_Unit], list[Target]]:
         """The units that reaching `wanted` in module `name` adds, and what else it reaches."""
@@ -166,9 +169,8 @@ class _Reader:
             for name, attributes in _references(node):
                 targets += self._resolve(name, attributes, scope)
         digest = hashlib.sha256("\n".join(ast.dump(node) for node in nodes).encode()).hexdigest()
-        reads_params = any(isinstance(n, ast.Attribute) and n.attr == "params"
-                           for node in nodes for n in ast.walk(node))
-        return _Unit(f"{self.path}:{label}", digest, targets, reads_params)
+        attributes = {n.attr for node in nodes for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+        return _Unit(f"{self.path}:{label}", digest, targets, "params" in attributes, "scheduled_for" in attributes)
 
     def _imports(self, nodes: list[ast.stmt]) -> tuple[dict[str, Binding], list[Target]]:
         """The names the imports among nodes bind, and the modules they import (all of a star-imported one)."""

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 from ..data.storage import ObjectPath, is_object_uri, object_path, scheme_problem
 from ..diagnostics import Problem, did_you_mean, errors_in
 from ..errors import ConfigError, counted
+from . import runvalues
 from .checks import check_pipeline
 from .model import pipeline_model
 from .pipeline import Pipeline
@@ -57,6 +58,7 @@ def check_file(file: str | Path, params: list[str] = (),
         return None, [source.problem((), "the top level must be a mapping with 'name' and 'stages'")]
     secrets: set[str] = set()
     data = _interpolate(data, (), environ, source, secrets, problems)
+    problems += _run_references(data, (), source)
     try:
         spec = pipeline_model().model_validate(data)
     except ValidationError as exc:
@@ -147,6 +149,17 @@ def _interpolate(value: Any, path: tuple, environ, source: SourceMap, secrets: s
         return environ[name]
 
     return _ENV_REF.sub(replace, value)
+
+
+def _run_references(value: Any, path: tuple, source: SourceMap) -> list[Problem]:
+    """${run.NAME} naming no run value, where it is written."""
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _run_references(v, path + (k,), source)]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _run_references(v, path + (i,), source)]
+    return [source.problem(path, f"${{run.{name}}} is not a run value{did_you_mean(name, runvalues.NAMES)} "
+                                 f"(known: {', '.join(runvalues.NAMES)})")
+            for name in runvalues.unknown_references(value)]
 
 
 def _locate(error: dict, source: SourceMap) -> Problem:

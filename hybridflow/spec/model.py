@@ -133,6 +133,12 @@ class StageSpec(Section):
 class ScheduleSpec(Section):
     cron: str
     timezone: str = "UTC"
+    catchup: Literal["latest", "all", "none"] = Field(
+        "latest", description="ticks missed since the last scheduled run (the machine was off, cron stopped): "
+                              "latest runs once for the newest, all runs each in order, none runs none")
+    on_failure: Literal["continue", "hold"] = Field(
+        "continue", description="hold: after a scheduled run fails, later ticks are held (recorded and "
+                                "notified, not run) until a resume succeeds or `schedule release`")
 
     @field_validator("cron")
     @classmethod

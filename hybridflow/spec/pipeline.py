@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import cached_property
 from pathlib import Path, PurePath
 from typing import Any
 
 from ..data.storage import ObjectPath, StoreSettings, is_object_uri, object_path
+from . import runvalues
 from .dag import Dag
 from .model import DatasetSpec, PipelineSpec, StageSpec
 from .yamlsource import SourceMap
@@ -30,6 +32,10 @@ class Pipeline:
     # a workdir in object storage (bucket/prefix): the truth of versions, pointers, run records and the
     # lease; `workdir` is then this machine's cache of it (logs, staging, a copy of the run records)
     remote: ObjectPath | None = None
+    # the time the run is for (set by the run; None: now, to the minute) and what its calendar noted:
+    # the ticks it caught up or that were missed (ops/calendar.py)
+    scheduled_for: datetime | None = None
+    calendar: dict[str, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -38,6 +44,19 @@ class Pipeline:
     @property
     def stages(self) -> dict[str, StageSpec]:
         return self.spec.stages
+
+    @property
+    def zone(self) -> str:
+        """The time zone the pipeline's calendar is in: its schedule's, else UTC."""
+        return self.spec.schedule.timezone if self.spec.schedule is not None else "UTC"
+
+    def run_moment(self) -> datetime:
+        return self.scheduled_for or runvalues.this_minute(self.zone)
+
+    @property
+    def run_values(self) -> dict[str, str]:
+        """What ${run.NAME} stands for in params and dataset paths."""
+        return runvalues.values(self.run_moment())
 
     @cached_property
     def dag(self) -> Dag:
@@ -58,7 +77,7 @@ class Pipeline:
     def external_path(self, name: str) -> PurePath:
         """Where an external input lives: a local path (relative ones under root), or an ObjectPath
         for an s3:// URI."""
-        path = self.dataset(name).path or ""
+        path = runvalues.substitute(self.dataset(name).path or "", self.run_values)
         return object_path(path) if is_object_uri(path) else (self.root / path).resolve()
 
     @cached_property
@@ -93,8 +112,9 @@ class Pipeline:
 
     def params_for(self, stage: str) -> dict[str, Any]:
         """Pipeline params < stage params < --param key=value < --param stage.key=value."""
-        return {**self.spec.params, **self.stages[stage].params, **self.overrides,
-                **self.stage_overrides.get(stage, {})}
+        params = {**self.spec.params, **self.stages[stage].params, **self.overrides,
+                  **self.stage_overrides.get(stage, {})}
+        return runvalues.substitute(params, self.run_values) if "${run." in repr(params) else params
 
     def secret_sources(self, environ) -> dict[str, str]:
         """Each secret -> the name of an environment variable that holds it in `environ`, one the

@@ -22,7 +22,8 @@ from .workdir import claim
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY, pipeline TEXT NOT NULL, pipeline_file TEXT, trigger TEXT NOT NULL,
-    started_at TEXT NOT NULL, ended_at TEXT, status TEXT NOT NULL, error TEXT, run_dir TEXT, arguments TEXT
+    started_at TEXT NOT NULL, ended_at TEXT, status TEXT NOT NULL, error TEXT, run_dir TEXT, arguments TEXT,
+    scheduled_for TEXT, calendar TEXT
 );
 CREATE TABLE IF NOT EXISTS stages (
     run_id TEXT NOT NULL REFERENCES runs(run_id), stage TEXT NOT NULL, backend TEXT NOT NULL,
@@ -39,15 +40,18 @@ CREATE TABLE IF NOT EXISTS spans (
 CREATE INDEX IF NOT EXISTS spans_by_run ON spans (run_id, started_at);
 """
 SPAN_FIELDS = ("run_id", "stage", "kind", "detail", "attempt", "started_at", "ended_at", "outcome", "nodes")
+CALENDAR_STATUSES = ("held", "released")  # records of a schedule's calendar (ops/calendar.py): no stage ran
 ATTEMPTED = ("done", "failed", "killed")  # the statuses of a stage that a run tried and finished with
 
+# scheduled_for: the time the run is for; calendar: JSON of the ticks it caught up or found missed,
+# or why a tick was held (ops/calendar.py)
 RUN_FIELDS = ("run_id", "pipeline", "pipeline_file", "trigger", "started_at", "ended_at", "status", "error",
-              "run_dir", "arguments")
+              "run_dir", "arguments", "scheduled_for", "calendar")
 STAGE_FIELDS = ("run_id", "stage", "backend", "status", "duration", "engine_start", "rows_in", "bytes_in",
                 "rows_out", "bytes_out", "skip_reason", "error", "log_path", "outputs", "position", "fingerprint",
                 "gpu", "gpu_reason", "attempts", "engine_work")
 # columns added after the first release: added to an existing runs.db when it is opened
-ADDED_COLUMNS = {"runs": {"arguments": "TEXT"},
+ADDED_COLUMNS = {"runs": {"arguments": "TEXT", "scheduled_for": "TEXT", "calendar": "TEXT"},
                  "stages": {"fingerprint": "TEXT", "gpu": "INTEGER", "gpu_reason": "TEXT", "attempts": "INTEGER",
                             "engine_work": "TEXT"},
                  "spans": {"nodes": "INTEGER"}}  # the hosts of a cluster brought up for the run
@@ -182,9 +186,10 @@ class RunStore:
                                [row.get(f) for f in fields])
 
     def last_run(self, pipeline: str | None = None) -> dict[str, Any] | None:
-        """The newest run of `pipeline`, or of every pipeline in this store when it is None."""
-        found = self.runs(pipeline, limit=1)
-        return found[0] if found else None
+        """The newest run of `pipeline`, or of every pipeline in this store when it is None; a held
+        tick or a release (records of the schedule's calendar, in which nothing ran) is not one."""
+        found = self.runs(pipeline, limit=20)
+        return next((run for run in found if run["status"] not in CALENDAR_STATUSES), None)
 
     def last_attempt(self, pipeline: str, stage: str) -> dict[str, Any] | None:
         """The newest run of `pipeline` that tried `stage` and finished it: {"run_id", "status"}, the

@@ -38,7 +38,7 @@ def test_commands_stage_names_and_run_ids_complete(project):
                             ("20260102T000000Z-bbbbbb", "2026-01-02T00:00:00")):
         store.save_run(run_id=run_id, pipeline="shop", trigger="manual", started_at=started, status="success")
     root = project.root
-    assert completions(root, "hybridflow r") == ["run", "runs", "report"]
+    assert completions(root, "hybridflow r") == ["run", "resume", "runs", "report"]
     assert completions(root, "hybridflow run pipeline.yaml --only ") == ["load", "clean", "score"]
     assert completions(root, "hybridflow plan pipeline.yaml --from c") == ["clean"]
     assert completions(root, "hybridflow run pipeline.yaml --force load,") == ["load,clean", "load,score"]
