@@ -17,23 +17,14 @@ from tests.runs.test_backfill import PIPELINE as DELIVERIES
 from tests.runs.test_backfill import STAGES as BACKFILL_STAGES
 from tests.runs.test_backfill import WEEKS, deliver
 from tests.runs.test_calendar import PIPELINE, STAGES
-from tests.support.s3server import S3Server
+from tests.support.s3server import S3Endpoint
 
 pytestmark = pytest.mark.timeout(900)
 SUNDAY = datetime.fromisoformat("2026-11-22T02:00:05+00:00")
 WEEK = timedelta(days=7)
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    server = S3Server(tmp_path_factory.mktemp("s3") / "moto.log").start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-def hf(project, s3: S3Server, machine: Path, *args, now: datetime | None = None) -> subprocess.CompletedProcess:
+def hf(project, s3: S3Endpoint, machine: Path, *args, now: datetime | None = None) -> subprocess.CompletedProcess:
     environ = {**os.environ, **s3.env(), "HYBRIDFLOW_CACHE": str(machine), "COLUMNS": "250"}
     if now is not None:
         environ["HYBRIDFLOW_NOW"] = now.isoformat()
@@ -41,7 +32,7 @@ def hf(project, s3: S3Server, machine: Path, *args, now: datetime | None = None)
                           capture_output=True, text=True, timeout=600)
 
 
-def records(s3: S3Server, bucket: str) -> list[dict]:
+def records(s3: S3Endpoint, bucket: str) -> list[dict]:
     """The run records in the store, oldest first."""
     client = s3.client()
     keys = sorted(o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="wd/runs/").get("Contents", [])
