@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePath, PurePosixPath
 
 from ..backends import gpu
-from ..data import storage
+from ..data import localcache, storage
 from ..data.hashing import HashCache, digest_of
 from ..registry import engine
 from ..spec import fingerprint as fp
@@ -46,7 +46,7 @@ class Planner:
         self.pipeline = pipeline
         self.catalog = catalog
         self.force = force
-        self.hashes = HashCache(catalog.home / "hashes.json")
+        self.hashes = HashCache(catalog.home / "hashes.json", shared=localcache.home() / "hashes.json")
         self.code = CodeIndex(pipeline.root)
         self.libraries = Libraries()  # read once per plan or run: a watch session sees upgrades
         self.secrets = fp.SecretHasher(pipeline.workdir / ".fingerprint-key", pipeline.secrets,
