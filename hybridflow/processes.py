@@ -16,13 +16,16 @@ PR_SET_CHILD_SUBREAPER = 36
 def _parents() -> dict[int, int]:
     """Every live (not zombie) process's parent: pid -> ppid."""
     parents = {}
-    for entry in Path("/proc").glob("[0-9]*"):
+    for name in os.listdir("/proc"):  # plain os calls: called around every stage, on busy machines too
+        if not name.isdigit():
+            continue
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if fields[0] != "Z":
-            parents[int(entry.name)] = int(fields[1])
+        if fields[0] != b"Z":
+            parents[int(name)] = int(fields[1])
     return parents
 
 

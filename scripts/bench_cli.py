@@ -6,6 +6,10 @@ them). Prints each as its difference from and ratio to a bare `python -c pass`, 
 
     python scripts/bench_cli.py                  # runs configs/weekly_retrain.yaml once first if needed
     python scripts/bench_cli.py --runs 11
+    python scripts/bench_cli.py --compare /tmp/before   # git archive <commit> hybridflow | tar -x -C /tmp/before
+
+`--compare DIR` also times, in the same rounds, the three hybridflow commands with the hybridflow
+package of another source tree (an older commit's): before and after, side by side.
 
 Exits 1 when a target is missed.
 """
@@ -32,14 +36,18 @@ def hybridflow() -> list[str]:
     return [script] if script else [sys.executable, "-m", "hybridflow.cli"]
 
 
-def environment() -> dict[str, str]:
-    """This one, with bytecode caches written: without them every run compiles hybridflow's modules."""
-    return {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+def environment(code: Path | None = None) -> dict[str, str]:
+    """This one, with bytecode caches written: without them every run compiles hybridflow's modules;
+    with `code`, the hybridflow package under it first on the path."""
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+    if code is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(code), os.environ.get("PYTHONPATH")]))
+    return env
 
 
-def seconds(command: list[str]) -> float:
+def seconds(command: list[str], code: Path | None = None) -> float:
     clock = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, env=environment(), capture_output=True, text=True)
+    done = subprocess.run(command, cwd=ROOT, env=environment(code), capture_output=True, text=True)
     elapsed = time.perf_counter() - clock
     if done.returncode != 0:
         sys.exit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
@@ -63,6 +71,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=7, help="runs of each command (median taken)")
     parser.add_argument("--pipeline", type=Path, default=PIPELINE, help="the five-stage pipeline file")
+    parser.add_argument("--compare", type=Path, help="a source tree holding another hybridflow package, timed "
+                                                     "in the same rounds (before/after)")
     args = parser.parse_args()
     pipeline = args.pipeline.resolve()
     ensure_published(pipeline)
@@ -73,10 +83,15 @@ def main() -> None:
         (f"hybridflow validate {pipeline.name}", [*hybridflow(), "validate", str(pipeline)], (0.3, None)),
         (f"hybridflow run {pipeline.name} (all skipped)", [*hybridflow(), "run", str(pipeline)], (None, 0.6)),
     ]
+    codes = {name: None for name, _, _ in commands}
+    if args.compare is not None:
+        compared = [(f"{name} (--compare)", command, (None, None)) for name, command, _ in commands[1:]]
+        codes.update((name, args.compare.resolve()) for name, _, _ in compared)
+        commands += compared
     times: dict[str, list[float]] = {name: [] for name, _, _ in commands}
     for round_ in range(args.runs + 1):  # round 0 warms up: caches written, files in memory
         for name, command, _ in commands:
-            elapsed = seconds(command)
+            elapsed = seconds(command, codes[name])
             if round_:
                 times[name].append(elapsed)
     bare = statistics.median(times[commands[0][0]])
@@ -87,7 +102,7 @@ def main() -> None:
 def report(commands, times: dict[str, list[float]], bare: float, runs: int) -> bool:
     """Prints the table; returns whether a target was missed."""
     print(f"median of {runs} runs each, fresh processes ({sys.executable})")
-    print(f"{'command':<48} {'median':>8} {'vs bare':>9} {'ratio':>7}  target")
+    print(f"{'command':<60} {'median':>8} {'vs bare':>9} {'ratio':>7}  target")
     failed = False
     for name, _, (most_more, most_total) in commands:
         median = statistics.median(times[name])
@@ -99,7 +114,7 @@ def report(commands, times: dict[str, list[float]], bare: float, runs: int) -> b
             ok, target = True, ""
         verdict = ("PASS" if ok else "FAIL") if target else ""
         failed = failed or not ok
-        print(f"{name:<48} {median:>7.3f}s {median - bare:>+8.3f}s {median / bare:>6.1f}x  {target} {verdict}".rstrip())
+        print(f"{name:<60} {median:>7.3f}s {median - bare:>+8.3f}s {median / bare:>6.1f}x  {target} {verdict}".rstrip())
     return failed
 
 

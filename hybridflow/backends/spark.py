@@ -38,7 +38,7 @@ from ..data.tables import TableSource, parquet_files
 from ..data.textfiles import csv_header
 from ..errors import DataError, UnavailableError, first_line
 from ..settings import EngineSection, GpuMode, Params
-from . import ClusterLaunch, Engine, GpuPlugin, spark_host, spark_s3_jars
+from . import ClusterLaunch, Engine, GpuPlugin, spark_host
 from .base import (
     Backend,
     case_collisions,
@@ -146,7 +146,7 @@ ENGINE = Engine(
     attached=_attached, sql_dialect="spark",
     result_settings=lambda settings: {"spark_conf": dict(settings.conf)},
     unrepresentable=lambda schema: unrepresentable(schema),
-    object_storage_check=lambda: spark_s3_jars.check(),
+    object_storage_check=lambda: _s3_jars().check(),
     object_storage_fetch=lambda settings: _fetch_s3_jars(settings),
     cluster_launch=cluster_launch,
 )
@@ -281,12 +281,20 @@ def _names_hadoop_aws(own: dict[str, str]) -> bool:
                                                              "spark.driver.extraClassPath"))
 
 
+def _s3_jars():
+    """The s3a jars' fetcher, imported when a run reaches object storage: it brings http, ssl and xml
+    (10 ms), which every other command (validate, a local run) loads the Spark engine's module without."""
+    from . import spark_s3_jars
+
+    return spark_s3_jars
+
+
 def _fetch_s3_jars(settings) -> None:
     """Before a run whose driver will need the s3a jars: fetched now, once per machine (a Spark Connect
     server reaches object storage with its own)."""
     if settings.remote or _names_hadoop_aws({k: str(v) for k, v in settings.conf.items()}):
         return
-    spark_s3_jars.s3_jars()
+    _s3_jars().s3_jars()
 
 
 def spark_s3_conf(store, own: dict[str, str], gpu_conf: dict[str, str]) -> dict[str, str]:
@@ -296,7 +304,7 @@ def spark_s3_conf(store, own: dict[str, str], gpu_conf: dict[str, str]) -> dict[
     conf = store.spark_conf()
     if _names_hadoop_aws(own):
         return conf
-    jars = [str(jar) for jar in spark_s3_jars.s3_jars()]  # fetched here the first time
+    jars = [str(jar) for jar in _s3_jars().s3_jars()]  # fetched here the first time
     # on the classpath where they lie (on a cluster, every worker has them under the same path: `python
     # -m hybridflow.backends.spark_s3_jars` there): spark.jars would copy 700 MB to each executor
     for key in ("spark.driver.extraClassPath", "spark.executor.extraClassPath"):

@@ -2,7 +2,8 @@
 
 Published versions carry their files' sha256 in their manifests; this cache serves external inputs,
 which hybridflow does not own: a file is hashed again when its size, mtime, ctime, inode or device
-changed.
+changed. A workdir's cache is backed by the machine's (data/localcache.py): a fresh workdir, or another
+pipeline reading the same raw files, does not read gigabytes again to learn what this machine knows.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path, PurePath
 from .storage import ObjectPath, content_tag
 
 RECENT_NS = 2 * 10**9  # coarse file system timestamps: a change within this window may not show
+MACHINE_ENTRIES = 20_000  # files the machine's cache remembers: about 4 MB, read only when a workdir's misses
 
 
 def file_sha256(path: Path) -> str:
@@ -134,9 +136,16 @@ class HashCache:
 
     VERSION = 2
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, shared: Path | None = None, limit: int | None = None) -> None:
+        """shared: the machine's cache (opened only when this one does not know a file), asked what
+        this one does not know and told what it learns. limit: the most entries kept, the least
+        recently learnt dropped first (the machine's cache sees every file of every workdir)."""
         self.path = path
+        self.shared_path = shared
+        self.limit = limit
+        self._shared: HashCache | None = None
         self._key, self._entries = self._load()
+        self._learnt: set[str] = set()  # the entries this process added: kept over another's on save
         self._dirty = False
         if self._key is None:  # no cache yet, or one written by an older version: replace it, paths and all
             self._key = secrets.token_bytes(32)
@@ -162,12 +171,12 @@ class HashCache:
         return self.sha256(Path(file))
 
     def sha256(self, file: Path) -> str:
-        key, stat = self._key_of(file), file.stat()
-        known = self._known(key, stat)
+        stat = file.stat()
+        known = self._recall(file, stat)
         if known is not None:
             return known
         value = file_sha256(file)
-        self._remember(key, stat, value)
+        self._learn(file, stat, value)
         return value
 
     def warm(self, files: list[PurePath]) -> None:
@@ -177,19 +186,39 @@ class HashCache:
         todo = []
         for file in (Path(f) for f in files if not isinstance(f, ObjectPath)):
             with contextlib.suppress(OSError):
-                key, stat = self._key_of(file), file.stat()
-                if self._known(key, stat) is None:
-                    todo.append((file, key, stat))
+                stat = file.stat()
+                if self._recall(file, stat) is None:
+                    todo.append((file, stat))
         if len(todo) < 2:
             return
         from concurrent.futures import ThreadPoolExecutor
 
-        todo.sort(key=lambda item: -item[2].st_size)  # the largest first: the others fit beside it
+        todo.sort(key=lambda item: -item[1].st_size)  # the largest first: the others fit beside it
         with ThreadPoolExecutor(min(len(todo), os.cpu_count() or 1), thread_name_prefix="hybridflow-hash") as pool:
-            values = list(pool.map(_sha256_or_none, [file for file, _, _ in todo]))
-        for (_, key, stat), value in zip(todo, values):
+            values = list(pool.map(_sha256_or_none, [file for file, _ in todo]))
+        for (file, stat), value in zip(todo, values):
             if value is not None:
-                self._remember(key, stat, value)
+                self._learn(file, stat, value)
+
+    def _recall(self, file: Path, stat: os.stat_result) -> str | None:
+        """The sha256 this cache, else the machine's, knows for `file` as `stat` describes it."""
+        key = self._key_of(file)
+        known = self._known(key, stat)
+        if known is None and self._machine() is not None:
+            known = self._machine()._recall(file, stat)
+            if known is not None:
+                self._remember(key, stat, known)
+        return known
+
+    def _learn(self, file: Path, stat: os.stat_result, value: str) -> None:
+        self._remember(self._key_of(file), stat, value)
+        if self._machine() is not None:
+            self._machine()._learn(file, stat, value)
+
+    def _machine(self) -> HashCache | None:
+        if self._shared is None and self.shared_path is not None:
+            self._shared = HashCache(self.shared_path, limit=MACHINE_ENTRIES)
+        return self._shared
 
     def _known(self, key: str, stat: os.stat_result) -> str | None:
         entry = self._entries.get(key)
@@ -198,22 +227,44 @@ class HashCache:
     def _remember(self, key: str, stat: os.stat_result, value: str) -> None:
         """`value` for the file as `stat` (taken before it was read) describes it."""
         if time.time_ns() - stat.st_ctime_ns > RECENT_NS:  # a file still being written is hashed again
+            self._entries.pop(key, None)  # last in the order: the most recently learnt
             self._entries[key] = [*_stamp(stat), value]
+            self._learnt.add(key)
         self._dirty = True
 
     def save(self) -> None:
-        """Best effort: a cache that cannot be written only costs a re-hash next time."""
+        """Best effort: a cache that cannot be written only costs a re-hash next time. Entries another
+        process saved meanwhile are kept (the machine's cache has many writers)."""
+        if self._shared is not None:
+            self._shared.save()
         if not self._dirty:
             return
+        self._entries = self._merged()
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
-            self.path.parent.mkdir(exist_ok=True)  # not a workdir removed while in use (its run reports that)
+            # a workdir's parent is never made (not a workdir removed while in use: its run reports that)
+            self.path.parent.mkdir(parents=self.limit is not None, exist_ok=True)
             text = json.dumps({"version": self.VERSION, "key": self._key.hex(), "entries": self._entries})
             with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
                 os.fchmod(handle.fileno(), 0o600)  # a leftover tmp file keeps its old mode otherwise
                 handle.write(text)
             os.replace(tmp, self.path)
             self._dirty = False
+            self._learnt.clear()
         except OSError:
             with contextlib.suppress(OSError):  # on a full disk: gone again, not left filling it
                 tmp.unlink()
+
+    def _merged(self) -> dict[str, list]:
+        """The entries to save: those saved meanwhile under this cache's key, then those learnt here
+        (the newest last), the oldest dropped beyond the limit."""
+        key, saved = self._load()
+        if key != self._key:
+            saved = {}
+        for learnt in self._learnt:
+            saved.pop(learnt, None)
+        merged = {**{k: v for k, v in self._entries.items() if k not in self._learnt}, **saved,
+                  **{k: v for k, v in self._entries.items() if k in self._learnt}}
+        if self.limit is not None and len(merged) > self.limit:
+            merged = dict(list(merged.items())[-self.limit:])
+        return merged

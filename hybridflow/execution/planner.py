@@ -11,7 +11,7 @@ from pathlib import Path, PurePath, PurePosixPath
 from typing import Callable
 
 from ..backends import gpu
-from ..data import storage
+from ..data import localcache, storage
 from ..data.hashing import HashCache, digest_of
 from ..registry import engine
 from ..spec import fingerprint as fp
@@ -47,7 +47,7 @@ class Planner:
         self.pipeline = pipeline
         self.catalog = catalog
         self.force = force
-        self.hashes = HashCache(catalog.home / "hashes.json")
+        self.hashes = HashCache(catalog.home / "hashes.json", shared=localcache.home() / "hashes.json")
         self.code = CodeIndex(pipeline.root)
         self.libraries = Libraries()  # read once per plan or run: a watch session sees upgrades
         self.secrets = fp.SecretHasher(pipeline.workdir / ".fingerprint-key", pipeline.secrets,

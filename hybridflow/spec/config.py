@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from ..data import localcache
 from ..data.storage import ObjectPath, is_object_uri, object_path, scheme_problem
 from ..diagnostics import Problem, did_you_mean, errors_in
 from ..errors import ConfigError, counted
@@ -101,8 +102,7 @@ def _workdir(spec, root: Path, environ, source: SourceMap) -> tuple[Path | None,
 
 def local_cache(remote: ObjectPath, environ) -> Path:
     """Where a workdir in object storage keeps what is local to this machine: one folder per workdir."""
-    base = environ.get("HYBRIDFLOW_CACHE") or Path(environ.get("XDG_CACHE_HOME") or Path.home() / ".cache",
-                                                   "hybridflow")
+    base = localcache.home(environ)
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(remote))[:80]
     digest = hashlib.sha256(remote.uri.encode()).hexdigest()[:8]
     return (Path(base).expanduser() / "workdirs" / f"{slug}-{digest}").resolve()

@@ -5,7 +5,8 @@ Each input of the stage is a view named after its dataset; params are bound by n
 `:name` in the query on every engine (the engine binds the values itself: never string formatting);
 the query's result is the stage's one output. The file is read here with sqlglot's parser in the
 engine's dialect, for `validate` (tables that are not inputs, unknown params, each at file:line:col)
-and for fingerprints, which hash the query's tokens: comments and whitespace do not count.
+and for fingerprints, which hash the query's tokens: comments and whitespace do not count. What sqlglot reads of a
+query is remembered on this machine by the digest of its text (sqlcache.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, Callable
 
 from ..diagnostics import Problem, did_you_mean
 from ..errors import ConfigError
+from . import sqlcache
 
 SUFFIX = ".sql"
 UNIT = "query"  # the label of a query in fingerprints' code digests ("sql/orders.sql:query")
@@ -107,6 +109,38 @@ def parse(file: Path, text: str, dialect: str) -> SqlQuery:
 
 @functools.lru_cache(maxsize=256)
 def _parse(file: Path, text: str, dialect: str) -> SqlQuery:
+    facts = sqlcache.recall("query", text, dialect)
+    try:
+        problem = facts["problem"]
+        tables, params = _refs(facts["tables"]), _refs(facts["params"])
+    except (TypeError, KeyError, ValueError):  # not remembered, or not in this version's shape
+        facts = _read_query(text, dialect)
+        sqlcache.remember("query", text, dialect, facts)
+        problem, tables, params = facts["problem"], _refs(facts["tables"]), _refs(facts["params"])
+    if problem is not None:
+        raise SqlProblem(*problem)
+    return SqlQuery(file, text, tables, params)
+
+
+def _refs(found) -> tuple[Ref, ...]:
+    return tuple(Ref(str(name), int(line), int(col), int(start), int(end)) for name, line, col, start, end in found)
+
+
+def _read_query(text: str, dialect: str) -> dict[str, Any]:
+    """What sqlglot reads in `text`, as JSON: the tables and the params, or the problem (message,
+    line, col) that makes it no query of a SQL stage."""
+    try:
+        tables, params = _parse_with_sqlglot(text, dialect)
+    except SqlProblem as exc:
+        return {"problem": [exc.message, exc.line, exc.col], "tables": [], "params": []}
+    return {"problem": None, "tables": [_fields(r) for r in tables], "params": [_fields(r) for r in params]}
+
+
+def _fields(ref: Ref) -> list:
+    return [ref.name, ref.line, ref.col, ref.start, ref.end]
+
+
+def _parse_with_sqlglot(text: str, dialect: str) -> tuple[tuple[Ref, ...], tuple[Ref, ...]]:
     import sqlglot
     from sqlglot import exp
     from sqlglot.errors import ParseError, TokenError
@@ -129,40 +163,50 @@ def _parse(file: Path, text: str, dialect: str) -> SqlQuery:
     tables = tuple(_ref(text, table.name, table.this.meta.get("start"))
                    for table in query.find_all(exp.Table)
                    if table.name and table.name.lower() not in ctes and not table.args.get("db"))
-    return SqlQuery(file, text, tuple(sorted(tables, key=lambda r: r.start)), _params(text, tokens))
+    return tuple(sorted(tables, key=lambda r: r.start)), _params(text, tokens)
 
 
-def tokens_of(root: Path, target: str):
-    """(tokens, text) of a query file in no particular dialect (`:name` and comments read alike in
-    all), or None when it cannot be read or tokenized: for fingerprints, which must not fail."""
-    from sqlglot.errors import TokenError
-
+def _tokens_read(root: Path, target: str) -> dict[str, Any] | None:
+    """What fingerprints keep of a query file's tokens in no particular dialect (`:name` and comments
+    read alike in all): the digest of their texts and the params; None when the file cannot be read
+    or tokenized (fingerprints must not fail)."""
     try:
         text = file_of(root, target).read_text(encoding="utf-8")
-        return _tokens(text), text
-    except (OSError, UnicodeDecodeError, TokenError):
+    except (OSError, UnicodeDecodeError):
         return None
+    return _token_facts(text)
 
 
 @functools.lru_cache(maxsize=256)
-def _tokens(text: str) -> tuple:
-    """A query's tokens in no particular dialect, once per process (its digest and its params read them)."""
-    import sqlglot
+def _token_facts(text: str) -> dict[str, Any] | None:
+    facts = sqlcache.recall("tokens", text, "")
+    if isinstance(facts, dict) and isinstance(facts.get("digest"), str) and isinstance(facts.get("params"), list):
+        return facts
+    from sqlglot.errors import TokenError
 
-    return tuple(sqlglot.tokenize(text))
+    try:
+        import sqlglot
+
+        tokens = tuple(sqlglot.tokenize(text))
+    except TokenError:
+        return None
+    normalized = " ".join(token.text for token in tokens)
+    facts = {"digest": hashlib.sha256(normalized.encode()).hexdigest(),
+             "params": sorted({ref.name for ref in _params(text, tokens)})}
+    sqlcache.remember("tokens", text, "", facts)
+    return facts
 
 
 def code_digest(root: Path, target: str) -> str:
     """The query's tokens, hashed: what a change of the query changes, and only that."""
-    found = tokens_of(root, target)
-    normalized = " ".join(token.text for token in found[0]) if found else "unreadable"
-    return hashlib.sha256(normalized.encode()).hexdigest()
+    found = _tokens_read(root, target)
+    return found["digest"] if found else hashlib.sha256(b"unreadable").hexdigest()
 
 
 def param_names(root: Path, target: str) -> set[str] | None:
     """The params the query names (None when it cannot be read: then every param counts)."""
-    found = tokens_of(root, target)
-    return {ref.name for ref in _params(found[1], found[0])} if found else None
+    found = _tokens_read(root, target)
+    return {str(name) for name in found["params"]} if found else None
 
 
 def _params(text: str, tokens) -> tuple[Ref, ...]:

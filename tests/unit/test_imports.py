@@ -92,3 +92,9 @@ def test_a_rerun_that_skips_every_stage_imports_no_data_library(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == ""
+
+
+def test_validate_loads_no_network_client():
+    """Spark's s3a jar fetcher (http, ssl, xml) loads when a run reaches object storage, not with Spark's module."""
+    assert loaded_after(["validate", "configs"], watched=("hybridflow.backends.spark_s3_jars", "http.client",
+                                                          "ssl", "xml.etree.ElementTree")) == ""
