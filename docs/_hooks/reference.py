@@ -122,6 +122,8 @@ def _type_of(prop: dict, defs: dict) -> str:
         if isinstance(values, dict) and ("$ref" in values or "properties" in values):
             return "mapping of name to mapping (below)"
         return "mapping (below)" if "properties" in prop else "mapping"
+    if kind == "string" and "(ms|s|m|h|d)" in prop.get("pattern", ""):
+        return "duration: 90s, 30m, 1h30m"
     if kind == "string" and "pattern" in prop and "description" not in prop:
         return f"string matching `{prop['pattern']}`"
     return {"integer": "integer", "number": "number", "boolean": "boolean", "string": "string"}.get(kind, kind)
@@ -159,40 +161,32 @@ def _example_of(example: dict, path: str) -> str:
 # --- the command line ---------------------------------------------------------------------------------
 
 def cli_reference() -> str:
-    import click
     import typer
 
     from hybridflow.cli import app
 
-    root = typer.main.get_command(app)
+    root = typer.main.get_command(app)  # Typer's own copy of click: duck-typed below, never `import click`
     out: list[str] = []
-    _command(root, "hybridflow", out, click.Context(root, info_name="hybridflow"))
+    _command(root, "hybridflow", out, root.context_class(root, info_name="hybridflow"))
     return "\n".join(out)
 
 
 def _command(command, name: str, out: list[str], ctx) -> None:
-    import click
-
     if name != "hybridflow":
         out.append(f"### `{name}`\n")
         out.append((command.help or "").strip().replace("\b\n", "") + "\n")
-        out.append(f"```text\n{' '.join(command.collect_usage_pieces(ctx)).join([name + ' ', ''])}\n```\n")
-        rows = [param for param in command.params if not getattr(param, "hidden", False)]
-        if rows:
-            out.append("| argument or option | type | default | what it does |")
-            out.append("|---|---|---|---|")
-            for param in rows:
-                names = ", ".join(f"`{opt}`" for opt in [*param.opts, *param.secondary_opts]) \
-                    if isinstance(param, click.Option) else f"`{param.human_readable_name}`"
-                default = param.default if param.default not in (None, (), [], False) else ""
-                out.append(f"| {names} | {_cell(param.type.name)} | {_cell(default)} | "
-                           f"{_cell(getattr(param, 'help', '') or '')} |")
+        out.append(f"```text\n{command.get_usage(ctx).strip()}\n```\n")
+        records = [param.get_help_record(ctx) for param in command.params if not param.hidden]
+        records = [record for record in records if record]
+        if records:
+            out.append("| argument or option | what it does |")
+            out.append("|---|---|")
+            out.extend(f"| `{_cell(decl)}` | {_cell(help_text)} |" for decl, help_text in records)
             out.append("")
-    if isinstance(command, click.Group):
-        for sub_name in command.list_commands(ctx):
-            sub = command.get_command(ctx, sub_name)
-            if sub is not None and not sub.hidden:
-                _command(sub, f"{name} {sub_name}", out, click.Context(sub, info_name=sub_name, parent=ctx))
+    for sub_name in command.list_commands(ctx) if hasattr(command, "list_commands") else ():
+        sub = command.get_command(ctx, sub_name)
+        if sub is not None and not sub.hidden:
+            _command(sub, f"{name} {sub_name}", out, sub.context_class(sub, info_name=sub_name, parent=ctx))
 
 
 # --- exit codes ---------------------------------------------------------------------------------------
