@@ -35,7 +35,7 @@ def test_a_pipeline_block_that_drifted_from_the_model_fails_naming_page_line_and
         ```
         """)
     scratch.check(ok)
-    with pytest.raises(AssertionError, match=r"page.md:5 .*backnd.*did you mean 'backend'"):
+    with pytest.raises(AssertionError, match=r"(?s)page.md:5 .*backnd.*did you mean 'backend'"):
         scratch.check(drifted)
 
 
