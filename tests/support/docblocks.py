@@ -143,14 +143,14 @@ class Scratch:
                                       f"{done.stderr[-3000:]}")
 
     def _laid_over_base(self, block: Block) -> Path:
-        """A whole pipeline file as it is; a part of one over a small valid pipeline (its top-level keys
-        replace the base's)."""
-        part = yaml.safe_load(block.text) or {}
-        assert isinstance(part, dict), f"{block.where()}: a YAML block must be a pipeline file or a part of one"
-        whole = {"name", "stages"} <= part.keys()
-        base = {"name": "docs-example", "stages": {"step": {"run": "stages.docs_stub:step", "outputs": ["out"]}}}
+        """A whole pipeline file as it is; a part of one followed by what it lacks of a small valid
+        pipeline (a name, a stage). Put together as text, so that the file is read as hybridflow reads
+        it (`on:` stays a key) and the block's own lines keep their numbers."""
+        keys = set(re.findall(r"^([A-Za-z_][\w-]*):", block.text, re.MULTILINE))
+        base = {"name": "name: docs-example\n",
+                "stages": "stages:\n  step: {run: 'stages.docs_stub:step', outputs: [out]}\n"}
         path = self.cwd / f"docs-block-{block.line}.yaml"
-        path.write_text(block.text if whole else yaml.safe_dump({**base, **part}, sort_keys=False))
+        path.write_text(block.text + "".join(text for key, text in base.items() if key not in keys))
         return path
 
     def validate(self, path: Path, block: Block) -> None:
