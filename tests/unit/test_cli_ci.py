@@ -62,8 +62,9 @@ def test_ci_run_passes_on_arguments_and_fails_when_pytest_fails_or_collects_noth
     calls = (root / ".venv" / "bin" / "calls").read_text().splitlines()
     # the existing virtualenv is reused (no python3 on PATH to make another); pip runs every time, from its
     # cache, and so does the fetcher of Spark's s3a jars (a no-op once they are cached)
+    # every tier, serially
     assert calls[:3] == ["-m pip install --disable-pip-version-check --quiet -e .[test]",
-                         "-m hybridflow.backends.spark_s3_jars", "-m pytest tests -n 0 -m not cron"]  # every tier, serially
+                         "-m hybridflow.backends.spark_s3_jars", "-m pytest tests -n 0 -m not cron"]
     assert len(calls) == 12
 
 
