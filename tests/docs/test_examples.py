@@ -13,8 +13,11 @@ from tests.support.docblocks import REPO, Scratch, blocks, pages
 @pytest.mark.parametrize("page", pages(), ids=lambda page: str(page.relative_to(REPO)))
 def test_every_block_of_the_page_runs_or_validates(page, tmp_path):
     scratch = Scratch(tmp_path / "project")
-    for block in blocks(page):
-        scratch.check(block)
+    try:
+        for block in blocks(page):
+            scratch.check(block)
+    finally:
+        scratch.close()
 
 
 def page_of(tmp_path, text: str):

@@ -4,7 +4,8 @@ The rules, as docs/reference/docs-conventions.md tells writers: a page's blocks 
 scratch project (a copy of the repository's example configs, stages, data and scripts); shell and
 Python blocks are run, YAML blocks validated as a pipeline file or a part of one laid over a small
 valid pipeline; `<!-- docs: illustration (why) -->` right above a fence shows a block without running
-it, `<!-- docs: file PATH -->` writes it into the scratch project. Every block is at least parsed.
+it, `<!-- docs: file PATH -->` writes it into the scratch project, `<!-- docs: with-s3 -->` runs it with
+the AWS variables of an S3 server (moto) the page's scratch project starts. Every block is at least parsed.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ SHELL = {"bash", "sh", "shell"}
 SHOWN = {"text", "console", "toml", "sql", ""}
 KNOWN = SHELL | SHOWN | {"python", "yaml"}
 _FENCE = re.compile(r"^(?P<indent> *)(?P<fence>```+)(?P<lang>[\w+-]*)[^\n`]*$")
-_MARKER = re.compile(r"^ *<!-- docs: (?P<kind>illustration|file)(?: (?P<arg>[^>]*?))? -->$")
+_MARKER = re.compile(r"^ *<!-- docs: (?P<kind>illustration|file|with-s3)(?: (?P<arg>[^>]*?))? -->$")
 _SNIPPET = re.compile(r'^--8<-- "(?P<path>[^"]+)"$')
 
 
@@ -38,7 +39,7 @@ class Block:
     line: int  # of the opening fence, 1-based
     lang: str
     text: str
-    marker: str | None = None  # "illustration" or "file"
+    marker: str | None = None  # "illustration", "file" or "with-s3"
     arg: str | None = None  # the file's path, or the illustration's reason
 
     def where(self) -> str:
@@ -110,7 +111,12 @@ class Scratch:
             (self.bin / name).write_text(f'#!/bin/sh\nexec {command} "$@"\n')
             (self.bin / name).chmod(0o755)
         self.env = {**os.environ, "PATH": f"{self.bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-                    "COLUMNS": "160", "NO_COLOR": "1"}
+                    "COLUMNS": "160", "NO_COLOR": "1", "HYBRIDFLOW_CACHE": str(root.parent / f"{root.name}-cache")}
+        self.s3 = None  # the page's S3 server, started by its first with-s3 block
+
+    def close(self) -> None:
+        if self.s3 is not None:
+            self.s3.stop()
 
     def check(self, block: Block) -> None:
         check_syntax(block)
@@ -123,6 +129,11 @@ class Scratch:
             if block.lang == "yaml":
                 self.validate(path, block)
             return
+        if block.marker == "with-s3" and self.s3 is None:
+            from tests.support.s3server import S3Server
+
+            self.s3 = S3Server(self.root.parent / "s3.log").start()
+            self.env.update(self.s3.env())
         if block.lang in SHELL:
             self._shell(block)
         elif block.lang == "python":
