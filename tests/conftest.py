@@ -85,6 +85,7 @@ TIERS = {
     "clusters": ("engine", "cluster"),  # a Spark master, Dask scheduler, Ray head or Connect server, attached to
     "objectstore": ("engine", "objectstore"),  # an S3 server (moto) and the engines reading and writing it
     "cron": ("cron",),  # the real cron daemon and a scheduled run (up to about 2 minutes; needs root)
+    "docs": ("docs",),  # the documentation site built strict, every example of it run, and opened in Chromium
 }
 TESTS = Path(__file__).resolve().parent
 

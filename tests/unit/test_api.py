@@ -1,6 +1,6 @@
 """The Python API is the CLI's engine room: a run through hybridflow.run gives the same published
 outputs and run records as `hybridflow run`, errors raise the typed exceptions the CLI maps to exit
-codes, read() returns what a python stage would get, and the README's "From Python" example runs."""
+codes, read() returns what a python stage would get, and the "From Python" guide's example runs."""
 
 from __future__ import annotations
 
@@ -120,10 +120,9 @@ def test_a_failed_stage_is_in_the_result_and_resume_repeats_the_run(project):
     assert hybridflow.run(path, resume=True) is None  # the last run succeeded: nothing to resume
 
 
-def test_the_readmes_from_python_example_runs(tmp_path):
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## From Python", 1)[1]
-    [example] = re.findall(r"```python\n(.*?)```", section.split("\n## ", 1)[0], re.S)
+def test_the_from_python_guides_example_runs(tmp_path):
+    guide = (ROOT / "docs" / "guides" / "python.md").read_text()
+    [example] = re.findall(r"```python\n(.*?)```", guide, re.S)
     for part in ("configs", "stages", "data"):
         shutil.copytree(ROOT / part, tmp_path / part)
     done = subprocess.run([sys.executable, "-c", example], cwd=tmp_path, capture_output=True, text=True, timeout=300)

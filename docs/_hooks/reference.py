@@ -1,0 +1,256 @@
+"""MkDocs hook: the reference tables, generated from the code at build time so they are never written twice.
+
+A page asks for a table with an HTML comment on a line of its own, `<!-- generated: NAME -->`, which the
+hook replaces with the table's markdown; an unknown NAME fails the build. The tables:
+
+- `pipeline-keys`: every key of the pipeline file, from its JSON schema (`hybridflow.schema()`, the
+  pydantic model), with its type, default, description and an example taken from the complete example
+  pipeline (docs/reference/pipeline-example.yaml, which the docs tests validate);
+- `cli`: every command of the Typer app with its usage, help and options;
+- `exit-codes`: the `ExitCode` enum with the comment beside each member in hybridflow/errors.py;
+- `pandas-dtypes`: what a pandas stage gets for each Arrow type, by converting a sample table with
+  hybridflow's own conversion (hybridflow.backends.pandas_frames.to_pandas).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import tokenize
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DOCS = Path(__file__).resolve().parents[1]
+MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.MULTILINE)
+EXAMPLE = DOCS / "reference" / "pipeline-example.yaml"
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    return MARKER.sub(lambda match: _generate(match[1], page.file.src_uri), markdown)
+
+
+def _generate(name: str, page: str) -> str:
+    makers = {"pipeline-keys": pipeline_keys, "cli": cli_reference, "exit-codes": exit_codes,
+              "pandas-dtypes": pandas_dtypes}
+    if name not in makers:
+        raise ValueError(f"{page}: no generated table named '{name}' (known: {', '.join(makers)})")
+    return makers[name]()
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+# --- the pipeline file --------------------------------------------------------------------------------
+
+def pipeline_keys() -> str:
+    import hybridflow
+
+    schema = hybridflow.schema()
+    example = yaml.safe_load(EXAMPLE.read_text())
+    sections: list[tuple[str, dict]] = []
+    _walk(schema, schema["$defs"], "", sections)
+    out = []
+    for path, props in sections:
+        out.append(f"### `{path or 'top level'}`\n")
+        out.append("| key | type | default | description | example |")
+        out.append("|---|---|---|---|---|")
+        for key, prop in props.items():
+            full = f"{path}.{key}" if path else key
+            out.append(f"| `{key}` | {_cell(_type_of(prop, schema['$defs']))} | {_default_of(prop)} | "
+                       f"{_cell(prop.get('description', '') or _description_of(prop, schema['$defs']))} | "
+                       f"{_example_of(example, full)} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def _resolve(prop: dict, defs: dict) -> dict:
+    if "$ref" in prop:
+        return defs[prop["$ref"].rsplit("/", 1)[1]]
+    return prop
+
+
+def _object_of(prop: dict, defs: dict) -> dict | None:
+    """The object schema a key holds (through $ref and `X | None`), or None for a plain value."""
+    for option in [prop, *prop.get("anyOf", [])]:
+        option = _resolve(option, defs)
+        if option.get("type") == "object" and "properties" in option:
+            return option
+    return None
+
+
+def _mapping_of(prop: dict, defs: dict) -> dict | None:
+    """For `name -> object` mappings (datasets, stages): the object schema of each value."""
+    values = prop.get("additionalProperties")
+    if isinstance(values, dict):
+        return _object_of(values, defs)
+    return None
+
+
+def _walk(schema: dict, defs: dict, path: str, sections: list) -> None:
+    props = schema["properties"]
+    sections.append((path, props))
+    for key, prop in props.items():
+        full = f"{path}.{key}" if path else key
+        if (inner := _object_of(prop, defs)) is not None:
+            _walk(inner, defs, full, sections)
+        elif (values := _mapping_of(prop, defs)) is not None:
+            _walk(values, defs, f"{full}.<name>", sections)
+        elif prop.get("type") == "array" and (items := _object_of(prop.get("items", {}), defs)) is not None:
+            _walk(items, defs, f"{full}[]", sections)
+
+
+def _type_of(prop: dict, defs: dict) -> str:
+    if "anyOf" in prop:
+        kinds = [_type_of(option, defs) for option in prop["anyOf"] if option.get("type") != "null"]
+        return " or ".join(dict.fromkeys(kinds))
+    if "$ref" in prop:
+        return "mapping (below)"
+    if "const" in prop:
+        return f"`{json.dumps(prop['const'])}`"
+    if "enum" in prop:
+        return "one of " + ", ".join(f"`{value}`" for value in prop["enum"])
+    kind = prop.get("type", "any")
+    if kind == "array":
+        items = prop.get("items", {})
+        return f"list of {_type_of(items, defs)}" if items else "list"
+    if kind == "object":
+        values = prop.get("additionalProperties")
+        if isinstance(values, dict) and ("$ref" in values or "properties" in values):
+            return "mapping of name to mapping (below)"
+        return "mapping (below)" if "properties" in prop else "mapping"
+    if kind == "string" and "(ms|s|m|h|d)" in prop.get("pattern", ""):
+        return "duration: 90s, 30m, 1h30m"
+    if kind == "string" and "pattern" in prop and "description" not in prop:
+        return f"string matching `{prop['pattern']}`"
+    return {"integer": "integer", "number": "number", "boolean": "boolean", "string": "string"}.get(kind, kind)
+
+
+def _default_of(prop: dict) -> str:
+    if "default" not in prop:
+        return "required" if prop.get("minProperties") or prop.get("title") in ("Name", "Run", "Cron") else "—"
+    return f"`{json.dumps(prop['default'])}`"
+
+
+def _description_of(prop: dict, defs: dict) -> str:
+    inner = _object_of(prop, defs)
+    return (inner or {}).get("description", "")
+
+
+def _example_of(example: dict, path: str) -> str:
+    node: Any = example
+    for part in path.replace("[]", "").split("."):
+        if part == "<name>" and isinstance(node, dict) and node:
+            node = next(iter(node.values()))
+        elif isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and node and isinstance(node[0], dict) and part in node[0]:
+            node = node[0][part]
+        else:
+            return ""
+    if isinstance(node, dict):
+        return ""  # a section: its keys have their own rows
+    text = yaml.safe_dump({path.rsplit(".", 1)[-1].replace("[]", ""): node}, default_flow_style=True,
+                          width=10_000).strip()[1:-1]
+    return f"`{_cell(text)}`"
+
+
+# --- the command line ---------------------------------------------------------------------------------
+
+def cli_reference() -> str:
+    import typer
+
+    from hybridflow.cli import app
+
+    root = typer.main.get_command(app)  # Typer's own copy of click: duck-typed below, never `import click`
+    out: list[str] = []
+    _command(root, "hybridflow", out, root.context_class(root, info_name="hybridflow"))
+    return "\n".join(out)
+
+
+def _command(command, name: str, out: list[str], ctx) -> None:
+    if name != "hybridflow":
+        out.append(f"### `{name}`\n")
+        out.append((command.help or "").strip().replace("\b\n", "") + "\n")
+        out.append(f"```text\n{command.get_usage(ctx).strip()}\n```\n")
+        records = [param.get_help_record(ctx) for param in command.params if not param.hidden]
+        records = [record for record in records if record]
+        if records:
+            out.append("| argument or option | what it does |")
+            out.append("|---|---|")
+            out.extend(f"| `{_cell(decl)}` | {_cell(help_text)} |" for decl, help_text in records)
+            out.append("")
+    for sub_name in command.list_commands(ctx) if hasattr(command, "list_commands") else ():
+        sub = command.get_command(ctx, sub_name)
+        if sub is not None and not sub.hidden:
+            _command(sub, f"{name} {sub_name}", out, sub.context_class(sub, info_name=sub_name, parent=ctx))
+
+
+# --- exit codes ---------------------------------------------------------------------------------------
+
+def exit_codes() -> str:
+    """The enum's members with the comment written beside each (the source's own words)."""
+    import hybridflow.errors as errors
+
+    source = Path(errors.__file__).read_text()
+    comments: dict[str, str] = {}
+    in_enum, member = False, None
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.NAME and token.string == "ExitCode" and token.line.startswith("class "):
+            in_enum = True
+        elif in_enum and token.type == tokenize.NAME and token.start[1] == 4 and token.string.isupper():
+            member = token.string
+        elif in_enum and token.type == tokenize.COMMENT and member:
+            comments[member] = token.string.lstrip("# ")
+            member = None
+        elif in_enum and token.type == tokenize.DEDENT and token.start[1] == 0:
+            break
+    rows = ["| code | name | meaning |", "|---|---|---|"]
+    for code in errors.ExitCode:
+        meaning = comments.get(code.name)
+        if not meaning and code != 0:
+            raise ValueError(f"hybridflow/errors.py: ExitCode.{code.name} has no comment saying what it means")
+        rows.append(f"| {int(code)} | `{code.name}` | {_cell(meaning or 'success')} |")
+    return "\n".join(rows) + "\n"
+
+
+# --- the Parquet contract: what pandas stages get -----------------------------------------------------
+
+def pandas_dtypes() -> str:
+    import datetime
+    import decimal
+
+    import pyarrow as pa
+
+    from hybridflow.backends.pandas_frames import to_pandas
+
+    samples = [
+        ("int8", pa.int8(), 1), ("int64", pa.int64(), 1), ("uint8", pa.uint8(), 1), ("uint64", pa.uint64(), 1),
+        ("bool", pa.bool_(), True), ("float32", pa.float32(), 1.5), ("float64", pa.float64(), 1.5),
+        ("float64 holding NaN", pa.float64(), float("nan")),
+        ("timestamp[us, tz=UTC]", pa.timestamp("us", tz="UTC"), datetime.datetime(2026, 11, 16)),
+        ("timestamp[us]", pa.timestamp("us"), datetime.datetime(2026, 11, 16)),
+        ("duration[us]", pa.duration("us"), datetime.timedelta(seconds=1)),
+        ("string", pa.string(), "a"), ("large_string", pa.large_string(), "a"),
+        ("decimal(10,2)", pa.decimal128(10, 2), decimal.Decimal("1.50")),
+        ("date32", pa.date32(), datetime.date(2026, 11, 16)), ("time64[us]", pa.time64("us"), datetime.time(3)),
+        ("binary", pa.binary(), b"a"), ("list<int64>", pa.list_(pa.int64()), [1]),
+        ("struct<a: int64>", pa.struct([("a", pa.int64())]), {"a": 1}),
+        ("float16", pa.float16(), None),
+    ]
+    rows = ["| Arrow type | without nulls | with nulls |", "|---|---|---|"]
+    for label, arrow_type, value in samples:
+        if arrow_type == pa.float16():  # no Python scalar converts to a half float: build it from numpy
+            import numpy as np
+
+            full = pa.array(np.array([1.5], dtype=np.float16))
+            with_null = pa.array(np.array([1.5, 0], dtype=np.float16), mask=np.array([False, True]))
+        else:
+            full = pa.array([value], type=arrow_type)
+            with_null = pa.array([value, None], type=arrow_type)
+        got = [str(to_pandas(pa.table({"c": column})).dtypes["c"]) for column in (full, with_null)]
+        rows.append(f"| `{label}` | `{_cell(got[0])}` | `{_cell(got[1])}` |")
+    return "\n".join(rows) + "\n"
