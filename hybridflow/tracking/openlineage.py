@@ -215,7 +215,7 @@ def _job_type(kind: str) -> job_type_job.JobTypeJobFacet:
 
 
 def _error(message: str) -> error_message_run.ErrorMessageRunFacet:
-    return error_message_run.ErrorMessageRunFacet(message=message, programmingLanguage="python")
+    return error_message_run.ErrorMessageRunFacet(message=message, programmingLanguage="PYTHON")
 
 
 def _source_location(source) -> source_code_location_job.SourceCodeLocationJobFacet:

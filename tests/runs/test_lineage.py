@@ -127,7 +127,7 @@ def test_a_failed_stage_and_run_end_with_fail_and_the_error(project, receiver):
     assert jobs["demo.bad"] == ["START", "FAIL"] and jobs["demo"] == ["START", "FAIL"]
     [bad_end] = [e for e in receiver.events if e["job"]["name"] == "demo.bad" and e["eventType"] == "FAIL"]
     error = bad_end["run"]["facets"]["errorMessage"]
-    assert error["message"].startswith("ValueError: the data is bad: 3") and error["programmingLanguage"] == "python"
+    assert error["message"].startswith("ValueError: the data is bad: 3") and error["programmingLanguage"] == "PYTHON"
     assert bad_end["outputs"] == []
 
 
