@@ -4,10 +4,12 @@ its Arrow schema, rows and bytes when it is a published table."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import PurePath
 
 from ..data.storage import ObjectPath
+from ..store.catalog import data_digest
 
 
 @dataclass(frozen=True)
@@ -20,6 +22,7 @@ class TrackedDataset:
     rows: int | None = None
     bytes: int | None = None
     kind: str = "table"
+    digest: str | None = None  # of the version's data: the sha256 of its files' data digests (32 hex)
 
     @property
     def uri(self) -> str:
@@ -47,7 +50,8 @@ def tracked(pipeline, catalog, dataset: str, version_id: str | None = None) -> T
     kind = version.manifest.get("kind", "table")
     schema = version.schema if kind == "table" else None
     fields = tuple((f.name, str(f.type)) for f in schema) if schema is not None else ()
-    return TrackedDataset(dataset, namespace, name, version.id, fields, version.rows, version.bytes, kind)
+    digest = hashlib.sha256("".join(data_digest(f) for f in version.manifest["files"]).encode()).hexdigest()[:32]
+    return TrackedDataset(dataset, namespace, name, version.id, fields, version.rows, version.bytes, kind, digest)
 
 
 def read_versions(catalog, output_versions: dict[str, str]) -> dict[str, str]:
