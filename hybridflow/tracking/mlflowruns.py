@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 from datetime import datetime, timezone
+from pathlib import PurePosixPath
 
 from ..backends.stagemlflow import record_of, recorded
 from ..results import Listener, RunResult, StageResult
@@ -166,7 +167,10 @@ class MlflowRuns(Listener):
             return
         client = self._client()
         version = self.catalog.version(dataset, version_id)
-        client.log_artifacts(run_id, str(self.catalog.local_copy(version)), artifact_path=dataset)
+        local = self.catalog.local_copy(version)
+        for entry in version.manifest["files"]:  # the stage's files, not hybridflow's manifest
+            folder = PurePosixPath(dataset, entry["path"]).parent
+            client.log_artifact(run_id, str(local / entry["path"]), artifact_path=str(folder))
         if not client.search_registered_models(filter_string=f"name = '{declared.model}'"):
             client.create_registered_model(declared.model)
         model_version = client.create_model_version(
