@@ -32,7 +32,7 @@ class MlflowRuns(Listener):
     def __init__(self, pipeline, catalog, trigger: str = "manual") -> None:
         self.pipeline, self.catalog, self.trigger = pipeline, catalog, trigger
         self.spec = pipeline.spec.mlflow
-        self.sender = Sender("MLflow records", pipeline.redact)
+        self.sender: Sender | None = None  # one for each run, from its start
         self.client = None  # made in the sender's thread (importing mlflow takes seconds)
         self.run_id: str | None = None  # hybridflow's
         self.parent: str | None = None  # the MLflow run's id, once made
@@ -46,6 +46,7 @@ class MlflowRuns(Listener):
     # -- the run's events ------------------------------------------------------------------------
 
     def run_started(self, run_id: str, stages: list[StageResult]) -> None:
+        self.sender = Sender("MLflow records", self.pipeline.redact)  # a watch session runs again
         self.run_id, self.parent, self.stages, self.aliases = run_id, None, {}, []
         started = datetime.now(timezone.utc)
         self.sender.send(lambda: self._open_run(run_id, started))
@@ -72,7 +73,7 @@ class MlflowRuns(Listener):
             result.warnings.append(warning)
 
     def close(self) -> None:
-        if self.run_id is not None:
+        if self.run_id is not None and self.sender is not None:  # the run ended outside its stages
             self.sender.finish(0)
 
     # -- in the sender's thread ------------------------------------------------------------------

@@ -48,7 +48,7 @@ class LineageEvents(Listener):
                  timeout: float) -> None:
         self.pipeline, self.catalog, self.client = pipeline, catalog, client
         self.namespace, self.trigger, self.timeout = namespace, trigger, timeout
-        self.sender = Sender("OpenLineage events", pipeline.redact)
+        self.sender: Sender | None = None  # one for each run, from its start
         self.run_id: str | None = None
         self.nominal: datetime | None = None
         self.started: set[str] = set()  # stages whose START went out (a retry reports running again)
@@ -60,93 +60,92 @@ class LineageEvents(Listener):
         client = OpenLineageClient(transport=_transport(pipeline)) if spec else OpenLineageClient()
         return cls(pipeline, catalog, client, namespace, trigger, spec.timeout if spec else 5.0)
 
-    # -- the run's events ------------------------------------------------------------------------
+    # -- the run's events (told in the run's thread; each event is made and sent in the sender's) --
 
     def run_started(self, run_id: str, stages: list[StageResult]) -> None:
+        self.sender = Sender("OpenLineage events", self.pipeline.redact)  # a watch session runs again
         self.run_id, self.started = run_id, set()
         self.nominal = scheduled_for(self.pipeline, self.trigger, datetime.now(timezone.utc))
-        self._emit(RunState.START, self._pipeline_run(), self._pipeline_job(), [], [])
+        self._send(RunState.START, lambda: (self._pipeline_run(run_id), self._pipeline_job(), [], []))
 
     def stage_changed(self, stage: StageResult) -> None:
         if self.run_id is None:
             return
-        if stage.status == "running" and stage.name not in self.started:
-            self.started.add(stage.name)
-            inputs = [self._input(tracked(self.pipeline, self.catalog, ds)) for ds in self._inputs_of(stage.name)]
-            self._emit(RunState.START, self._stage_run(stage), self._stage_job(stage.name), inputs, [])
-        elif stage.status in _ENDED and stage.name in self.started:
-            self._emit_stage_end(stage)
+        run_id, name = self.run_id, stage.name
+        if stage.status == "running" and name not in self.started:
+            self.started.add(name)
+            self._send(RunState.START, lambda: (
+                self._stage_run(run_id, name), self._stage_job(name),
+                [self._input(tracked(self.pipeline, self.catalog, ds)) for ds in self._inputs_of(name)], []))
+        elif stage.status in _ENDED and name in self.started:
+            state, facets = RunState.COMPLETE, {}
+            if stage.status == "failed":
+                state = RunState.ABORT if stage.error == "interrupted" else RunState.FAIL
+                facets["errorMessage"] = _error(stage.error or "failed")
+            outputs = dict(stage.outputs)
+            self._send(state, lambda: self._stage_end(run_id, name, facets, outputs))
 
     def run_finished(self, result: RunResult) -> None:
         if self.run_id != result.run_id:
             return
+        run_id = self.run_id
         state = {"success": RunState.COMPLETE, "interrupted": RunState.ABORT}.get(result.status, RunState.FAIL)
         facets = {}
         if result.error is not None:
             facets["errorMessage"] = _error(self.pipeline.redact(result.error.one_line()))
-        outputs = [self._output(tracked(self.pipeline, self.catalog, ds, version))
-                   for stage in result.stages.values() if stage.status in ("done", "skipped")
-                   for ds, version in self._held_outputs(stage).items()]
-        self._emit(state, self._pipeline_run(facets), self._pipeline_job(), [], outputs)
+        held = [(s.name, dict(s.outputs)) for s in result.stages.values() if s.status in ("done", "skipped")]
+        self._send(state, lambda: (self._pipeline_run(run_id, facets), self._pipeline_job(), [],
+                                   [self._output(tracked(self.pipeline, self.catalog, ds, version))
+                                    for stage, outputs in held for ds, version in self._held(stage, outputs)]))
         self.run_id = None
         warning = self.sender.finish(self.timeout + 1)
         if warning:
             result.warnings.append(warning)
 
     def close(self) -> None:
-        if self.run_id is not None:  # the run ended before it could finish (an error outside its stages)
+        # the run ended before it could finish (an error outside its stages)
+        if self.run_id is not None and self.sender is not None:
             self.sender.finish(0)
 
     # -- stages ----------------------------------------------------------------------------------
 
-    def _emit_stage_end(self, stage: StageResult) -> None:
-        state = _ENDED[stage.status]
-        facets = {}
-        if stage.status == "failed":
-            state = RunState.ABORT if stage.error == "interrupted" else RunState.FAIL
-            facets["errorMessage"] = _error(stage.error or "failed")
-        read = read_versions(self.catalog, stage.outputs)
-        inputs = [self._input(tracked(self.pipeline, self.catalog, ds, read.get(ds)))
-                  for ds in self._inputs_of(stage.name)]
-        outputs = [self._output(tracked(self.pipeline, self.catalog, ds, version))
-                   for ds, version in stage.outputs.items()]
-        self._emit(state, self._stage_run(stage, facets), self._stage_job(stage.name), inputs, outputs)
+    def _stage_end(self, run_id: str, stage: str, facets: dict, outputs: dict[str, str]):
+        read = read_versions(self.catalog, outputs)
+        inputs = [self._input(tracked(self.pipeline, self.catalog, ds, read.get(ds))) for ds in self._inputs_of(stage)]
+        written = [self._output(tracked(self.pipeline, self.catalog, ds, version)) for ds, version in outputs.items()]
+        return self._stage_run(run_id, stage, facets), self._stage_job(stage), inputs, written
 
     def _inputs_of(self, stage: str) -> list[str]:
         return list(self.pipeline.stages[stage].inputs)
 
-    def _held_outputs(self, stage: StageResult) -> dict[str, str | None]:
-        """A stage's outputs at the versions they hold now (a skipped stage's, the ones published before)."""
-        if stage.outputs:
-            return dict(stage.outputs)
-        held = {}
-        for ds in self.pipeline.stages[stage.name].outputs:
-            version = self.catalog.current(ds)
-            if version is not None:
-                held[ds] = version.id
-        return held
+    def _held(self, stage: str, outputs: dict[str, str]) -> list[tuple[str, str]]:
+        """A stage's outputs at the versions they hold now (a skipped stage's: those published before)."""
+        if outputs:
+            return list(outputs.items())
+        current = [(ds, self.catalog.current(ds)) for ds in self.pipeline.stages[stage].outputs]
+        return [(ds, version.id) for ds, version in current if version is not None]
 
     # -- what an event holds ---------------------------------------------------------------------
 
-    def _pipeline_run(self, facets: dict | None = None) -> Run:
+    def _pipeline_run(self, run_id: str, facets: dict | None = None) -> Run:
         facets = dict(facets or {})
         facets["tags"] = tags_run.TagsRunFacet(tags=[
-            tags_run.TagsRunFacetFields(key="hybridflow.run_id", value=self.run_id, source="HYBRIDFLOW"),
-            tags_run.TagsRunFacetFields(key="hybridflow.trigger", value=self.trigger, source="HYBRIDFLOW")])
+            tags_run.TagsRunFacetFields(key="hybridflow.run_id", value=run_id, source=INTEGRATION),
+            tags_run.TagsRunFacetFields(key="hybridflow.trigger", value=self.trigger, source=INTEGRATION)])
         if self.nominal is not None:
             facets["nominalTime"] = nominal_time_run.NominalTimeRunFacet(nominalStartTime=_iso(self.nominal))
-        return Run(runId=self._uuid(), facets=facets)
+        return Run(runId=self._uuid(run_id), facets=facets)
 
-    def _stage_run(self, stage: StageResult, facets: dict | None = None) -> Run:
+    def _stage_run(self, run_id: str, stage: str, facets: dict | None = None) -> Run:
         facets = dict(facets or {})
+        parent = self._uuid(run_id)
         facets["parent"] = parent_run.ParentRunFacet(
-            run=parent_run.Run(runId=self._uuid()),
-            job=parent_run.Job(namespace=self.namespace, name=self.pipeline.name),
-            root=parent_run.Root(run=parent_run.RootRun(runId=self._uuid()),
+            run=parent_run.Run(runId=parent), job=parent_run.Job(namespace=self.namespace, name=self.pipeline.name),
+            root=parent_run.Root(run=parent_run.RootRun(runId=parent),
                                  job=parent_run.RootJob(namespace=self.namespace, name=self.pipeline.name)))
         if self.nominal is not None:
             facets["nominalTime"] = nominal_time_run.NominalTimeRunFacet(nominalStartTime=_iso(self.nominal))
-        return Run(runId=self._uuid(stage.name), facets=facets)
+        return Run(runId=self._uuid(run_id, stage), facets=facets)
 
     def _pipeline_job(self) -> Job:
         return Job(namespace=self.namespace, name=self.pipeline.name, facets={"jobType": _job_type("DAG")})
@@ -158,10 +157,10 @@ class LineageEvents(Listener):
             facets["sourceCodeLocation"] = _source_location(source)
         return Job(namespace=self.namespace, name=f"{self.pipeline.name}.{stage}", facets=facets)
 
-    def _uuid(self, stage: str | None = None) -> str:
+    def _uuid(self, run_id: str, stage: str | None = None) -> str:
         """A run's id, the same for every event of it (OpenLineage wants a UUID, hybridflow's run ids
         are not: the pipeline's run id is in its tags facet)."""
-        key = f"hybridflow:{self.namespace}:{self.pipeline.name}:{self.run_id}" + (f":{stage}" if stage else "")
+        key = f"hybridflow:{self.namespace}:{self.pipeline.name}:{run_id}" + (f":{stage}" if stage else "")
         return str(uuid.uuid5(uuid.NAMESPACE_URL, key))
 
     @staticmethod
@@ -185,10 +184,17 @@ class LineageEvents(Listener):
         return OutputDataset(namespace=dataset.namespace, name=dataset.name, facets=self._facets(dataset),
                              outputFacets=statistics)
 
-    def _emit(self, state: RunState, run: Run, job: Job, inputs: list, outputs: list) -> None:
-        event = RunEvent(eventType=state, eventTime=_iso(datetime.now(timezone.utc)), run=run, job=job,
-                         inputs=inputs, outputs=outputs, producer=_producer())
-        self.sender.send(lambda: self.client.emit(event))
+    def _send(self, state: RunState, made) -> None:
+        """One event, made by `made` (run, job, inputs, outputs) in the sender's thread, where reading
+        manifests (in object storage, requests) and git cost the run nothing; its time is now."""
+        moment = _iso(datetime.now(timezone.utc))
+
+        def send() -> None:
+            run, job, inputs, outputs = made()
+            self.client.emit(RunEvent(eventType=state, eventTime=moment, run=run, job=job, inputs=inputs,
+                                      outputs=outputs, producer=_producer()))
+
+        self.sender.send(send)
 
 
 def _transport(pipeline):
