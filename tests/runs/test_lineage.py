@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 import uuid
+from datetime import datetime, timezone
 
 import pytest
 
@@ -167,3 +170,55 @@ def test_the_standard_environment_turns_lineage_on_without_a_lineage_section(pro
         validate(event)
     assert by_job(receiver.events) == {"demo": ["START", "COMPLETE"], "demo.make": ["START", "COMPLETE"]}
     assert {e["job"]["namespace"] for e in receiver.events} == {"from-env"}
+
+
+SLOW = '''
+import time
+
+
+def slow(numbers):
+    print("slow stage started", flush=True)
+    time.sleep(3600)
+'''
+
+
+def test_an_interrupted_run_and_its_running_stage_end_with_abort(project, receiver):
+    project.stages(STAGES)
+    project.write("mypkg/slowsteps.py", SLOW)
+    path = project.pipeline(PIPELINE.format(extra="slow: {run: 'mypkg.slowsteps:slow', inputs: [numbers], "
+                                                  "outputs: [never]}", lineage=f"  url: {receiver.url}"))
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("OPENLINEAGE")}
+    run = subprocess.Popen([sys.executable, "-m", "hybridflow.cli", "run", str(path), "--only", "make",
+                            "--only", "slow"], cwd=project.root, env=environ,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 180
+        while ("demo.slow", "START") not in [(e["job"]["name"], e["eventType"]) for e in receiver.events]:
+            assert run.poll() is None and time.monotonic() < deadline, "the slow stage's START never came"
+            time.sleep(0.1)
+        run.send_signal(signal.SIGINT)
+        assert run.wait(180) == 130
+    finally:
+        if run.poll() is None:
+            run.kill()
+    for event in receiver.events:
+        validate(event)
+    jobs = by_job(receiver.events)
+    assert jobs["demo.slow"] == ["START", "ABORT"] and jobs["demo"] == ["START", "ABORT"]
+
+
+def test_a_scheduled_run_carries_its_nominal_time(project, receiver):
+    from croniter import croniter
+
+    path = write(project, f"  url: {receiver.url}")
+    path.write_text(path.read_text() + "schedule: {cron: '*/5 * * * *', timezone: Europe/Paris}\n")
+    before = datetime.now(timezone.utc)
+    done = hybridflow(project, "run", path, "--trigger", "cron")
+    assert done.returncode == 0, done.stderr
+    for event in receiver.events:
+        validate(event)
+    nominal = {e["run"]["facets"]["nominalTime"]["nominalStartTime"] for e in receiver.events}
+    assert len(nominal) == 1  # the pipeline's run and every stage's: the time the schedule ran it for
+    moment = datetime.fromisoformat(nominal.pop().replace("Z", "+00:00"))
+    latest = croniter("*/5 * * * *", before).get_prev(datetime)
+    assert latest <= moment <= datetime.now(timezone.utc) and moment.minute % 5 == 0 and moment.second == 0
