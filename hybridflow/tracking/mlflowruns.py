@@ -147,7 +147,7 @@ class MlflowRuns(Listener):
             if kind == "metric":
                 metrics.append(Metric(call["key"], call["value"], call["timestamp"], call["step"] or 0))
             elif kind == "tag":
-                tags.append(RunTag(call["key"], call["value"]))
+                tags.append(RunTag(call["key"], self.pipeline.redact(call["value"])))
             elif kind == "param":
                 params[call["key"]] = call["value"]
             elif kind == "alias":
@@ -205,7 +205,8 @@ class MlflowRuns(Listener):
     def _log_params(self, run_id: str, params: dict) -> None:
         from mlflow.entities import Param
 
-        flat = [Param(str(k), (v if isinstance(v, str) else json.dumps(v, default=str))[:MAX_PARAM])
+        # a param may hold a value from ${env:...}: MLflow gets *** in its place, as every record does
+        flat = [Param(str(k), self.pipeline.redact(v if isinstance(v, str) else json.dumps(v, default=str))[:MAX_PARAM])
                 for k, v in params.items()]
         for start in range(0, len(flat), 100):  # MLflow takes at most 100 params in one batch
             self._client().log_batch(run_id, params=flat[start:start + 100])

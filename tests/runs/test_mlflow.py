@@ -15,6 +15,8 @@ from hybridflow.store.catalog import Catalog
 from tests.support.mlflowserver import MlflowServer
 from tests.support.projects import last_run_record
 
+TOKEN = "mlt-4c1f8e2a9b"  # what ${env:ML_TOKEN} expands to
+
 STAGES = '''
 import json
 import sys
@@ -55,7 +57,7 @@ def untracked(ctx):
 
 PIPELINE = """
 name: churn-demo
-params: {{seed: 7}}
+params: {{seed: 7, token: "${{env:ML_TOKEN}}"}}  # a secret: never in MLflow
 datasets:
   model: {{kind: files, mlflow: {{model: churn}}}}
   champion: {{kind: files}}
@@ -78,8 +80,8 @@ def server(tmp_path_factory):
 
 def hybridflow(project, *args) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "OPENLINEAGE"))}
-    return subprocess.run([sys.executable, "-m", "hybridflow.cli", *map(str, args)], cwd=project.root, env=environ,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "hybridflow.cli", *map(str, args)], cwd=project.root,
+                          env={**environ, "ML_TOKEN": TOKEN}, capture_output=True, text=True, timeout=300)
 
 
 def git_repository(project) -> str:
@@ -114,10 +116,10 @@ def test_a_run_its_stages_datasets_metrics_model_and_alias_are_in_mlflow(project
     assert parent.info.status == "FINISHED" and parent.info.run_name == run["run_id"]
     assert parent.data.tags["hybridflow.pipeline"] == "churn-demo"
     assert parent.data.tags["mlflow.source.git.commit"] == commit
-    assert parent.data.params == {"seed": "7"}
+    assert parent.data.params == {"seed": "7", "token": "***"}
     assert set(stages) == {"prepare", "train", "evaluate"}
     assert all(r.info.status == "FINISHED" for r in stages.values())
-    assert stages["train"].data.params == {"seed": "7", "depth": "3"}
+    assert stages["train"].data.params == {"seed": "7", "token": "***", "depth": "3"}
     assert stages["train"].data.metrics == {"train_rows": 10.0}
 
     catalog = Catalog(project.home("churn-demo"))
@@ -132,7 +134,8 @@ def test_a_run_its_stages_datasets_metrics_model_and_alias_are_in_mlflow(project
     assert evaluate.data.metrics["auc"] == pytest.approx(0.8)
     assert [m.value for m in client.get_metric_history(evaluate.info.run_id, "loss")] == \
         pytest.approx([1.0, 0.5, 1 / 3])
-    assert evaluate.data.params == {"seed": "7", "threshold": "0.5"} and evaluate.data.tags["decision"] == "promoted"
+    assert evaluate.data.params == {"seed": "7", "token": "***", "threshold": "0.5"}
+    assert evaluate.data.tags["decision"] == "promoted"
     assert {d.dataset.name for d in client.get_run(evaluate.info.run_id).inputs.dataset_inputs} == \
         {"features", "model"}
 
@@ -141,6 +144,7 @@ def test_a_run_its_stages_datasets_metrics_model_and_alias_are_in_mlflow(project
     assert version.tags["hybridflow.version"] == catalog.current("model").id
     assert [a.path for a in client.list_artifacts(version.run_id, "model")] == ["model/model.json"]
     assert client.get_model_version_by_alias("churn", "champion").version == version.version
+    assert not any(TOKEN.encode() in f.read_bytes() for f in server.home.rglob("*") if f.is_file())
 
     # a worse model: a new version, and the champion alias stays where it was
     done = hybridflow(project, "run", path, "--param", "train.depth=1")

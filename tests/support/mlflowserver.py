@@ -16,6 +16,7 @@ from pathlib import Path
 class MlflowServer:
     def __init__(self, home: Path) -> None:
         home.mkdir(parents=True, exist_ok=True)
+        self.home = home
         with socket.socket() as free:
             free.bind(("127.0.0.1", 0))
             self.port = free.getsockname()[1]
