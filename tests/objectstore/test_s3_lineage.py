@@ -50,12 +50,12 @@ def test_datasets_in_object_storage_are_named_by_bucket_and_key(project, s3, tmp
         receiver.close()
     for event in events:
         validate(event)
-    versions = current_versions(s3, "lineage-wd/team")
+    versions = current_versions(s3, "lineage-wd/team/tracked")
     [sink_end] = [e for e in events if e["job"]["name"] == "tracked.sink" and e["eventType"] == "COMPLETE"]
     [numbers] = sink_end["inputs"]
-    assert numbers["namespace"] == "s3://lineage-wd" and numbers["name"] == "team/datasets/numbers"
+    assert numbers["namespace"] == "s3://lineage-wd" and numbers["name"] == "team/tracked/datasets/numbers"
     assert numbers["facets"]["version"]["datasetVersion"] == versions["numbers"]
     [nothing] = sink_end["outputs"]
-    assert (nothing["namespace"], nothing["name"]) == ("s3://lineage-wd", "team/datasets/nothing")
+    assert (nothing["namespace"], nothing["name"]) == ("s3://lineage-wd", "team/tracked/datasets/nothing")
     assert nothing["outputFacets"]["outputStatistics"]["rowCount"] == 0
     assert nothing["facets"]["version"]["datasetVersion"] == versions["nothing"]
