@@ -24,6 +24,7 @@ class StageContext:
     _output_paths: dict[str, Path] = field(default_factory=dict, repr=False)
     _engines: dict[str, Any] = field(default_factory=dict, repr=False)
     _previous: dict[str, Path | None] = field(default_factory=dict, repr=False)
+    _mlflow_record: Path | None = field(default=None, repr=False)  # where ctx.mlflow writes its calls down
 
     def __post_init__(self) -> None:
         self.params = MappingProxyType(dict(self.params))
@@ -41,6 +42,13 @@ class StageContext:
         or None before its first publication: what a champion/challenger stage compares against."""
         self.output_path(name)  # same check: a files output of this stage
         return self._previous.get(name)
+
+    @property
+    def mlflow(self):
+        """Metrics, params, tags and a model alias for this stage's MLflow run (backends/stagemlflow.py)."""
+        from .stagemlflow import StageMlflow
+
+        return StageMlflow(self.stage, self._mlflow_record)
 
     def __getattr__(self, engine: str) -> Any:
         # ctx.spark / ctx.dask / ctx.ray exist only on stages that run on that engine

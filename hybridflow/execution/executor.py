@@ -14,6 +14,7 @@ from typing import Any, Callable
 from .. import processes
 from ..backends.context import StageContext
 from ..backends.stagelog import stage_log
+from ..backends.stagemlflow import record_of
 from ..errors import (
     ConfigError,
     HybridflowError,
@@ -204,7 +205,8 @@ class StageExecutor:
                       for ds in spec.outputs if self.pipeline.dataset(ds).kind == "files"}
         previous = {ds: getattr(self.catalog.current(ds), "directory", None) for ds in files_dirs}
         ctx = StageContext(self.pipeline.name, result.name, run_id, spec.backend, params, log,
-                           self.pipeline.run_moment(), files_dirs, backend.handles(), previous)
+                           self.pipeline.run_moment(), files_dirs, backend.handles(), previous,
+                           record_of(result.log_path))
         kwargs = signature.call_arguments(parameters, inputs, params, ctx)
         log.info("calling %s with %s", spec.run, ", ".join(kwargs) or "no arguments")
         try:

@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .. import processes, registry
+from .. import processes, registry, tracking
 from ..backends import gpu
 from ..backends.stagelog import private_dir
 from ..errors import DataError, HybridflowError, InterruptedRun, first_line, is_out_of_space, out_of_space
@@ -79,7 +79,10 @@ class Runner:
         self.stages = pipeline.dag.select(self.selection.only, self.selection.start, self.selection.end)
         self.records = RunRecords(pipeline, self.store, self.stages)
         pushed = [RunPush(self.records)] if pipeline.remote is not None else []
-        self.events = RunEvents([self.records, RunReport(pipeline, self.store), *pushed, self.listener, *subscribers])
+        # OpenLineage and MLflow (tracking/) before the listener: what they failed to deliver ends its summary
+        tracked = tracking.subscribers(pipeline, self.catalog, trigger)
+        self.events = RunEvents([self.records, RunReport(pipeline, self.store), *pushed, *tracked, self.listener,
+                                 *subscribers])
         self.planner = Planner(pipeline, self.catalog, force, runs=self.store)
         self.arguments = arguments or {}  # how the run was asked for, so --resume can ask again
         self.inputs = StageInputs(pipeline, self.catalog, self.planner)

@@ -25,6 +25,7 @@ from pydantic import (
 from ..diagnostics import did_you_mean
 from ..registry import DEFAULT as DEFAULT_BACKEND
 from ..settings import ByteSize, GpuMode, Names, Params, Section, none_as_empty
+from .tracking import DatasetMlflowSpec, LineageSpec, MlflowSpec
 
 PIPELINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -89,6 +90,14 @@ class DatasetSpec(Section):
     target_file_size: ByteSize | None = Field(None, gt=0, description="bytes of Parquet per file of each version "
                                                                   "(default: the engine's setting, else 128MB)")
     description: str | None = None
+    mlflow: DatasetMlflowSpec | None = Field(None, description="kind: files only: logged as the run's MLflow model "
+                                                               "and registered (with the pipeline's mlflow:)")
+
+    @model_validator(mode="after")
+    def _mlflow_model_is_files(self) -> "DatasetSpec":
+        if self.mlflow is not None and self.kind != "files":
+            raise ValueError("mlflow: {model: ...} needs kind: files (the directory a stage writes its model into)")
+        return self
 
 
 class StorageSpec(Section):
@@ -246,6 +255,9 @@ class PipelineSpec(Section):
     stages: dict[str, StageSpec] = Field(min_length=1)
     schedule: ScheduleSpec | None = None
     notify: NotifySpec | None = None
+    lineage: LineageSpec | None = Field(None, description="OpenLineage events for each run (default: the "
+                                                          "OPENLINEAGE_URL or OPENLINEAGE_CONFIG environment)")
+    mlflow: MlflowSpec | None = Field(None, description="record each run in MLflow: params, datasets, metrics, models")
 
 
 def pipeline_model() -> type[PipelineSpec]:

@@ -58,6 +58,13 @@ def evaluate(customer_features: pd.DataFrame, model: Path, ctx) -> None:
     decision = {"run_id": ctx.run_id, "promoted": promote, "challenger": challenger, "champion": champion,
                 "reason": reason}
     ctx.log.info("decision: %s", decision["reason"])
+    # seen in MLflow when the pipeline has `mlflow:` (nothing is sent without it)
+    ctx.mlflow.log_metrics({f"challenger_{k}": v for k, v in challenger.items()})
+    if champion:
+        ctx.mlflow.log_metrics({f"champion_{k}": v for k, v in champion.items()})
+    ctx.mlflow.set_tag("decision", reason)
+    if promote:  # the registered model's version made from the model read here becomes the champion
+        ctx.mlflow.set_model_alias("champion")
     winner = model if promote else previous
     out = ctx.output_path("champion")
     for name in ("model.json", "model_info.json"):

@@ -36,6 +36,7 @@ def train(customer_features, best_params, seed: int, ctx):
     # files' order)
     (part,) = rows[FEATURES + ["churned"]].repartition(npartitions=1).to_delayed()
     booster = dask.delayed(_fit)(part, params, seed).compute()
+    ctx.mlflow.log_params(params)  # the tuned parameters, on the train stage's MLflow run (with mlflow:)
     out = ctx.output_path("model")
     (out / "model.json").write_bytes(booster)
     (out / "model_info.json").write_text(json.dumps({"features": FEATURES, "params": params, "seed": seed,

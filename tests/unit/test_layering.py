@@ -50,7 +50,8 @@ CORE = [path for path in sorted((ROOT / "hybridflow").rglob("*.py"))
         if "backends" not in path.parts and path.name != "registry.py"]
 # the Backend interface and what every engine shares: a stage's ctx, GPU choice, pandas frames, stage logs
 INTERFACE = {"hybridflow.backends", "hybridflow.backends.base", "hybridflow.backends.context",
-             "hybridflow.backends.gpu", "hybridflow.backends.pandas_frames", "hybridflow.backends.stagelog"}
+             "hybridflow.backends.gpu", "hybridflow.backends.pandas_frames", "hybridflow.backends.stagelog",
+             "hybridflow.backends.stagemlflow"}  # ctx.mlflow's record of a stage's calls
 # what a branch on a stage's engine would test (not `engine`: read(engine="arrow") picks a result type)
 ENGINE_IDENTITY = {"backend", "backend_name", "engine_name"}
 
