@@ -264,8 +264,11 @@ class DuckDBBackend(Backend):
 
     # data checks (checkplan): one aggregate query over the relation
 
+    def check_frame(self, source: TableSource):
+        return self.read(source)
+
     def check_measure(self, frame, plan) -> dict[str, Any]:
-        return plan.values_of(frame.aggregate(", ".join(plan.sql_aggregates("duckdb"))).fetchone())
+        return plan.values_of(frame.aggregate(", ".join(plan.sql_aggregates("duckdb"))).fetchall()[0])
 
     def check_split(self, frame, plan, checks) -> tuple[Any, Any]:
         from ..spec.datachecks import CHECK_COLUMN
@@ -278,7 +281,7 @@ class DuckDBBackend(Backend):
         return [dict(zip(columns, row)) for row in frame.project(column_list(columns)).limit(n).fetchall()]
 
     def check_count(self, frame) -> int:
-        return frame.aggregate("count(*)").fetchone()[0] if hasattr(frame, "aggregate") else len(frame)
+        return frame.aggregate("count(*)").fetchall()[0][0] if hasattr(frame, "aggregate") else len(frame)
 
 
 SESSION = ("SET TimeZone = 'UTC'",  # TIMESTAMPTZ reaches Arrow as UTC, as on disk, whatever the machine's zone

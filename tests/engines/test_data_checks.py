@@ -100,7 +100,8 @@ def test_an_error_level_check_publishes_nothing_and_the_previous_version_stays(e
     run = f"error-{name}"
     deliver(project, run, GOOD)
     path = pipeline(project, run, "error")
-    assert Runner(load_pipeline(path), engines=engines).run().status == "success"
+    first = Runner(load_pipeline(path), engines=engines).run()
+    assert first.status == "success", first.error
     catalog = Catalog(project.home(run))
     before = catalog.current("weeks").id, catalog.current("later").id
     assert [c["status"] for c in catalog.current("weeks").manifest["checks"]] == ["passed"] * 5
