@@ -46,8 +46,10 @@ class CheckPlan:
     def row_level(self) -> list[Check]:
         return [c for c in self.checks if c.row_level]
 
-    def failing_predicate(self, check: Check, dialect: str | None) -> str:
-        return _predicate(check).sql(dialect=dialect)
+    @staticmethod
+    def sql_predicate(measure: Measure, dialect: str | None) -> str:
+        """A failing measure's predicate as SQL text of `dialect`."""
+        return measure.predicate.sql(dialect=dialect)
 
     def sql_aggregates(self, dialect: str) -> list[str]:
         """`expression AS alias` for each measure, in `dialect` (spark, duckdb)."""
@@ -66,9 +68,9 @@ class CheckPlan:
             case = case.when(_predicate(check), exp.Literal.string(check.name))
         return case.sql(dialect=dialect)
 
-    def arrow_partials(self, table) -> dict[str, Any]:
-        """The measures of one Arrow batch (a worker's part of the data), distinct keys as a set of
-        their hashes' rows: exact, and small next to the data for keys that are mostly unique."""
+    def arrow_partials(self, table, distinct: bool = True) -> dict[str, Any]:
+        """The measures of one Arrow batch (a worker's part of the data), distinct keys as the set of
+        them (`distinct`: False where the engine counts them itself)."""
         import pyarrow.compute as pc
         import pyarrow.dataset as ds
 
@@ -80,7 +82,7 @@ class CheckPlan:
                 values[m.alias] = int(pc.sum(pc.cast(flags[m.alias], "int64")).as_py() or 0)
             elif m.op == "max":
                 values[m.alias] = pc.max(table[m.columns[0]]).as_py() if table.num_rows else None
-            elif m.op == "distinct":
+            elif m.op == "distinct" and distinct:
                 values[m.alias] = set(zip(*(table[c].to_pylist() for c in m.columns)))
         return values
 
@@ -88,14 +90,14 @@ class CheckPlan:
         """The measures of the whole data from those of its batches."""
         values: dict[str, Any] = {ROWS: sum(p[ROWS] for p in partials)}
         for m in self.measures[1:]:
-            parts = [p[m.alias] for p in partials]
+            parts = [p.get(m.alias) for p in partials]
             if m.op == "failing":
                 values[m.alias] = sum(parts)
             elif m.op == "max":
                 present = [v for v in parts if v is not None]
                 values[m.alias] = max(present) if present else None
             elif m.op == "distinct":
-                values[m.alias] = len(set().union(*parts)) if parts else 0
+                values[m.alias] = len(set().union(*[p for p in parts if p is not None]))
         return values
 
     def arrow_label(self, table, checks: list[Check]):

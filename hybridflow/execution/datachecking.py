@@ -63,7 +63,12 @@ class OutputChecks:
                 log.warning("check %s of %s %s: %s", outcome.check, dataset, outcome.status, outcome.detail)
         failed = [o for o in checked.outcomes if o.status == "failed"]
         if failed:
-            self._examples(dataset, backend, directory, schema, failed[0])
+            try:
+                self._examples(dataset, backend, directory, schema, failed[0])
+            except (KeyboardInterrupt, Terminated):
+                raise
+            except Exception as exc:  # the examples only illustrate: the failure is told without them
+                log.warning("no example rows of check %s: %s", failed[0].check, first_line(exc))
             raise ChecksFailed(failed, checked.outcomes)
         return checked
 
