@@ -228,7 +228,8 @@ def _python_value(node) -> Any:
         return node.this
     if isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal):
         text = node.this.this
-        return dt.date.fromisoformat(text) if node.to.this == exp.DataType.Type.DATE else dt.datetime.fromisoformat(text)
+        is_date = node.to.this == exp.DataType.Type.DATE
+        return dt.date.fromisoformat(text) if is_date else dt.datetime.fromisoformat(text)
     if isinstance(node, exp.Literal):
         return node.this if node.is_string else (int(node.this) if node.this.lstrip("-").isdigit()
                                                  else float(node.this))

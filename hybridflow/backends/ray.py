@@ -317,7 +317,8 @@ class RayBackend(Backend):
         return values
 
     def check_split(self, frame, plan, checks) -> tuple[Any, Any]:
-        labelled = frame.map_batches(_check_labelled, batch_format="pyarrow", fn_kwargs={"plan": plan, "checks": checks})
+        labelled = frame.map_batches(_check_labelled, batch_format="pyarrow",
+                                     fn_kwargs={"plan": plan, "checks": checks})
         return (labelled.map_batches(_rows_passing, batch_format="pyarrow"),
                 labelled.map_batches(_rows_failing, batch_format="pyarrow"))
 

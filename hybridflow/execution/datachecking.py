@@ -58,19 +58,25 @@ class OutputChecks:
         except Exception as exc:  # the engine could not evaluate a check (a bad expr type, a python check raising)
             raise DataError(f"the checks of '{dataset}' could not run on {backend.name}: {first_line(exc)}") from exc
         checked.outcomes = sorted(outcomes, key=lambda o: [c.name for c in checks].index(o.check))
-        for outcome in checked.outcomes:
+        self._conclude(dataset, backend, directory, schema, checked.outcomes, log)
+        return checked
+
+    def _conclude(self, dataset: str, backend, directory: PurePath, schema, outcomes: list[Outcome],
+                  log: logging.Logger) -> None:
+        """Log what warned or dropped; raise ChecksFailed (with a few failing rows) when a check failed."""
+        for outcome in outcomes:
             if outcome.status in ("warned", "dropped"):
                 log.warning("check %s of %s %s: %s", outcome.check, dataset, outcome.status, outcome.detail)
-        failed = [o for o in checked.outcomes if o.status == "failed"]
-        if failed:
-            try:
-                self._examples(dataset, backend, directory, schema, failed[0])
-            except (KeyboardInterrupt, Terminated):
-                raise
-            except Exception as exc:  # the examples only illustrate: the failure is told without them
-                log.warning("no example rows of check %s: %s", failed[0].check, first_line(exc))
-            raise ChecksFailed(failed, checked.outcomes)
-        return checked
+        failed = [o for o in outcomes if o.status == "failed"]
+        if not failed:
+            return
+        try:
+            self._examples(dataset, backend, directory, schema, failed[0])
+        except (KeyboardInterrupt, Terminated):
+            raise
+        except Exception as exc:  # the examples only illustrate: the failure is told without them
+            log.warning("no example rows of check %s: %s", failed[0].check, first_line(exc))
+        raise ChecksFailed(failed, outcomes)
 
     def _source(self, dataset: str, directory: PurePath, schema, partition_by=None) -> TableSource:
         partition_by = tuple(self.pipeline.dataset(dataset).partition_by) if partition_by is None else partition_by

@@ -15,10 +15,10 @@ from ..data.tables import ensure_schema_file
 from ..errors import DataError, HybridflowError, StageError, counted
 from ..results import StageResult
 from ..settings import TARGET_FILE_SIZE
+from ..spec.datachecks import rejected_name
 from ..spec.pipeline import Pipeline
 from ..store.catalog import Catalog, Version
 from ..store.incremental import carry_over, schema_types
-from ..spec.datachecks import rejected_name
 from .datachecking import CheckedOutput, ChecksFailed, OutputChecks
 from .inputs import StageInputs
 from .planner import INCREMENTAL, Decision
