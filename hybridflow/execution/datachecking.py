@@ -85,8 +85,12 @@ class OutputChecks:
 
     def _measure(self, dataset: str, backend, directory: PurePath, schema, checks: list[Check],
                  previous_rows: int | None) -> list[Outcome]:
+        return self.judged(dataset, backend, self._source(dataset, directory, schema), checks, previous_rows)
+
+    def judged(self, dataset: str, backend, source: TableSource, checks: list[Check],
+               previous_rows: int | None = None) -> list[Outcome]:
+        """The outcomes of `checks` over `source`, measured by `backend` (no row is dropped here)."""
         plan = CheckPlan([c for c in checks if c.kind != "python"])
-        source = self._source(dataset, directory, schema)
         values = backend.check_measure(backend.check_frame(source), plan)
         outcomes = [judge(dataset, c, values, plan, previous_rows) for c in plan.checks]
         for check in (c for c in checks if c.kind == "python"):

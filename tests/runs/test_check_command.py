@@ -1,0 +1,86 @@
+"""`hybridflow check`: the declared checks against what is published now and against external
+inputs, without running a stage; and what a failed check looks like at the end of a run (exit 65,
+one line naming dataset, check, failing rows and examples; the stages after it not run)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from hybridflow.store.catalog import Catalog
+
+STAGES = '''
+def same(events):
+    return events
+'''
+
+PIPELINE = '''
+name: checked
+datasets:
+  events:
+    path: raw/events
+    checks:
+      - not_null: [id]
+      - row_count: {min: 2}
+  weeks:
+    checks:
+      - unique: [id]
+      - row_count_change: {max_drop: 0.5}
+stages:
+  copy: {run: "mypkg.steps:same", inputs: [events], outputs: [weeks]}
+'''
+
+
+@pytest.fixture
+def checked(project):
+    project.stages(STAGES)
+    project.pipeline(PIPELINE)
+    return project
+
+
+def deliver(project, ids: list) -> None:
+    folder = project.root / "raw" / "events"
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"id": pa.array(ids, pa.int64())}), folder / "part-0.parquet")
+
+
+def cli(project, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hybridflow.cli", *args], cwd=project.root, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_check_passes_on_what_is_published_and_fails_on_a_bad_delivery(checked):
+    deliver(checked, [1, 2, 3, 4])
+    assert cli(checked, "run", "pipeline.yaml").returncode == 0
+    passed = cli(checked, "check", "pipeline.yaml")
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert "4 checks, 0 failed" in passed.stdout
+
+    deliver(checked, [1, None])
+    failed = cli(checked, "check", "pipeline.yaml", "events")
+    assert failed.returncode == 65, failed.stdout + failed.stderr
+    assert "dataset 'events': check 'not_null_id' (not_null) failed: 1 of 2 rows fail" in failed.stdout
+    assert "2 checks, 1 failed" in failed.stdout
+
+
+def test_check_names_an_unknown_dataset_with_a_suggestion(checked):
+    deliver(checked, [1, 2])
+    done = cli(checked, "check", "pipeline.yaml", "week")
+    assert done.returncode == 2 and "no dataset named 'week' (did you mean 'weeks'?)" in done.stdout + done.stderr
+
+
+def test_a_truncated_delivery_stops_the_run_and_keeps_the_published_version(checked):
+    deliver(checked, list(range(10)))
+    assert cli(checked, "run", "pipeline.yaml").returncode == 0
+    catalog = Catalog(checked.root / ".hybridflow" / "checked")
+    before = catalog.current("weeks").id
+    deliver(checked, [1, 2, 3])
+    done = cli(checked, "run", "pipeline.yaml")
+    assert done.returncode == 65, done.stdout + done.stderr
+    assert "dataset 'weeks': check 'row_count_change' (row_count_change) failed: 3 rows against 10 published" \
+        in done.stdout + done.stderr
+    assert catalog.current("weeks").id == before
