@@ -140,3 +140,37 @@ class ChecksFailed(DataError):
                          hint="the previous version stays current; fix the data or the stage, or make the check "
                               "on_fail: warn")
         self.outcomes = outcomes
+
+
+class InputChecks:
+    """The checks of external inputs, run once per run when a stage first reads the input, before that
+    stage's function starts, by that stage's engine; a failed error-level check fails the stage."""
+
+    def __init__(self, pipeline: Pipeline, inputs) -> None:
+        self.pipeline, self.inputs = pipeline, inputs
+        self.checker = OutputChecks(pipeline, None)
+        self._done: dict[str, list[Outcome]] = {}
+
+    def before_reading(self, datasets: list[str], backend, records: dict[str, list[dict]],
+                       log: logging.Logger) -> None:
+        for dataset in datasets:
+            checks = dataset_checks(self.pipeline, dataset) if self.pipeline.is_external(dataset) else []
+            if not checks or self.pipeline.dataset(dataset).kind != "table":
+                continue
+            if dataset not in self._done:
+                try:
+                    source = self.inputs.external_source(dataset)
+                    self._done[dataset] = self.checker.judged(dataset, backend, source, checks)
+                except (KeyboardInterrupt, Terminated, HybridflowError):
+                    raise
+                except Exception as exc:
+                    raise DataError(f"the checks of input '{dataset}' could not run on {backend.name}: "
+                                    f"{first_line(exc)}") from exc
+            outcomes = self._done[dataset]
+            records[dataset] = [o.record() for o in outcomes]
+            for outcome in outcomes:
+                if outcome.status != "passed":
+                    log.warning("check %s of input %s %s: %s", outcome.check, dataset, outcome.status, outcome.detail)
+            failed = [o for o in outcomes if o.status == "failed"]
+            if failed:
+                raise ChecksFailed(failed, outcomes)

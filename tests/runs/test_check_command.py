@@ -84,3 +84,17 @@ def test_a_truncated_delivery_stops_the_run_and_keeps_the_published_version(chec
     assert "dataset 'weeks': check 'row_count_change' (row_count_change) failed: 3 rows against 10 published" \
         in done.stdout + done.stderr
     assert catalog.current("weeks").id == before
+
+
+def test_a_bad_external_input_stops_the_stage_before_it_starts(checked):
+    deliver(checked, [1, 2, 3])
+    assert cli(checked, "run", "pipeline.yaml").returncode == 0
+    catalog = Catalog(checked.root / ".hybridflow" / "checked")
+    before = catalog.current("weeks").id
+    deliver(checked, [None, 5, 6])
+    checked.stages(STAGES.replace("return events", "open('called', 'w').close()\n    return events"))
+    done = cli(checked, "run", "pipeline.yaml")
+    assert done.returncode == 65, done.stdout + done.stderr
+    assert "dataset 'events': check 'not_null_id' (not_null) failed: 1 of 3 rows fail" in done.stdout + done.stderr
+    assert not (checked.root / "called").exists()  # the stage's function never started
+    assert catalog.current("weeks").id == before
