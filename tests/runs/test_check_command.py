@@ -98,3 +98,29 @@ def test_a_bad_external_input_stops_the_stage_before_it_starts(checked):
     assert "dataset 'events': check 'not_null_id' (not_null) failed: 1 of 3 rows fail" in done.stdout + done.stderr
     assert not (checked.root / "called").exists()  # the stage's function never started
     assert catalog.current("weeks").id == before
+
+
+def test_notify_lists_the_failed_and_warned_checks(project):
+    import json
+
+    project.stages(STAGES)
+    project.pipeline(f'''
+    name: notified
+    datasets:
+      events: {{path: raw/events}}
+      weeks:
+        checks:
+          - row_count: {{min: 100}}
+            on_fail: warn
+          - unique: [id]
+    stages:
+      copy: {{run: "mypkg.steps:same", inputs: [events], outputs: [weeks]}}
+    notify:
+      on: [failure, success]
+      command: ["{sys.executable}", "-c", "import sys; open('summary.json', 'w').write(sys.stdin.read())"]
+    ''')
+    deliver(project, [1, 1, 2])
+    assert cli(project, "run", "pipeline.yaml").returncode == 65
+    checks = json.loads((project.root / "summary.json").read_text())["checks"]
+    assert [(c["dataset"], c["check"], c["status"], c["failing"]) for c in checks] == [
+        ("weeks", "row_count", "warned", None), ("weeks", "unique_id", "failed", 1)]
