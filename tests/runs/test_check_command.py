@@ -124,3 +124,21 @@ def test_notify_lists_the_failed_and_warned_checks(project):
     checks = json.loads((project.root / "summary.json").read_text())["checks"]
     assert [(c["dataset"], c["check"], c["status"], c["failing"]) for c in checks] == [
         ("weeks", "row_count", "warned", None), ("weeks", "unique_id", "failed", 1)]
+
+
+def test_show_and_the_report_have_a_checks_table_with_the_previous_run_beside(checked):
+    deliver(checked, list(range(10)))
+    assert cli(checked, "run", "pipeline.yaml").returncode == 0
+    deliver(checked, list(range(6)))
+    assert cli(checked, "run", "pipeline.yaml").returncode == 0
+    shown = subprocess.run([sys.executable, "-m", "hybridflow.cli", "show", "last"], cwd=checked.root, text=True,
+                           capture_output=True, timeout=120, env={**__import__("os").environ, "COLUMNS": "250"})
+    assert "data checks" in shown.stdout and "row_count_change" in shown.stdout
+    assert "6 (0.60x)" in shown.stdout, shown.stdout
+    report = cli(checked, "report", "last")
+    html = open(report.stdout.strip()).read()
+    assert "<h2>Data checks</h2>" in html and "6 (0.60x)" in html
+    # the row count of the input measured now, beside the previous run's
+    assert "<td>row_count</td><td class='passed'>passed</td><td class='num'></td><td class='num'>6</td>" \
+           "<td class='num'>10</td>" in html
+    assert "<td>weeks</td><td>unique_id</td><td class='passed'>passed</td>" in html
