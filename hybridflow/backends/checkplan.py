@@ -318,7 +318,7 @@ def _bounds(low, high) -> str:
 
 def _change(rows: int, previous: int | None, args: dict) -> tuple[bool, None, Any, str]:
     if previous is None:
-        return False, None, None, f"{rows:,} rows; no published version to compare with"
+        return False, None, None, f"{rows:,} rows; no published count to compare with"
     ratio = rows / previous if previous else (float("inf") if rows else 1.0)
     drop, growth = args.get("max_drop"), args.get("max_growth")
     failed = (drop is not None and ratio < 1 - drop) or (growth is not None and ratio > growth)

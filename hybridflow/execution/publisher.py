@@ -112,7 +112,9 @@ class Publisher:
             if not isinstance(output, Written):
                 output = self.write(run_id, stage, dataset, backend, output, log)
             staging, written = output.directory, output.schema
-            checked = self._check(run_id, result, dataset, backend, output, log)
+            # an incremental stage wrote only its new partitions: no count of the whole to compare with
+            checked = self._check(run_id, result, dataset, backend, output, log,
+                                  compare=decision.action != INCREMENTAL)
             staging, written = checked.directory, checked.schema
         else:
             staging = self.catalog.new_staging(run_id, dataset)
@@ -144,10 +146,10 @@ class Publisher:
                                                  run_id=run_id, inputs=inputs, written=schema, checks=records))
         return versions
 
-    def _check(self, run_id: str, result: StageResult, dataset: str, backend, output: Written,
-               log: logging.Logger) -> CheckedOutput:
+    def _check(self, run_id: str, result: StageResult, dataset: str, backend, output: Written,  # noqa: PLR0913 - _prepare's own
+               log: logging.Logger, compare: bool) -> CheckedOutput:
         """The output's declared checks, run by its engine; their outcomes go on the stage's result."""
-        current = self.catalog.current(dataset)
+        current = self.catalog.current(dataset) if compare else None
         try:
             checked = self.checks.run(run_id, dataset, backend, output.directory, output.schema, log,
                                       current.rows if current is not None else None)
