@@ -48,9 +48,11 @@ def test_no_module_outside_the_backends_names_an_engine():
 # everything but the engines' modules and the registry, which lists the built-in ones
 CORE = [path for path in sorted((ROOT / "hybridflow").rglob("*.py"))
         if "backends" not in path.parts and path.name != "registry.py"]
-# the Backend interface and what every engine shares: a stage's ctx, GPU choice, pandas frames, stage logs
+# the Backend interface and what every engine shares: a stage's ctx, GPU choice, pandas frames, stage logs,
+# data checks as measures (checkplan)
 INTERFACE = {"hybridflow.backends", "hybridflow.backends.base", "hybridflow.backends.context",
-             "hybridflow.backends.gpu", "hybridflow.backends.pandas_frames", "hybridflow.backends.stagelog"}
+             "hybridflow.backends.gpu", "hybridflow.backends.pandas_frames", "hybridflow.backends.stagelog",
+             "hybridflow.backends.checkplan"}
 # what a branch on a stage's engine would test (not `engine`: read(engine="arrow") picks a result type)
 ENGINE_IDENTITY = {"backend", "backend_name", "engine_name"}
 
