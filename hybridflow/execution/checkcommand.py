@@ -1,12 +1,12 @@
 """`hybridflow check`: the declared checks of datasets, run against what is published now (or, for
 an external input, against its files), without running any stage. Read in this process, as the
-python engine reads (Arrow): no engine is started for it."""
+default (in-process) engine reads (Arrow): no engine is started for it."""
 
 from __future__ import annotations
 
 from ..backends.checkplan import Outcome
 from ..errors import UsageError
-from ..registry import create
+from ..registry import DEFAULT, create
 from ..spec.datachecks import dataset_checks
 from ..spec.pipeline import Pipeline
 from .datachecking import OutputChecks
@@ -21,7 +21,7 @@ def check_datasets(pipeline: Pipeline, catalog, inputs, names: list[str]) -> lis
         if name not in known:
             raise UsageError(f"no dataset named '{name}'{did_you_mean(name, known)}")
     chosen = names or sorted(n for n in known if dataset_checks(pipeline, n))
-    backend = create("python", None, catalog.home, store=pipeline.store if pipeline.uses_object_storage else None)
+    backend = create(DEFAULT, None, catalog.home, store=pipeline.store if pipeline.uses_object_storage else None)
     checker = OutputChecks(pipeline, catalog)
     outcomes: list[Outcome] = []
     for name in chosen:

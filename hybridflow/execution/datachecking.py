@@ -13,7 +13,7 @@ from typing import Any
 from ..backends.checkplan import EXAMPLES, CheckPlan, Outcome, judge, python_outcome
 from ..data.tables import TableSource
 from ..errors import DataError, HybridflowError, counted, first_line
-from ..spec.datachecks import CHECK_COLUMN, Check, dataset_checks, expr_columns, rejected_name
+from ..spec.datachecks import CHECK_COLUMN, PYTHON_CHECK, Check, dataset_checks, expr_columns, rejected_name
 from ..spec.pipeline import Pipeline
 from ..spec.stagecode import import_function
 from .stopping import Terminated
@@ -90,10 +90,10 @@ class OutputChecks:
     def judged(self, dataset: str, backend, source: TableSource, checks: list[Check],
                previous_rows: int | None = None) -> list[Outcome]:
         """The outcomes of `checks` over `source`, measured by `backend` (no row is dropped here)."""
-        plan = CheckPlan([c for c in checks if c.kind != "python"])
+        plan = CheckPlan([c for c in checks if c.kind != PYTHON_CHECK])
         values = backend.check_measure(backend.check_frame(source), plan)
         outcomes = [judge(dataset, c, values, plan, previous_rows) for c in plan.checks]
-        for check in (c for c in checks if c.kind == "python"):
+        for check in (c for c in checks if c.kind == PYTHON_CHECK):
             function = import_function(self.pipeline.root, check.text)
             outcomes.append(python_outcome(dataset, check, function(backend.read(source)), backend.check_count))
         return outcomes

@@ -14,9 +14,10 @@ from typing import Any
 from ..diagnostics import did_you_mean
 
 ON_FAIL = ("error", "warn", "drop")
+PYTHON_CHECK = "python"  # the kind of check that calls a function (on the engine's frame); not an engine's name
 # row-level: each row passes or fails on its own, so failing rows can be dropped
 ROW_LEVEL = ("not_null", "range", "accepted_values", "expr")
-AGGREGATE = ("unique", "row_count", "row_count_change", "null_fraction", "freshness", "python")
+AGGREGATE = ("unique", "row_count", "row_count_change", "null_fraction", "freshness", PYTHON_CHECK)
 KINDS = ROW_LEVEL + AGGREGATE
 # the keys of each kind's mapping (kinds given a list or a string take no mapping)
 _KEYS = {
@@ -28,7 +29,7 @@ _KEYS = {
     "freshness": ({"column", "max_age"}, set()),
 }
 _COLUMNS_KINDS = ("not_null", "unique")  # a column name or a list of them
-_TEXT_KINDS = ("expr", "python")
+_TEXT_KINDS = ("expr", PYTHON_CHECK)
 REJECTED_SUFFIX = "_rejected"
 CHECK_COLUMN = "check"  # the column of a quarantine dataset naming the check a row failed
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -124,7 +125,7 @@ def _unknown_kind(kind: str) -> CheckProblem:
 
 
 def default_name(kind: str, columns: tuple[str, ...], text: str | None, index: int) -> str:
-    if kind == "python" and text:
+    if kind == PYTHON_CHECK and text:
         return "python_" + text.rsplit(":", 1)[-1]
     if columns:
         return kind + "_" + "_".join(re.sub(r"\W", "_", c) for c in columns)
@@ -257,7 +258,7 @@ def _check_problems(p, name: str, ds, check: Check) -> list[tuple[tuple, str]]:
         if why:
             return [(where, why)]
         columns = expr_columns(check.text)
-    elif check.kind == "python":
+    elif check.kind == PYTHON_CHECK:
         return _python_problems(p, check)
     else:
         columns = list(check.columns)
@@ -274,11 +275,11 @@ def _python_problems(p, check: Check) -> list[tuple[tuple, str]]:
     from .stagecode import inspect_target
 
     if not RUN_TARGET.match(check.text):
-        return [(("python",), f"'{check.text}' is not a module:function reference (e.g. stages.checks:no_dupes)")]
+        return [((PYTHON_CHECK,), f"'{check.text}' is not a module:function reference (e.g. stages.checks:no_dupes)")]
     if not p.root.is_dir():
         return []
     target = inspect_target(p.root, check.text)
-    return [(("python",), target.error)] if target.error else []
+    return [((PYTHON_CHECK,), target.error)] if target.error else []
 
 
 def dataset_checks(pipeline, dataset: str) -> list[Check]:
