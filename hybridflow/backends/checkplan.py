@@ -69,7 +69,7 @@ class CheckPlan:
         return case.sql(dialect=dialect)
 
     def arrow_partials(self, table, distinct: bool = True) -> dict[str, Any]:
-        """The measures of one Arrow batch (a worker's part of the data), distinct keys as the set of
+        """The measures of one Arrow batch (a worker's part of the data), distinct keys as a table of
         them (`distinct`: False where the engine counts them itself)."""
         import pyarrow.compute as pc
         import pyarrow.dataset as ds
@@ -83,11 +83,13 @@ class CheckPlan:
             elif m.op == "max":
                 values[m.alias] = pc.max(table[m.columns[0]]).as_py() if table.num_rows else None
             elif m.op == "distinct" and distinct:
-                values[m.alias] = set(zip(*(table[c].to_pylist() for c in m.columns)))
+                values[m.alias] = _distinct_keys(table, m.columns)
         return values
 
     def combine(self, partials: list[dict[str, Any]]) -> dict[str, Any]:
         """The measures of the whole data from those of its batches."""
+        import pyarrow as pa
+
         values: dict[str, Any] = {ROWS: sum(p[ROWS] for p in partials)}
         for m in self.measures[1:]:
             parts = [p.get(m.alias) for p in partials]
@@ -97,7 +99,8 @@ class CheckPlan:
                 present = [v for v in parts if v is not None]
                 values[m.alias] = max(present) if present else None
             elif m.op == "distinct":
-                values[m.alias] = len(set().union(*[p for p in parts if p is not None]))
+                present = [p for p in parts if p is not None]
+                values[m.alias] = _distinct_keys(pa.concat_tables(present), m.columns).num_rows if present else 0
         return values
 
     def arrow_label(self, table, checks: list[Check]):
@@ -121,6 +124,11 @@ class CheckPlan:
         passed = pc.is_null(label)
         failing = table.filter(pc.invert(passed)).append_column(CHECK_COLUMN, label.filter(pc.invert(passed)))
         return table.filter(passed), failing
+
+
+def _distinct_keys(table, columns: tuple[str, ...]):
+    """The distinct values of `columns` in an Arrow table (NULL a value like any other), as a table."""
+    return table.select(list(columns)).group_by(list(columns)).aggregate([])
 
 
 def _measure_of(check: Check, alias: str) -> Measure | None:
