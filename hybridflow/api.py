@@ -313,6 +313,22 @@ def read(pipeline: PipelineLike, dataset: str, engine: str = "pandas", *, versio
     return to_pandas(table)
 
 
+def check(pipeline: PipelineLike, datasets: Names | None = None) -> list[dict[str, Any]]:
+    """Run the declared data checks of `datasets` (default: every dataset that declares any) against
+    what is published now, or an external input's files, without running a stage. Returns each
+    outcome as a record (its "status" is passed, warned, failed or dropped, and "line" says why)."""
+    from .execution.checkcommand import check_datasets
+    from .execution.inputs import StageInputs
+    from .execution.planner import Planner
+    from .store.objectcatalog import open_catalog
+
+    loaded = _pipeline(pipeline)
+    catalog = open_catalog(loaded)
+    inputs = StageInputs(loaded, catalog, Planner(loaded, catalog, False))
+    return [{**o.record(), "dataset": o.dataset, "line": o.line()}
+            for o in check_datasets(loaded, catalog, inputs, list(_names(datasets)))]
+
+
 def runs(pipeline: PipelineLike | None = None, *, workdir: str | os.PathLike = ".hybridflow",
          limit: int = 20, stages: bool = False, missing_ok: bool = True) -> list[dict[str, Any]]:
     """Run records, newest first: of one pipeline (a file or a loaded one), else of every pipeline in

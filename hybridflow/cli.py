@@ -515,6 +515,30 @@ def init(
 
 @app.command()
 @_guarded
+def check(
+    pipeline_file: Path = typer.Argument(..., metavar="PIPELINE.yaml"),
+    datasets: Optional[list[str]] = typer.Argument(None, metavar="[DATASET]...",
+                                                   help="Datasets to check (default: every one that declares checks)."),
+    workdir: Optional[str] = RunWorkdirOption,
+    verbose: bool = VerboseOption,
+) -> None:
+    """Run the declared data checks against what is published now (and external inputs), without
+    running a stage: exit 0 when no error-level check fails, 65 when one does."""
+    from . import api
+
+    _use_workdir(workdir)
+    outcomes = api.check(pipeline_file, datasets or None)
+    for o in outcomes:
+        shown = o["line"] if o["status"] != "passed" else f"dataset '{o['dataset']}': check '{o['check']}' passed"
+        out.print(f"{o['status']:>7}  {shown}", markup=False, soft_wrap=True)
+    failed = [o for o in outcomes if o["status"] == "failed"]
+    out.print(f"{counted(len(outcomes), 'check')}, {len(failed)} failed", markup=False)
+    if failed:
+        raise typer.Exit(int(ExitCode.DATA))
+
+
+@app.command()
+@_guarded
 def gc(
     pipeline_file: Path = typer.Argument(..., metavar="PIPELINE.yaml"),
     keep: Optional[int] = typer.Option(None, "--keep", min=1, help="Versions to keep per dataset "

@@ -44,6 +44,7 @@ class StageResult:
     # engine work (Spark jobs, Dask task graphs, Ray Data executions) run while reading, calling the
     # function and publishing; None where the engine does not count it
     engine_work: dict[str, int] | None = None
+    checks: dict[str, list[dict]] = field(default_factory=dict)  # output -> its data checks' outcomes
 
 
 @dataclass

@@ -89,6 +89,31 @@ class Backend(ABC):
         result as a native frame."""
         raise NotImplementedError(f"the {self.name} backend runs no SQL stage")
 
+    # Data checks (backends/checkplan.py), over the version a stage just wrote. These defaults run in
+    # this process on Arrow (the python engine's way); engines with workers or SQL override them.
+
+    def check_frame(self, source: TableSource) -> Any:
+        """The written output as the checks read it (a frame check_split's results can be written from)."""
+        from ..data.tables import read_arrow
+
+        return read_arrow(source)
+
+    def check_measure(self, frame: Any, plan) -> dict[str, Any]:
+        """Every measure of `plan` in one pass over `frame`."""
+        return plan.combine([plan.arrow_partials(frame)])
+
+    def check_split(self, frame: Any, plan, checks) -> tuple[Any, Any]:
+        """(rows passing every one of `checks`, the others with a `check` column naming the first failed)."""
+        return plan.arrow_split(frame, checks)
+
+    def check_head(self, frame: Any, columns: list[str], n: int) -> list[dict[str, Any]]:
+        """The first `n` rows of `frame`, only `columns`: the examples an error quotes."""
+        return frame.select(columns).slice(0, n).to_pylist()
+
+    def check_count(self, frame: Any) -> int:
+        """The rows of a frame a python check returned as its failing rows."""
+        return len(frame)
+
     def handles(self) -> dict[str, Any]:
         """Engine objects exposed on ctx (ctx.spark, ctx.dask, ctx.ray)."""
         return {}

@@ -262,6 +262,28 @@ class DuckDBBackend(Backend):
         return arrow_schema(relation)
 
 
+    # data checks (checkplan): one aggregate query over the relation
+
+    def check_frame(self, source: TableSource):
+        return self.read(source)
+
+    def check_measure(self, frame, plan) -> dict[str, Any]:
+        return plan.values_of(frame.aggregate(", ".join(plan.sql_aggregates("duckdb"))).fetchall()[0])
+
+    def check_split(self, frame, plan, checks) -> tuple[Any, Any]:
+        from ..spec.datachecks import CHECK_COLUMN
+
+        labelled = frame.project(f"*, {plan.sql_label(checks, 'duckdb')} AS {quote(CHECK_COLUMN)}")
+        return (labelled.filter(f"{quote(CHECK_COLUMN)} IS NULL").project(column_list(frame.columns)),
+                labelled.filter(f"{quote(CHECK_COLUMN)} IS NOT NULL"))
+
+    def check_head(self, frame, columns: list[str], n: int) -> list[dict[str, Any]]:
+        return [dict(zip(columns, row)) for row in frame.project(column_list(columns)).limit(n).fetchall()]
+
+    def check_count(self, frame) -> int:
+        return frame.aggregate("count(*)").fetchall()[0][0] if hasattr(frame, "aggregate") else len(frame)
+
+
 SESSION = ("SET TimeZone = 'UTC'",  # TIMESTAMPTZ reaches Arrow as UTC, as on disk, whatever the machine's zone
            "SET enable_progress_bar = true",  # keeps the query progress that progress() reads
            "SET enable_progress_bar_print = false")

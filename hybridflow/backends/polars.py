@@ -285,6 +285,44 @@ class PolarsBackend(Backend):
 
     # writing
 
+    # data checks (checkplan): one aggregate query over the written version, its SQL as Polars expressions
+
+    def check_frame(self, source: TableSource):
+        return self.read(source)
+
+    def check_measure(self, frame, plan) -> dict[str, Any]:
+        import polars as pl
+
+        expressions = []
+        for m in plan.measures:
+            if m.op == "rows":
+                expressions.append(pl.len().alias(m.alias))
+            elif m.op == "failing":
+                expressions.append(pl.sql_expr(plan.sql_predicate(m, "duckdb")).fill_null(False).sum().alias(m.alias))
+            elif m.op == "max":
+                expressions.append(pl.col(m.columns[0]).max().alias(m.alias))
+            else:  # distinct keys, NULL a value like any other
+                expressions.append(pl.struct(list(m.columns)).n_unique().alias(m.alias))
+        row = frame.lazy().select(expressions).collect().row(0)
+        return plan.values_of(row)
+
+    def check_split(self, frame, plan, checks) -> tuple[Any, Any]:
+        import polars as pl
+
+        from ..spec.datachecks import CHECK_COLUMN
+
+        labelled = frame.lazy().with_columns(pl.sql_expr(plan.sql_label(checks, "duckdb")).alias(CHECK_COLUMN))
+        return (labelled.filter(pl.col(CHECK_COLUMN).is_null()).drop(CHECK_COLUMN),
+                labelled.filter(pl.col(CHECK_COLUMN).is_not_null()))
+
+    def check_head(self, frame, columns: list[str], n: int) -> list[dict[str, Any]]:
+        return frame.lazy().select(columns).head(n).collect().to_dicts()
+
+    def check_count(self, frame) -> int:
+        import polars as pl
+
+        return frame.lazy().select(pl.len()).collect().item() if hasattr(frame, "lazy") else len(frame)
+
     def is_frame(self, value: Any) -> bool:
         return isinstance(value, (self.pl.LazyFrame, self.pl.DataFrame))
 

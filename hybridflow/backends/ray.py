@@ -299,6 +299,35 @@ class RayBackend(Backend):
             return None
         return f"blocks {sum(d.get('progress', 0) for d in running)}/{sum(d['total'] for d in running)}"
 
+    # data checks (checkplan): one aggregation, each block measured on its worker; distinct keys by a
+    # groupby of their own
+
+    def check_frame(self, source: TableSource):
+        return self.read(source)
+
+    def check_measure(self, frame, plan) -> dict[str, Any]:
+        import pickle
+
+        rows = frame.map_batches(_check_partials, batch_format="pyarrow", fn_kwargs={"plan": plan},
+                                 zero_copy_batch=True).take_all()
+        values = plan.combine([pickle.loads(row["partials"]) for row in rows])
+        for m in plan.measures:
+            if m.op == "distinct":
+                values[m.alias] = frame.select_columns(list(m.columns)).groupby(list(m.columns)).count().count()
+        return values
+
+    def check_split(self, frame, plan, checks) -> tuple[Any, Any]:
+        labelled = frame.map_batches(_check_labelled, batch_format="pyarrow",
+                                     fn_kwargs={"plan": plan, "checks": checks})
+        return (labelled.map_batches(_rows_passing, batch_format="pyarrow"),
+                labelled.map_batches(_rows_failing, batch_format="pyarrow"))
+
+    def check_head(self, frame, columns: list[str], n: int) -> list[dict[str, Any]]:
+        return frame.select_columns(columns).take(n)
+
+    def check_count(self, frame) -> int:
+        return frame.count() if hasattr(frame, "count") and callable(frame.count) else len(frame)
+
     def is_frame(self, value: Any) -> bool:
         return isinstance(value, self.ray.data.Dataset)
 
@@ -602,3 +631,34 @@ def _count_executions() -> bool:
     counted.counted_by_hybridflow = True
     StreamingExecutor.__init__ = counted
     return True
+
+
+def _check_partials(batch, plan):
+    """One block's check measures, pickled into a one-row table (distinct keys are counted apart)."""
+    import pickle
+
+    import pyarrow as pa
+
+    return pa.table({"partials": [pickle.dumps(plan.arrow_partials(batch, distinct=False))]})
+
+
+def _check_labelled(batch, plan, checks):
+    from ..spec.datachecks import CHECK_COLUMN
+
+    return batch.append_column(CHECK_COLUMN, plan.arrow_label(batch, checks))
+
+
+def _rows_passing(batch):
+    import pyarrow.compute as pc
+
+    from ..spec.datachecks import CHECK_COLUMN
+
+    return batch.filter(pc.is_null(batch[CHECK_COLUMN])).drop_columns([CHECK_COLUMN])
+
+
+def _rows_failing(batch):
+    import pyarrow.compute as pc
+
+    from ..spec.datachecks import CHECK_COLUMN
+
+    return batch.filter(pc.is_valid(batch[CHECK_COLUMN]))

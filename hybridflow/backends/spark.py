@@ -505,6 +505,31 @@ class SparkBackend(Backend):
             frame.createOrReplaceTempView(name)
         return self.session.sql(query.text, args=params or None)
 
+    # data checks (checkplan): one aggregate job over the written version
+
+    def check_frame(self, source: TableSource):
+        return self.read(source)
+
+    def check_measure(self, frame, plan) -> dict[str, Any]:
+        from pyspark.sql import functions as F
+
+        return plan.values_of(frame.agg(*[F.expr(e) for e in plan.sql_aggregates("spark")]).collect()[0])
+
+    def check_split(self, frame, plan, checks) -> tuple[Any, Any]:
+        from pyspark.sql import functions as F
+
+        from ..spec.datachecks import CHECK_COLUMN
+
+        labelled = frame.withColumn(CHECK_COLUMN, F.expr(plan.sql_label(checks, "spark")))
+        return (labelled.filter(F.col(CHECK_COLUMN).isNull()).drop(CHECK_COLUMN),
+                labelled.filter(F.col(CHECK_COLUMN).isNotNull()))
+
+    def check_head(self, frame, columns: list[str], n: int) -> list[dict[str, Any]]:
+        return [row.asDict() for row in frame.select(*columns).limit(n).collect()]
+
+    def check_count(self, frame) -> int:
+        return frame.count() if hasattr(frame, "count") and callable(frame.count) else len(frame)
+
     def read(self, source: TableSource):
         if source.schema is not None:
             _check_representable(source.name, source.schema)

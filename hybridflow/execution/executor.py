@@ -32,6 +32,7 @@ from ..spec.sqlstage import is_sql, sql_function
 from ..spec.stagecode import import_function
 from ..store.catalog import Catalog
 from . import childprocess
+from .datachecking import InputChecks
 from .enginepool import EnginePool
 from .inputs import StageInputs
 from .planner import INCREMENTAL, Decision, Planner
@@ -59,6 +60,7 @@ class StageExecutor:
         self.end_run = end_run  # a stage stuck past its timeout: the run is ended around it
         self.home = catalog.home
         self.timeline = timeline or Timeline()
+        self.input_checks = InputChecks(pipeline, inputs)  # one run's: each run makes its executor
 
     def run_stage(self, run_id: str, run_dir: Path, result: StageResult, decision: Decision) -> None:
         spec = self.pipeline.stages[result.name]
@@ -199,6 +201,7 @@ class StageExecutor:
         if decision.action == INCREMENTAL:  # the partitioned input: its new or changed partitions only
             only[self.planner.partitioned_input(result.name)] = set(decision.changes.changed)
         with self.timeline.span(READ, result.name, attempt=result.attempts):
+            self.input_checks.before_reading(spec.inputs, backend, result.checks, log)
             inputs = {ds: self.inputs.read(ds, backend, only.get(ds)) for ds in spec.inputs}
         attempt.work.ended("read")
         files_dirs = {ds: self.catalog.new_staging(run_id, ds)

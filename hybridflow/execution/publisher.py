@@ -15,9 +15,11 @@ from ..data.tables import ensure_schema_file
 from ..errors import DataError, HybridflowError, StageError, counted
 from ..results import StageResult
 from ..settings import TARGET_FILE_SIZE
+from ..spec.datachecks import rejected_name
 from ..spec.pipeline import Pipeline
 from ..store.catalog import Catalog, Version
 from ..store.incremental import carry_over, schema_types
+from .datachecking import CheckedOutput, ChecksFailed, OutputChecks
 from .inputs import StageInputs
 from .planner import INCREMENTAL, Decision
 from .stageerrors import StageErrors
@@ -40,6 +42,7 @@ class Publisher:
     def __init__(self, pipeline: Pipeline, catalog: Catalog, inputs: StageInputs, errors: StageErrors,
                  signals: SignalState) -> None:
         self.pipeline, self.catalog, self.inputs, self.errors, self.signals = pipeline, catalog, inputs, errors, signals
+        self.checks = OutputChecks(pipeline, catalog)
 
     def outputs_of(self, stage: str, returned: Any, backend) -> dict[str, Any]:
         """The stage's table outputs by name, checked against what it declared."""
@@ -77,7 +80,7 @@ class Publisher:
         prepared: list[Version] = []
         try:
             for dataset in spec.outputs:
-                prepared.append(self._prepare(run_id, result.name, dataset, backend, frames, inputs, log, decision))
+                prepared += self._prepare(run_id, result, dataset, backend, frames, inputs, log, decision)
         except BaseException:
             for version in prepared:  # never to be committed: nothing of the try stays in versions/
                 self.catalog.discard(version)
@@ -95,11 +98,13 @@ class Publisher:
         result.rows_out = sum(tables) if tables else None
         result.bytes_out = sum(v.bytes for v in prepared)
 
-    def _prepare(self, run_id: str, stage: str, dataset: str, backend, frames: dict[str, Any],
-                 inputs: dict[str, str], log: logging.Logger, decision: Decision) -> Version:
+    def _prepare(self, run_id: str, result: StageResult, dataset: str, backend, frames: dict[str, Any],  # noqa: PLR0913 - prepare_all's own arguments
+                 inputs: dict[str, str], log: logging.Logger, decision: Decision) -> list[Version]:
+        """The output's version, and its quarantine's when a check drops rows."""
+        stage = result.name
         ds = self.pipeline.dataset(dataset)
         partition_by = tuple(ds.partition_by)
-        written = None
+        written, checked = None, None
         if ds.kind == "files":
             staging = self.catalog.staging_root() / run_id / dataset
         elif dataset in frames:
@@ -107,6 +112,10 @@ class Publisher:
             if not isinstance(output, Written):
                 output = self.write(run_id, stage, dataset, backend, output, log)
             staging, written = output.directory, output.schema
+            # an incremental stage wrote only its new partitions: no count of the whole to compare with
+            checked = self._check(run_id, result, dataset, backend, output, log,
+                                  compare=decision.action != INCREMENTAL)
+            staging, written = checked.directory, checked.schema
         else:
             staging = self.catalog.new_staging(run_id, dataset)
         if decision.action == INCREMENTAL:
@@ -126,10 +135,30 @@ class Publisher:
             log.info("output %s: %s written, %d carried over, %d removed", dataset,
                      counted(len(decision.changes.changed), "partition"), len(decision.changes.unchanged),
                      len(decision.changes.removed))
-        return self.catalog.prepare(dataset, staging, kind=ds.kind, stage=stage, run_id=run_id, inputs=inputs,
-                                    declared=declared_schema(ds.schema_), partition_by=partition_by,
-                                    written=written,
-                                    fingerprint=decision.fingerprint.record() if decision.fingerprint else None)
+        records = result.checks.get(dataset)
+        versions = [self.catalog.prepare(dataset, staging, kind=ds.kind, stage=stage, run_id=run_id, inputs=inputs,
+                                         declared=declared_schema(ds.schema_), partition_by=partition_by,
+                                         written=written, checks=records,
+                                         fingerprint=decision.fingerprint.record() if decision.fingerprint else None)]
+        if checked is not None and checked.rejected is not None:
+            directory, schema = checked.rejected
+            versions.append(self.catalog.prepare(rejected_name(dataset), directory, kind="table", stage=stage,
+                                                 run_id=run_id, inputs=inputs, written=schema, checks=records))
+        return versions
+
+    def _check(self, run_id: str, result: StageResult, dataset: str, backend, output: Written,  # noqa: PLR0913 - _prepare's own
+               log: logging.Logger, compare: bool) -> CheckedOutput:
+        """The output's declared checks, run by its engine; their outcomes go on the stage's result."""
+        current = self.catalog.current(dataset) if compare else None
+        try:
+            checked = self.checks.run(run_id, dataset, backend, output.directory, output.schema, log,
+                                      current.rows if current is not None else None)
+        except ChecksFailed as failed:
+            result.checks[dataset] = [o.record() for o in failed.outcomes]
+            raise
+        if checked.outcomes:
+            result.checks[dataset] = [o.record() for o in checked.outcomes]
+        return checked
 
     def write(self, run_id: str, stage: str, dataset: str, backend, frame: Any, log: logging.Logger) -> Written:
         staging = self.catalog.new_staging(run_id, dataset, remote=backend.writes_object_storage)

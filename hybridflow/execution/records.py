@@ -105,7 +105,8 @@ class RunRecords(Listener):
             skip_reason=result.reason, error=result.error, log_path=result.log_path, fingerprint=result.fingerprint,
             outputs=json.dumps(result.outputs) if result.outputs else None, position=self.stages.index(result.name),
             gpu=result.gpu, gpu_reason=result.gpu_reason, attempts=result.attempts,
-            engine_work=json.dumps(result.engine_work) if result.engine_work is not None else None)
+            engine_work=json.dumps(result.engine_work) if result.engine_work is not None else None,
+            checks=json.dumps(result.checks, default=str) if result.checks else None)
 
     def run_finished(self, result: RunResult) -> None:
         self.end(result.status, self.pipeline.redact(result.error.one_line()) if result.error else None)

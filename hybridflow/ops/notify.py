@@ -74,7 +74,14 @@ def run_summary(pipeline: Pipeline, result: RunResult, trigger: str) -> dict[str
     return _summary(pipeline, run_id=result.run_id, status=result.status, trigger=trigger,
                     started_at=result.started_at, duration=result.duration, error=result.error,
                     stages=stages, resume_command=result.resume_command,
-                    report=str(report.resolve()) if report.is_file() else None)
+                    report=str(report.resolve()) if report.is_file() else None, checks=_checks_of(result))
+
+
+def _checks_of(result: RunResult) -> list[dict[str, Any]]:
+    """The data checks that failed, warned or dropped rows in the run, by stage and dataset."""
+    return [{"stage": s.name, "dataset": dataset, **{k: o[k] for k in ("check", "status", "failing", "detail")}}
+            for s in result.stages.values() for dataset, outcomes in s.checks.items()
+            for o in outcomes if o["status"] != "passed"]
 
 
 def failed_start_summary(pipeline: Pipeline, error: HybridflowError, *, run_id: str | None, trigger: str,
@@ -90,7 +97,7 @@ def failed_start_summary(pipeline: Pipeline, error: HybridflowError, *, run_id: 
 
 
 def _summary(pipeline: Pipeline, *, run_id, status, trigger, started_at, duration, error, stages,  # noqa: PLR0913 - keyword-only: the summary's fields
-             resume_command, report) -> dict[str, Any]:
+             resume_command, report, checks=()) -> dict[str, Any]:
     summary = {
         "pipeline": pipeline.name, "pipeline_file": str(pipeline.file), "run_id": run_id, "status": status,
         "exit_code": int(error.exit_code) if error is not None else 0, "trigger": trigger,
@@ -98,6 +105,7 @@ def _summary(pipeline: Pipeline, *, run_id, status, trigger, started_at, duratio
         "error": error.one_line() if error is not None else None,
         "failed_stages": [{k: s[k] for k in ("name", "error", "log_path")} for s in stages if s["status"] == "failed"],
         "stages": stages, "resume_command": resume_command, "report": report, **_calendar(pipeline),
+        "checks": list(checks),  # data checks that failed, warned or dropped rows
     }
     return _redacted(summary, pipeline.redact)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..backends.stagelog import private_file
 from ..errors import HybridflowError, counted
-from . import calendartext, reportcharts
+from . import calendartext, checkstable, reportcharts
 from .progress import engine_work_text, seconds_text, size_text, step_seconds
 
 LOG_TAIL = 20  # lines of each stage's log shown in the report
@@ -45,6 +45,7 @@ def render(run: dict[str, Any], stages: list[dict[str, Any]], spans: list[dict[s
         "<h2>Timeline</h2>", _timeline(run, stages, spans),
         "<h2>Pipeline</h2>", _graph(stages, published, edges),
         "<h2>Stages</h2>", _table(stages, spans, published), _clusters(stages, spans),
+        checkstable.html_table(stages, previous[1] if previous else None),
         "<h2>Published datasets</h2>", _datasets(published),
         "<h2>Compared with the previous successful run</h2>", _comparison(stages, previous),
         "<h2>Logs</h2>", _logs(stages),

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from ..errors import counted
 from ..results import Listener, RunResult, StageResult
-from . import calendartext
+from . import calendartext, checkstable
 
 RUN_STYLES = {"success": "green", "failed": "bold red", "interrupted": "yellow", "killed": "bold red",
               "running": "cyan"}
@@ -332,6 +332,8 @@ def run_details(run: dict, stages: list[dict], spans: list[dict] = ()) -> list:
     parts.append(table)
     if clusters := _cluster_table(stages, spans):
         parts.append(clusters)
+    if checks := checkstable.rich_table(stages):
+        parts.append(checks)
     if len(lineage) > 1:
         parts += lineage
     return parts

@@ -10,7 +10,7 @@ from ..data.arrow_types import ArrowTypeError, check_arrow_type
 from ..data.storage import is_object_uri, object_path, scheme_problem
 from ..diagnostics import Problem, did_you_mean
 from ..registry import engine, engines
-from . import signature, sqlstage
+from . import datachecks, signature, sqlstage
 from .model import IDENTIFIER
 from .pipeline import Pipeline
 from .sqlstage import is_sql
@@ -20,7 +20,8 @@ from .stagecode import inspect_target
 def check_pipeline(pipeline: Pipeline) -> list[Problem]:
     problems: list[Problem] = []
     for check in (_check_root, _check_names, _check_producers, _check_inputs, _check_datasets,
-                  _check_incremental, _check_cycles, _check_functions, _check_extras):
+                  _check_incremental, _check_cycles, _check_functions, _check_extras,
+                  datachecks.pipeline_problems):
         problems += check(pipeline)
     return problems
 

@@ -89,6 +89,9 @@ class DatasetSpec(Section):
     partition_by: Names = Field(default_factory=list, description="Hive-style partition columns, e.g. [week]")
     target_file_size: ByteSize | None = Field(None, gt=0, description="bytes of Parquet per file of each version "
                                                                   "(default: the engine's setting, else 128MB)")
+    checks: Annotated[list[Any], none_as_empty(list)] = Field(
+        default_factory=list, description="data checks on the dataset's values, each e.g. `- not_null: [id]`, "
+                                          "`- row_count: {min: 1}` with on_fail: error | warn | drop (see the guide)")
     description: str | None = None
     mlflow: DatasetMlflowSpec | None = Field(None, description="kind: files only: logged as the run's MLflow model "
                                                                "and registered (with the pipeline's mlflow:)")

@@ -136,7 +136,7 @@ class Catalog:
     def prepare(self, name: str, staging: Path, *, kind: str, stage: str, run_id: str,  # noqa: PLR0913 - keyword-only: the facts a version's manifest records
                 inputs: dict[str, str], declared: dict[str, pa.DataType] | None = None,
                 partition_by: tuple[str, ...] = (), written: pa.Schema | None = None,
-                fingerprint: dict[str, Any] | None = None) -> Version:
+                fingerprint: dict[str, Any] | None = None, checks: list[dict] | None = None) -> Version:
         """Check, hash and fsync what a stage wrote, and move it into an immutable version directory
         that no reader sees until commit() points the dataset at it."""
         self._require_workdir()
@@ -148,7 +148,7 @@ class Catalog:
         try:
             manifest, _ = self._manifest(name, staging, files, kind=kind, stage=stage, run_id=run_id, inputs=inputs,
                                          declared=declared, partition_by=partition_by, written=written,
-                                         fingerprint=fingerprint)
+                                         fingerprint=fingerprint, checks=checks)
         except BaseException:
             with contextlib.suppress(OSError):  # what the check found is the error to tell
                 syncing.wait()
@@ -345,7 +345,7 @@ def describe_version(name: str, root: PurePath, files: list[dict[str, Any]],  # 
                      footers: list[tuple[PurePath, int, pa.Schema]], *, kind: str, stage: str, run_id: str,
                      inputs: dict[str, str], declared: dict[str, pa.DataType] | None = None,
                      partition_by: tuple[str, ...] = (), written: pa.Schema | None = None,
-                     fingerprint: dict[str, Any] | None = None) -> dict[str, Any]:
+                     fingerprint: dict[str, Any] | None = None, checks: list[dict] | None = None) -> dict[str, Any]:
     """A version's manifest (without its id): `files` described, and for a table the (file, rows,
     schema) of each Parquet file's footer, checked against the output's contract."""
     manifest: dict[str, Any] = {
@@ -355,6 +355,8 @@ def describe_version(name: str, root: PurePath, files: list[dict[str, Any]],  # 
     }
     if fingerprint is not None:
         manifest["fingerprint"] = fingerprint
+    if checks:
+        manifest["checks"] = checks  # the data checks' outcomes: history kept with the data
     if kind == "table":
         manifest.update(_table_facts(name, root, footers, declared, tuple(partition_by), written))
     faults.checkpoint("publish:staged")

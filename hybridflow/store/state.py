@@ -49,11 +49,11 @@ RUN_FIELDS = ("run_id", "pipeline", "pipeline_file", "trigger", "started_at", "e
               "run_dir", "arguments", "scheduled_for", "calendar")
 STAGE_FIELDS = ("run_id", "stage", "backend", "status", "duration", "engine_start", "rows_in", "bytes_in",
                 "rows_out", "bytes_out", "skip_reason", "error", "log_path", "outputs", "position", "fingerprint",
-                "gpu", "gpu_reason", "attempts", "engine_work")
+                "gpu", "gpu_reason", "attempts", "engine_work", "checks")
 # columns added after the first release: added to an existing runs.db when it is opened
 ADDED_COLUMNS = {"runs": {"arguments": "TEXT", "scheduled_for": "TEXT", "calendar": "TEXT"},
                  "stages": {"fingerprint": "TEXT", "gpu": "INTEGER", "gpu_reason": "TEXT", "attempts": "INTEGER",
-                            "engine_work": "TEXT"},
+                            "engine_work": "TEXT", "checks": "TEXT"},  # checks: each output's data checks
                  "spans": {"nodes": "INTEGER"}}  # the hosts of a cluster brought up for the run
 
 

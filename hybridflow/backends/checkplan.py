@@ -1,0 +1,393 @@
+"""Declared data checks turned into what an engine computes, and what they conclude.
+
+Engine-neutral: every check becomes measures (the row count, the count of rows a SQL predicate
+fails, a count of distinct keys, a column's newest value) that an engine computes in one aggregate
+pass: as SQL (Spark, DuckDB), as expressions (Polars), or as Arrow partials per batch that its
+workers compute and that are added up (pandas, Dask, Ray). `judge` turns the measured values into
+outcomes; the engine never sends a row here except the few examples an error quotes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import QUOTE_CHARS
+from ..spec.datachecks import CHECK_COLUMN, Check
+from ..spec.model import parse_duration
+
+ROWS = "hf_rows"
+EXAMPLES = 3  # failing rows an error quotes (their checked columns only, each value cut short)
+
+
+@dataclass(frozen=True)
+class Measure:
+    alias: str
+    op: str  # rows | failing | distinct | max
+    columns: tuple[str, ...] = ()
+    predicate: Any = None  # a sqlglot expression, true where a row fails (failing)
+
+
+class CheckPlan:
+    """The measures one dataset's checks need, each under an alias the engine returns it by."""
+
+    def __init__(self, checks: list[Check]) -> None:
+        self.checks = checks
+        self.measures: list[Measure] = [Measure(ROWS, "rows")]
+        self.alias: dict[str, str] = {}  # check name -> its measure's alias
+        for i, check in enumerate(checks):
+            measure = _measure_of(check, f"hf_m{i}")
+            if measure is not None:
+                self.measures.append(measure)
+                self.alias[check.name] = measure.alias
+
+    @property
+    def row_level(self) -> list[Check]:
+        return [c for c in self.checks if c.row_level]
+
+    @staticmethod
+    def sql_predicate(measure: Measure, dialect: str | None) -> str:
+        """A failing measure's predicate as SQL text of `dialect`."""
+        return measure.predicate.sql(dialect=dialect)
+
+    def sql_aggregates(self, dialect: str) -> list[str]:
+        """`expression AS alias` for each measure, in `dialect` (spark, duckdb)."""
+        return [f"{_sql_measure(m, dialect)} AS {m.alias}" for m in self.measures]
+
+    def values_of(self, row) -> dict[str, Any]:
+        """The measures from a row of values in the order of `measures` (an empty table sums to NULL)."""
+        return {m.alias: (v if m.op == "max" else int(v or 0)) for m, v in zip(self.measures, row)}
+
+    def sql_label(self, checks: list[Check], dialect: str | None) -> str:
+        """A SQL CASE naming the first of `checks` a row fails, NULL when it passes them all."""
+        import sqlglot.expressions as exp
+
+        case = exp.Case()
+        for check in checks:
+            case = case.when(_predicate(check), exp.Literal.string(check.name))
+        return case.sql(dialect=dialect)
+
+    def arrow_partials(self, table, distinct: bool = True) -> dict[str, Any]:
+        """The measures of one Arrow batch (a worker's part of the data), distinct keys as a table of
+        them (`distinct`: False where the engine counts them itself)."""
+        import pyarrow.compute as pc
+        import pyarrow.dataset as ds
+
+        failing = {m.alias: _arrow_expression(m.predicate) for m in self.measures if m.op == "failing"}
+        flags = ds.dataset(table).to_table(columns=failing) if failing else None
+        values: dict[str, Any] = {ROWS: table.num_rows}
+        for m in self.measures:
+            if m.op == "failing":
+                values[m.alias] = int(pc.sum(pc.cast(flags[m.alias], "int64")).as_py() or 0)
+            elif m.op == "max":
+                values[m.alias] = pc.max(table[m.columns[0]]).as_py() if table.num_rows else None
+            elif m.op == "distinct" and distinct:
+                values[m.alias] = _distinct_keys(table, m.columns)
+        return values
+
+    def combine(self, partials: list[dict[str, Any]]) -> dict[str, Any]:
+        """The measures of the whole data from those of its batches."""
+        import pyarrow as pa
+
+        values: dict[str, Any] = {ROWS: sum(p[ROWS] for p in partials)}
+        for m in self.measures[1:]:
+            parts = [p.get(m.alias) for p in partials]
+            if m.op == "failing":
+                values[m.alias] = sum(parts)
+            elif m.op == "max":
+                present = [v for v in parts if v is not None]
+                values[m.alias] = max(present) if present else None
+            elif m.op == "distinct":
+                present = [p for p in parts if p is not None]
+                values[m.alias] = _distinct_keys(pa.concat_tables(present), m.columns).num_rows if present else 0
+        return values
+
+    def arrow_label(self, table, checks: list[Check]):
+        """An Arrow string array naming the first of `checks` each row fails (null: passes them all)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.dataset as ds
+
+        flags = ds.dataset(table).to_table(columns={c.name: _arrow_expression(_predicate(c)) for c in checks})
+        label = pa.nulls(table.num_rows, pa.string())
+        for check in reversed(checks):  # the first check a row fails is its label
+            failed = pc.fill_null(flags[check.name], False)
+            label = pc.if_else(failed, pa.scalar(check.name, pa.string()), label)
+        return label
+
+    def arrow_split(self, table, checks: list[Check]):
+        """(rows passing every one of `checks`, the others with the name of the check they failed)."""
+        import pyarrow.compute as pc
+
+        label = self.arrow_label(table, checks)
+        passed = pc.is_null(label)
+        failing = table.filter(pc.invert(passed)).append_column(CHECK_COLUMN, label.filter(pc.invert(passed)))
+        return table.filter(passed), failing
+
+
+def _distinct_keys(table, columns: tuple[str, ...]):
+    """The distinct values of `columns` in an Arrow table (NULL a value like any other), as a table."""
+    return table.select(list(columns)).group_by(list(columns)).aggregate([])
+
+
+def _measure_of(check: Check, alias: str) -> Measure | None:
+    if check.row_level or check.kind == "null_fraction":
+        return Measure(alias, "failing", check.columns, _predicate(check))
+    if check.kind == "unique":
+        return Measure(alias, "distinct", check.columns)
+    if check.kind == "freshness":
+        return Measure(alias, "max", check.columns)
+    return None  # row_count and row_count_change use the row count; python checks are called
+
+
+def _predicate(check: Check):
+    """A sqlglot expression, true where a row fails `check` (NULL counts as passing, except in expr)."""
+    import sqlglot
+    import sqlglot.expressions as exp
+
+    columns = [exp.column(c, quoted=True) for c in check.columns]
+    if check.kind in ("not_null", "null_fraction"):
+        return exp.or_(*[exp.Is(this=c, expression=exp.Null()) for c in columns])
+    if check.kind == "range":
+        bounds = []
+        if check.args.get("min") is not None:
+            bounds.append(exp.LT(this=columns[0], expression=_literal(check.args["min"])))
+        if check.args.get("max") is not None:
+            bounds.append(exp.GT(this=columns[0], expression=_literal(check.args["max"])))
+        return exp.or_(*bounds)
+    if check.kind == "accepted_values":
+        return exp.not_(exp.In(this=columns[0], expressions=[_literal(v) for v in check.args["values"]]))
+    # expr: a row fails unless the expression is true
+    return exp.not_(exp.Coalesce(this=exp.paren(sqlglot.parse_one(check.text)), expressions=[exp.false()]))
+
+
+def _literal(value: Any):
+    import sqlglot.expressions as exp
+
+    if isinstance(value, dt.datetime):
+        return exp.cast(exp.Literal.string(value.isoformat(sep=" ")), "TIMESTAMP")
+    if isinstance(value, dt.date):
+        return exp.cast(exp.Literal.string(value.isoformat()), "DATE")
+    return exp.convert(value)
+
+
+def _sql_measure(m: Measure, dialect: str) -> str:
+    import sqlglot.expressions as exp
+
+    if m.op == "rows":
+        return "COUNT(*)"
+    if m.op == "failing":
+        return f"SUM(CASE WHEN {m.predicate.sql(dialect=dialect)} THEN 1 ELSE 0 END)"
+    columns = ", ".join(exp.column(c, quoted=True).sql(dialect=dialect) for c in m.columns)
+    if m.op == "max":
+        return f"MAX({columns})"
+    # distinct keys, a key with NULLs counting as one value: a struct of the columns is never NULL
+    return f"COUNT(DISTINCT struct({columns}))" if dialect == "spark" else f"COUNT(DISTINCT row({columns}))"
+
+
+# --- SQL predicates as Arrow expressions, for engines whose workers hold Arrow or pandas batches ---
+
+def _arrow_expression(node):  # noqa: C901 - one branch per SQL construct an expr may use
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import sqlglot.expressions as exp
+
+    binary = {exp.EQ: "equal", exp.NEQ: "not_equal", exp.GT: "greater", exp.GTE: "greater_equal",
+              exp.LT: "less", exp.LTE: "less_equal", exp.Add: "add_checked", exp.Sub: "subtract_checked",
+              exp.Mul: "multiply_checked", exp.Div: "divide", exp.And: "and_kleene", exp.Or: "or_kleene",
+              exp.Mod: "mod"}
+    for kind, function in binary.items():
+        if isinstance(node, kind):
+            left, right = _arrow_expression(node.this), _arrow_expression(node.expression)
+            if kind is exp.Div:  # SQL divides as a fraction, whatever the columns' types
+                left = left.cast(pa.float64())
+            return pc.Expression._call(function, [left, right])
+    if isinstance(node, exp.Column):
+        return pc.field(node.name)
+    if isinstance(node, exp.Paren):
+        return _arrow_expression(node.this)
+    if isinstance(node, exp.Not):
+        return pc.invert(_arrow_expression(node.this))
+    if isinstance(node, exp.Neg):
+        return pc.negate(_arrow_expression(node.this))
+    if isinstance(node, exp.Is):
+        return pc.is_null(_arrow_expression(node.this))
+    if isinstance(node, exp.Between):
+        value = _arrow_expression(node.this)
+        return pc.and_kleene(pc.greater_equal(value, _arrow_expression(node.args["low"])),
+                             pc.less_equal(value, _arrow_expression(node.args["high"])))
+    if isinstance(node, exp.In):
+        return pc.field(node.this.name).isin([_python_value(v) for v in node.expressions]) \
+            if isinstance(node.this, exp.Column) else _unsupported(node)
+    if isinstance(node, exp.Coalesce):
+        return pc.coalesce(*[_arrow_expression(n) for n in [node.this, *node.expressions]])
+    if isinstance(node, (exp.Literal, exp.Boolean, exp.Null, exp.Cast)):
+        return pc.scalar(_python_value(node))
+    return _unsupported(node)
+
+
+def _python_value(node) -> Any:
+    import sqlglot.expressions as exp
+
+    if isinstance(node, exp.Null):
+        return None
+    if isinstance(node, exp.Boolean):
+        return node.this
+    if isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal):
+        text = node.this.this
+        is_date = node.to.this == exp.DataType.Type.DATE
+        return dt.date.fromisoformat(text) if is_date else dt.datetime.fromisoformat(text)
+    if isinstance(node, exp.Literal):
+        return node.this if node.is_string else (int(node.this) if node.this.lstrip("-").isdigit()
+                                                 else float(node.this))
+    return _unsupported(node)
+
+
+def _unsupported(node):
+    from ..errors import ConfigError
+
+    raise ConfigError(f"this engine checks expr row by row in Arrow, which cannot evaluate "
+                      f"'{node.sql()}' (use comparisons, AND/OR/NOT, BETWEEN, IN, IS NULL and arithmetic)")
+
+
+# --- judging measured values ---
+
+@dataclass
+class Outcome:
+    """What one check found: status passed | warned | failed | dropped; `failing` rows (when the check
+    counts rows); `value` what it measured (a fraction, a row count, a change, the newest value)."""
+
+    dataset: str
+    check: str
+    kind: str
+    on_fail: str
+    status: str
+    failing: int | None = None
+    value: Any = None
+    detail: str = ""
+    examples: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    def record(self) -> dict[str, Any]:
+        """As run records, manifests and notifications keep it (JSON)."""
+        return {"check": self.check, "kind": self.kind, "on_fail": self.on_fail, "status": self.status,
+                "failing": self.failing, "value": _jsonable(self.value), "detail": self.detail}
+
+    def line(self, partition: str | None = None) -> str:
+        where = f" partition {partition}" if partition else ""
+        shown = "; ".join(", ".join(f"{k}={_quoted(v)}" for k, v in row.items()) for row in self.examples)
+        return (f"dataset '{self.dataset}'{where}: check '{self.check}' ({self.kind}) failed: {self.detail}"
+                + (f" (e.g. {shown})" if shown else ""))
+
+
+def judge(dataset: str, check: Check, values: dict[str, Any], plan: CheckPlan, previous_rows: int | None,
+          now: dt.datetime | None = None) -> Outcome:
+    """The outcome of one measured check (python checks are judged from what their function returned)."""
+    rows = values[ROWS]
+    measured = values.get(plan.alias.get(check.name))
+    failed, failing, value, detail = _verdict(check, rows, measured, previous_rows, now or _utcnow())
+    status = "passed" if not failed else {"error": "failed", "warn": "warned", "drop": "dropped"}[check.on_fail]
+    return Outcome(dataset, check.name, check.kind, check.on_fail, status, failing, value, detail)
+
+
+def _verdict(check: Check, rows: int, measured: Any, previous: int | None,  # noqa: C901 - one rule per kind
+             now: dt.datetime) -> tuple[bool, int | None, Any, str]:
+    """(failed, failing rows, measured value, what was found in words)."""
+    args = check.args
+    if check.row_level:
+        return measured > 0, measured, measured, f"{measured:,} of {rows:,} rows fail"
+    if check.kind == "unique":
+        duplicates = rows - measured
+        return duplicates > 0, duplicates, duplicates, f"{duplicates:,} of {rows:,} rows repeat a key " \
+                                                      f"({', '.join(check.columns)})"
+    if check.kind == "null_fraction":
+        fraction = measured / rows if rows else 0.0
+        return fraction > args["max"], measured, round(fraction, 6), \
+            f"{fraction:.1%} of {rows:,} rows have no {check.columns[0]} (at most {args['max']:.1%})"
+    if check.kind == "row_count":
+        low, high = args.get("min"), args.get("max")
+        failed = (low is not None and rows < low) or (high is not None and rows > high)
+        return failed, None, rows, f"{rows:,} rows (expected {_bounds(low, high)})"
+    if check.kind == "row_count_change":
+        return _change(rows, previous, args)
+    if check.kind == "freshness":
+        return _freshness(check, measured, now)
+    raise AssertionError(check.kind)
+
+
+def _bounds(low, high) -> str:
+    return " and ".join(part for part in (f"at least {low:,}" if low is not None else "",
+                                          f"at most {high:,}" if high is not None else "") if part)
+
+
+def _change(rows: int, previous: int | None, args: dict) -> tuple[bool, None, Any, str]:
+    if previous is None:
+        return False, None, None, f"{rows:,} rows; no published count to compare with"
+    ratio = rows / previous if previous else (float("inf") if rows else 1.0)
+    drop, growth = args.get("max_drop"), args.get("max_growth")
+    failed = (drop is not None and ratio < 1 - drop) or (growth is not None and ratio > growth)
+    return failed, None, {"rows": rows, "previous": previous, "ratio": round(ratio, 4)}, \
+        f"{rows:,} rows against {previous:,} published ({ratio:.2f}x; allowed {_allowed(drop, growth)})"
+
+
+def _allowed(drop, growth) -> str:
+    parts = ([f"at least {1 - drop:.2f}x"] if drop is not None else []) + \
+        ([f"at most {growth:.2f}x"] if growth is not None else [])
+    return " and ".join(parts)
+
+
+def _freshness(check: Check, newest: Any, now: dt.datetime) -> tuple[bool, None, Any, str]:
+    max_age = parse_duration(check.args["max_age"])
+    column = check.columns[0]
+    if newest is None:
+        return True, None, None, f"{column} has no value"
+    moment = newest if isinstance(newest, dt.datetime) else dt.datetime.combine(newest, dt.time())
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.timezone.utc)  # naive timestamps are taken as UTC
+    age = (now - moment).total_seconds()
+    return age > max_age, None, moment.isoformat(), \
+        f"the newest {column} is {_age(age)} old ({moment.isoformat()}; at most {_age(max_age)})"
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if abs(seconds) >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def python_outcome(dataset: str, check: Check, returned: Any, count_rows) -> Outcome:
+    """A python check's outcome from what its function returned: a count of failing rows, a bool
+    (True: passed), or a frame of failing rows (`count_rows` counts it, by its engine)."""
+    if isinstance(returned, bool):
+        failing, failed = None, not returned
+        detail = "the check returned False"
+    elif isinstance(returned, int):
+        failing, failed = returned, returned > 0
+        detail = f"{returned:,} rows fail"
+    else:
+        failing = int(count_rows(returned))
+        failed, detail = failing > 0, f"{failing:,} rows fail"
+    status = "passed" if not failed else {"error": "failed", "warn": "warned", "drop": "dropped"}[check.on_fail]
+    return Outcome(dataset, check.name, check.kind, check.on_fail, status, failing, failing, detail)
+
+
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def _quoted(value: Any) -> str:
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= QUOTE_CHARS else text[:QUOTE_CHARS] + "…"
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (dt.date, dt.datetime)):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    return value

@@ -1,0 +1,40 @@
+"""`hybridflow check`: the declared checks of datasets, run against what is published now (or, for
+an external input, against its files), without running any stage. Read in this process, as the
+default (in-process) engine reads (Arrow): no engine is started for it."""
+
+from __future__ import annotations
+
+from ..backends.checkplan import Outcome
+from ..errors import UsageError
+from ..registry import DEFAULT, create
+from ..spec.datachecks import dataset_checks
+from ..spec.pipeline import Pipeline
+from .datachecking import OutputChecks
+
+
+def check_datasets(pipeline: Pipeline, catalog, inputs, names: list[str]) -> list[Outcome]:
+    """Every outcome of the checks of `names` (default: every dataset that declares checks)."""
+    from ..diagnostics import did_you_mean
+
+    known = set(pipeline.spec.datasets) | set(pipeline.dag.producer)
+    for name in names:
+        if name not in known:
+            raise UsageError(f"no dataset named '{name}'{did_you_mean(name, known)}")
+    chosen = names or sorted(n for n in known if dataset_checks(pipeline, n))
+    backend = create(DEFAULT, None, catalog.home, store=pipeline.store if pipeline.uses_object_storage else None)
+    checker = OutputChecks(pipeline, catalog)
+    outcomes: list[Outcome] = []
+    for name in chosen:
+        checks = dataset_checks(pipeline, name)
+        if not checks:
+            continue
+        if pipeline.is_external(name):
+            source = inputs.external_source(name)
+        else:
+            current = catalog.current(name)
+            if current is None:
+                raise UsageError(f"dataset '{name}' has no published version yet",
+                                 hint=f"run its stage first: hybridflow run {pipeline.shown_file}")
+            source = current.source()
+        outcomes += checker.judged(name, backend, source, checks)
+    return outcomes

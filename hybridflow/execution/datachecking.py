@@ -1,0 +1,176 @@
+"""A stage output's declared checks, run by the stage's engine over the version it just wrote, before
+anything is committed: an error-level failure raises (so nothing of the stage is published), a
+drop-level one rewrites the output without the failing rows and writes those, named by the check
+they failed, to `<dataset>_rejected`, published with it."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import PurePath
+from typing import Any
+
+from ..backends.checkplan import EXAMPLES, CheckPlan, Outcome, judge, python_outcome
+from ..data.tables import TableSource
+from ..errors import DataError, HybridflowError, counted, first_line
+from ..spec.datachecks import CHECK_COLUMN, PYTHON_CHECK, Check, dataset_checks, expr_columns, rejected_name
+from ..spec.pipeline import Pipeline
+from ..spec.stagecode import import_function
+from .stopping import Terminated
+
+
+@dataclass
+class CheckedOutput:
+    """What the checks left of an output: where its (possibly rewritten) rows are, their schema, the
+    outcomes, and the quarantine written next to it (None when no check drops rows)."""
+
+    directory: PurePath
+    schema: Any
+    outcomes: list[Outcome] = field(default_factory=list)
+    rejected: tuple[PurePath, Any] | None = None
+
+
+class OutputChecks:
+    def __init__(self, pipeline: Pipeline, catalog) -> None:
+        self.pipeline, self.catalog = pipeline, catalog
+
+    def declared(self, dataset: str) -> list[Check]:
+        return dataset_checks(self.pipeline, dataset)
+
+    def run(self, run_id: str, dataset: str, backend, directory: PurePath, schema, log: logging.Logger,
+            previous_rows: int | None) -> CheckedOutput:
+        """Check the output written to `directory`; raise DataError when an error-level check fails."""
+        checks = self.declared(dataset)
+        checked = CheckedOutput(directory, schema)
+        if not checks:
+            return checked
+        try:
+            outcomes = self._measure(dataset, backend, directory, schema, checks, previous_rows)
+            drop = [c for c in checks if c.on_fail == "drop"]
+            if drop:
+                checked = self._quarantine(run_id, dataset, backend, checked, drop, outcomes)
+                if checked.directory != directory:  # rows were dropped: the other checks judge what is kept
+                    kept = [c for c in checks if c.on_fail != "drop"]
+                    outcomes = [o for o in outcomes if o.on_fail == "drop"] + self._measure(
+                        dataset, backend, checked.directory, checked.schema, kept, previous_rows)
+        except (KeyboardInterrupt, Terminated, HybridflowError):
+            raise
+        except Exception as exc:  # the engine could not evaluate a check (a bad expr type, a python check raising)
+            raise DataError(f"the checks of '{dataset}' could not run on {backend.name}: {first_line(exc)}") from exc
+        checked.outcomes = sorted(outcomes, key=lambda o: [c.name for c in checks].index(o.check))
+        self._conclude(dataset, backend, directory, schema, checked.outcomes, log)
+        return checked
+
+    def _conclude(self, dataset: str, backend, directory: PurePath, schema, outcomes: list[Outcome],
+                  log: logging.Logger) -> None:
+        """Log what warned or dropped; raise ChecksFailed (with a few failing rows) when a check failed."""
+        for outcome in outcomes:
+            if outcome.status in ("warned", "dropped"):
+                log.warning("check %s of %s %s: %s", outcome.check, dataset, outcome.status, outcome.detail)
+        failed = [o for o in outcomes if o.status == "failed"]
+        if not failed:
+            return
+        try:
+            self._examples(dataset, backend, directory, schema, failed[0])
+        except (KeyboardInterrupt, Terminated):
+            raise
+        except Exception as exc:  # the examples only illustrate: the failure is told without them
+            log.warning("no example rows of check %s: %s", failed[0].check, first_line(exc))
+        raise ChecksFailed(failed, outcomes)
+
+    def _source(self, dataset: str, directory: PurePath, schema, partition_by=None) -> TableSource:
+        partition_by = tuple(self.pipeline.dataset(dataset).partition_by) if partition_by is None else partition_by
+        return TableSource(dataset, (directory,), "parquet", schema, partition_by, directory,
+                           self.pipeline.store_of(directory))
+
+    def _measure(self, dataset: str, backend, directory: PurePath, schema, checks: list[Check],
+                 previous_rows: int | None) -> list[Outcome]:
+        return self.judged(dataset, backend, self._source(dataset, directory, schema), checks, previous_rows)
+
+    def judged(self, dataset: str, backend, source: TableSource, checks: list[Check],
+               previous_rows: int | None = None) -> list[Outcome]:
+        """The outcomes of `checks` over `source`, measured by `backend` (no row is dropped here)."""
+        plan = CheckPlan([c for c in checks if c.kind != PYTHON_CHECK])
+        values = backend.check_measure(backend.check_frame(source), plan)
+        outcomes = [judge(dataset, c, values, plan, previous_rows) for c in plan.checks]
+        for check in (c for c in checks if c.kind == PYTHON_CHECK):
+            function = import_function(self.pipeline.root, check.text)
+            outcomes.append(python_outcome(dataset, check, function(backend.read(source)), backend.check_count))
+        return outcomes
+
+    def _quarantine(self, run_id: str, dataset: str, backend, checked: CheckedOutput, drop: list[Check],
+                    outcomes: list[Outcome]) -> CheckedOutput:
+        """Rewrite the output without the rows a drop check failed, and write those to its quarantine;
+        with nothing to drop, the quarantine is an empty table (it always matches its dataset's version)."""
+        from ..data.tables import write_arrow
+
+        partition_by = tuple(self.pipeline.dataset(dataset).partition_by)
+        if not any(o.status == "dropped" for o in outcomes):
+            import pyarrow as pa
+
+            empty = checked.schema.append(pa.field(CHECK_COLUMN, pa.string())).empty_table()
+            local = self.catalog.new_staging(run_id, rejected_name(dataset))
+            return CheckedOutput(checked.directory, checked.schema,
+                                 rejected=(local, write_arrow(empty, local, (), 1 << 27)))
+        plan = CheckPlan(drop)
+        frame = backend.check_frame(self._source(dataset, checked.directory, checked.schema))
+        kept, failing = backend.check_split(frame, plan, drop)
+        directory = self.catalog.new_staging(run_id, dataset + ".kept", remote=backend.writes_object_storage)
+        rejected = self.catalog.new_staging(run_id, rejected_name(dataset), remote=backend.writes_object_storage)
+        schema = backend.write(kept, directory, partition_by)
+        return CheckedOutput(directory, schema, rejected=(rejected, backend.write(failing, rejected, ())))
+
+    def _examples(self, dataset: str, backend, directory: PurePath, schema, outcome: Outcome) -> None:
+        """A few of the rows the first failed row-level check found, its own columns only."""
+        check = next(c for c in self.declared(dataset) if c.name == outcome.check)
+        if not check.row_level or not outcome.failing:
+            return
+        columns = expr_columns(check.text) if check.kind == "expr" else list(check.columns)
+        frame = backend.check_frame(self._source(dataset, directory, schema))
+        failing = backend.check_split(frame, CheckPlan([check]), [check])[1]
+        outcome.examples = backend.check_head(failing, [c for c in columns if c in schema.names], EXAMPLES)
+
+
+class ChecksFailed(DataError):
+    """An error-level check failed: the stage publishes nothing (exit 65, as a broken contract)."""
+
+    def __init__(self, failed: list[Outcome], outcomes: list[Outcome]) -> None:
+        more = f" (and {counted(len(failed) - 1, 'more failed check')})" if len(failed) > 1 else ""
+        super().__init__(failed[0].line() + more,
+                         hint="the previous version stays current; fix the data or the stage, or make the check "
+                              "on_fail: warn")
+        self.outcomes = outcomes
+
+
+class InputChecks:
+    """The checks of external inputs, run once per run when a stage first reads the input, before that
+    stage's function starts, by that stage's engine; a failed error-level check fails the stage."""
+
+    def __init__(self, pipeline: Pipeline, inputs) -> None:
+        self.pipeline, self.inputs = pipeline, inputs
+        self.checker = OutputChecks(pipeline, None)
+        self._done: dict[str, list[Outcome]] = {}
+
+    def before_reading(self, datasets: list[str], backend, records: dict[str, list[dict]],
+                       log: logging.Logger) -> None:
+        for dataset in datasets:
+            checks = dataset_checks(self.pipeline, dataset) if self.pipeline.is_external(dataset) else []
+            if not checks or self.pipeline.dataset(dataset).kind != "table":
+                continue
+            if dataset not in self._done:
+                try:
+                    source = self.inputs.external_source(dataset)
+                    self._done[dataset] = self.checker.judged(dataset, backend, source, checks)
+                except (KeyboardInterrupt, Terminated, HybridflowError):
+                    raise
+                except Exception as exc:
+                    raise DataError(f"the checks of input '{dataset}' could not run on {backend.name}: "
+                                    f"{first_line(exc)}") from exc
+            outcomes = self._done[dataset]
+            records[dataset] = [o.record() for o in outcomes]
+            for outcome in outcomes:
+                if outcome.status != "passed":
+                    log.warning("check %s of input %s %s: %s", outcome.check, dataset, outcome.status, outcome.detail)
+            failed = [o for o in outcomes if o.status == "failed"]
+            if failed:
+                raise ChecksFailed(failed, outcomes)
