@@ -162,7 +162,7 @@ class DaskBackend(Backend):
         return self.settings.address or "a local cluster"
 
     def start(self, code: Sequence[Path] = ()) -> None:
-        # dask.dataframe (about 0.7 s to import here) and pandas are what every stage reads into:
+        # dask.dataframe (slow to import) and pandas are what every stage reads into:
         # imported as part of the start, which the runner overlaps with earlier stages
         import dask
         import dask.dataframe  # noqa: F401
@@ -199,7 +199,7 @@ class DaskBackend(Backend):
             self._count_graphs()
             if self.cluster is not None:
                 # fresh worker processes import what every read task needs now, within the start the
-                # runner overlaps with earlier stages, not in the first stage's first task (0.6 s here)
+                # runner overlaps with earlier stages, not in the first stage's first task
                 with contextlib.suppress(Exception):  # a worker that cannot: the stage reports it
                     self.client.run(_import_readers)
         except UnavailableError:

@@ -94,8 +94,8 @@ def cluster_launch(python: str, head: str, port: int | None, name: str, idle_tim
                 python, "-m", "ray.scripts.scripts", "start", "--block", "--node-ip-address", host,
                 "--disable-usage-stats", "--temp-dir", f"{scratch}/ray", *args]
 
-    # Ray's daemons outlive a SIGTERM by more than 10 s, so any grace is spent in full (2 s was the
-    # run's last 2 s); by the time a cluster goes down its work is in the store: half a second
+    # Ray's daemons outlive a SIGTERM by more than 10 s, so any grace is spent in full; by the time a
+    # cluster goes down its work is in the store: half a second
     return ClusterLaunch(f"{head}:{port}", port,
                          start(head, "--head", "--port", str(port), "--include-dashboard=false"),
                          lambda host: start(host, "--address", f"{head}:{port}"), grace=0.5,
@@ -337,9 +337,9 @@ class RayBackend(Backend):
         from .rayfiles import ParquetPieces  # imports Ray Data
 
         footers = read_footers(source.name, parquet_files(source), source.filesystem)
-        # Ray splits a read into at least 200 blocks (DataContext.read_op_min_num_blocks): 5M rows in
-        # 3 pieces came out as 335 blocks of 1.5 MB, and the read took 1.4 s instead of 0.8 s. Two
-        # blocks per CPU of the cluster keep every CPU busy downstream; a larger input has more pieces.
+        # Ray splits a read into at least 200 blocks (DataContext.read_op_min_num_blocks), too small to
+        # pay for themselves; two blocks per CPU of the cluster keep every CPU busy downstream, and a
+        # larger input has more pieces (docs/benchmarks.md, "Engine settings").
         cpus = int(self.ray.cluster_resources().get("CPU", 1))
         return self.ray.data.read_datasource(ParquetPieces(source, footers),
                                              override_num_blocks=max(len(footers.pieces), 2 * cpus))

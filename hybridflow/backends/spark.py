@@ -351,12 +351,9 @@ VERSIONED = ("pyarrow", "pandas", "pyspark")  # what an executor's Python must r
 CODE_VERSION = "HYBRIDFLOW_STAGE_CODE"  # in the Python workers' environment: which stage code they import
 
 
-# The driver JVM (in local mode, every task's too) compiles with C2, its optimizing compiler, only
-# code that stays hot: 30 times HotSpot's thresholds. A run's JVM is young, and C2's compiles of code
-# that runs a few thousand times took a third of its CPU on 2 cores, beside the run's other engines
-# starting: the retrain's ETL alone took 23-25 s of CPU and 14.9 s, now 16 s and 12.7 s. On a 50 s
-# ETL of 177 MB the hot code reaches C2 all the same (48.6 s against 48.2 s). Not C1 only
-# (TieredStopAtLevel=1): as quick on the small ETL, twice as slow on the large one.
+# The driver JVM (in local mode, every task's too) compiles with C2 only code that stays hot (30 times
+# HotSpot's thresholds): a run's JVM is young, and compiling code that runs a few thousand times took a
+# third of its CPU; long stages reach C2 all the same (docs/benchmarks.md, "Engine settings").
 DRIVER_JIT = ("-XX:Tier4InvocationThreshold=150000 -XX:Tier4MinInvocationThreshold=18000 "
               "-XX:Tier4CompileThreshold=450000 -XX:Tier4BackEdgeThreshold=1200000")
 

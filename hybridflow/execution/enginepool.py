@@ -30,11 +30,8 @@ from .stopping import SignalState, Terminated
 STOP_WAIT = 90.0  # seconds the engines of a run may take to stop before their processes are killed
 # Engines started ahead of the stages that need them run at the lowest CPU priority there is (their
 # processes inherit it): Linux's SCHED_IDLE policy, and this niceness where it is refused. On a small
-# machine a JVM or a Ray head starting beside the running stage otherwise takes half its CPU (the
-# retrain's Spark ETL took 1.7x as long with Ray starting beside it). At niceness 10, Dask's and Ray's
-# half-dozen starting processes still slowed it most (the ETL 1.32x the glue script's), at 19 less
-# (1.18x), under SCHED_IDLE least (1.10x, bench_pipeline's median of 3). When that engine's own stage
-# runs, nothing else competes and the priority makes no difference.
+# machine a JVM or a Ray head starting beside the running stage otherwise takes half its CPU
+# (docs/benchmarks.md, "Engine settings"); when their own stage comes, their priority is restored.
 BACKGROUND_NICENESS = 19
 
 
@@ -108,11 +105,9 @@ class EnginePool:
         self._early = {name: EarlyStart() for name in todo}
         self._background = list(self._early.values())
         # Where every engine starts on this machine, the others start under SCHED_IDLE beside the
-        # first (see BACKGROUND_NICENESS), which then hardly slows it: the retrain's JVM came up in
-        # 4.9 s, not 4.6, and Ray was up when its tune stage came, the whole run 27.0 s, not 28.3. Clusters brought
-        # up for the run start on their hosts at niceness 19 only: there the start the others wait for
-        # is the engine needed first among them, also behind a first stage on an in-process engine (a
-        # per-run Spark cluster and driver took 32 s, not 11, with Dask's and Ray's coming up beside it).
+        # first (see BACKGROUND_NICENESS), which then hardly slows it. Clusters brought up for the run
+        # start on their hosts at niceness 19 only, so they wait for the engine needed first among
+        # them, also behind a first stage on an in-process engine (docs/benchmarks.md, "Engine settings").
         clusters = any(cluster_spec(self.pipeline, name) is not None for name in todo)
         leader = self._early[todo[0]] if clusters else None
         for name, early in self._early.items():
@@ -127,8 +122,8 @@ class EnginePool:
             early.behind = True
             _in_background(BACKGROUND_NICENESS)
         if leader is not None:
-            # nor its engine's start, which uses both cores of a small machine (a JVM's start went from
-            # 5.0 s to 6.7 s with Dask's and Ray's beside it): they start once it is up, side by side
+            # nor its engine's start, which uses both cores of a small machine: they start once it is
+            # up, side by side
             leader.done.wait()
         if self.signals.signum is not None:  # the run is stopping: start nothing more
             early.error = Terminated(self.signals.signum)
