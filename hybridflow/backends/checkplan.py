@@ -211,15 +211,24 @@ def _arrow_expression(node):  # noqa: C901 - one branch per SQL construct an exp
         return pc.invert(_arrow_expression(node.this))
     if isinstance(node, exp.Neg):
         return pc.negate(_arrow_expression(node.this))
-    if isinstance(node, exp.Is):
-        return pc.is_null(_arrow_expression(node.this))
+    if isinstance(node, exp.Is):  # IS NULL, IS TRUE, IS FALSE: never NULL themselves
+        value = _arrow_expression(node.this)
+        if isinstance(node.expression, exp.Null):
+            return pc.is_null(value)
+        if isinstance(node.expression, exp.Boolean):
+            return pc.Expression._call("coalesce", [pc.equal(value, pc.scalar(node.expression.this)),
+                                                    pc.scalar(False)])
+        return _unsupported(node)
     if isinstance(node, exp.Between):
         value = _arrow_expression(node.this)
         return pc.and_kleene(pc.greater_equal(value, _arrow_expression(node.args["low"])),
                              pc.less_equal(value, _arrow_expression(node.args["high"])))
-    if isinstance(node, exp.In):
-        return pc.field(node.this.name).isin([_python_value(v) for v in node.expressions]) \
-            if isinstance(node.this, exp.Column) else _unsupported(node)
+    if isinstance(node, exp.In):  # NULL IN (...) is NULL, as in SQL (isin alone says False)
+        if not isinstance(node.this, exp.Column):
+            return _unsupported(node)
+        value = pc.field(node.this.name)
+        return pc.Expression._call("if_else", [pc.is_null(value), pc.scalar(pa.scalar(None, pa.bool_())),
+                                               value.isin([_python_value(v) for v in node.expressions])])
     if isinstance(node, exp.Coalesce):
         return pc.coalesce(*[_arrow_expression(n) for n in [node.this, *node.expressions]])
     if isinstance(node, (exp.Literal, exp.Boolean, exp.Null, exp.Cast)):
@@ -363,6 +372,7 @@ def _age(seconds: float) -> str:
 def python_outcome(dataset: str, check: Check, returned: Any, count_rows) -> Outcome:
     """A python check's outcome from what its function returned: a count of failing rows, a bool
     (True: passed), or a frame of failing rows (`count_rows` counts it, by its engine)."""
+    returned = _plain(returned)
     if isinstance(returned, bool):
         failing, failed = None, not returned
         detail = "the check returned False"
@@ -374,6 +384,18 @@ def python_outcome(dataset: str, check: Check, returned: Any, count_rows) -> Out
         failed, detail = failing > 0, f"{failing:,} rows fail"
     status = "passed" if not failed else {"error": "failed", "warn": "warned", "drop": "dropped"}[check.on_fail]
     return Outcome(dataset, check.name, check.kind, check.on_fail, status, failing, failing, detail)
+
+
+def _plain(value: Any) -> Any:
+    """A lazy scalar (Dask's) computed, and a numpy scalar (a pandas sum, an all()) as the Python
+    bool or int it holds; anything else as it is."""
+    if type(value).__name__ == "Scalar" and hasattr(value, "compute"):
+        value = value.compute()
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return value
 
 
 def _utcnow() -> dt.datetime:

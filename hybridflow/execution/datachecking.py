@@ -92,7 +92,8 @@ class OutputChecks:
         """The outcomes of `checks` over `source`, measured by `backend` (no row is dropped here)."""
         plan = CheckPlan([c for c in checks if c.kind != PYTHON_CHECK])
         values = backend.check_measure(backend.check_frame(source), plan)
-        outcomes = [judge(dataset, c, values, plan, previous_rows) for c in plan.checks]
+        now = self.pipeline.run_moment()  # freshness against the time the run is for (a backfill's, --for)
+        outcomes = [judge(dataset, c, values, plan, previous_rows, now) for c in plan.checks]
         for check in (c for c in checks if c.kind == PYTHON_CHECK):
             function = import_function(self.pipeline.root, check.text)
             outcomes.append(python_outcome(dataset, check, function(backend.read(source)), backend.check_count))

@@ -10,7 +10,6 @@ so `--resume` runs only the chunks the last backfill did not finish.
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from ..errors import DataError, UsageError
 from ..results import Listener, RunResult
 from ..spec.pipeline import Pipeline
 from ..store import runsync
+from ..store.state import json_field
 
 REPROCESS = ("missing", "failed", "all")
 TRIGGER = "backfill"
@@ -160,8 +160,8 @@ def last_backfill(pipeline: Pipeline) -> tuple[Backfill, dict[int, str]] | None:
     newest: dict | None = None
     statuses: dict[int, str] = {}
     for run in store.runs(pipeline.name, limit=HISTORY):  # newest first: a chunk's last attempt comes first
-        notes = json.loads(run.get("calendar") or "{}") if run["trigger"] == TRIGGER else {}
-        if not notes.get("backfill"):
+        notes = json_field(run, "calendar") if run["trigger"] == TRIGGER else {}
+        if not (notes.get("backfill") and isinstance(notes.get("chunk"), int) and isinstance(notes.get("plan"), list)):
             continue
         newest = newest or notes
         if notes["backfill"] == newest["backfill"]:

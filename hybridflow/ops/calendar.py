@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from ..errors import UsageError
@@ -25,7 +26,7 @@ from ..results import new_run_id, now
 from ..spec.pipeline import Pipeline
 from ..spec.runvalues import clock
 from ..store import runsync
-from ..store.state import CALENDAR_STATUSES, RunStore
+from ..store.state import CALENDAR_STATUSES, RunStore, json_field
 
 HELD, RELEASED = CALENDAR_STATUSES
 FAILED = ("failed", "killed", "interrupted")
@@ -76,7 +77,7 @@ def history(pipeline: Pipeline) -> list[dict]:
 def last_served(runs: list[dict], zone: str) -> datetime | None:
     """The newest tick a scheduled run (or a held tick) was recorded for."""
     ticks = [_moment(r["scheduled_for"], zone) for r in runs if r["trigger"] == "cron" and r.get("scheduled_for")]
-    return max(ticks, default=None)
+    return max((tick for tick in ticks if tick is not None), default=None)
 
 
 def missed_ticks(pipeline: Pipeline, runs: list[dict], now: datetime) -> list[datetime]:
@@ -184,13 +185,17 @@ def _run_dir(pipeline: Pipeline, run_id: str) -> str:
 
 
 def _whole_or_resumed(run: dict) -> bool:
-    calendar = json.loads(run.get("calendar") or "{}")
-    arguments = json.loads(run.get("arguments") or "{}")
-    return bool(calendar.get("resumed")) or not any(arguments.get(k) for k in ("only", "from", "to"))
+    arguments = json_field(run, "arguments")
+    return bool(json_field(run, "calendar").get("resumed")) or not any(arguments.get(k) for k in ("only", "from", "to"))
 
 
-def _moment(text: str, zone: str) -> datetime:
-    return datetime.fromisoformat(text).astimezone(ZoneInfo(zone))
+def _moment(text: Any, zone: str) -> datetime | None:
+    """A recorded time, None for one that is not (a record from a bucket is data, never trusted)."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        return None
+    return moment.astimezone(ZoneInfo(zone)) if moment.tzinfo is not None else None
 
 
 def _iso(moment: datetime) -> str:

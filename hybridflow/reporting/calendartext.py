@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+from ..store.state import json_field
 
 
 def for_cell(run: dict[str, Any]) -> str:
@@ -59,8 +60,4 @@ def backfill_chunks(runs: list[dict[str, Any]], run: dict[str, Any]) -> list[dic
 
 
 def _notes(run: dict[str, Any]) -> dict[str, Any]:
-    try:
-        notes = json.loads(run.get("calendar") or "{}")
-    except ValueError:
-        return {}
-    return notes if isinstance(notes, dict) else {}
+    return json_field(run, "calendar")

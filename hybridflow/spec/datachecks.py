@@ -244,6 +244,14 @@ def pipeline_problems(p) -> list:
         for check in checks:
             problems += [p.source.problem(at + (check.index,) + path, f"dataset '{name}', check '{check.name}': "
                                           f"{message}") for path, message in _check_problems(p, name, ds, check)]
+        if checks and ds.kind != "table":
+            problems.append(p.source.problem(at, f"dataset '{name}' is kind: {ds.kind}: checks judge the rows of a "
+                                             "table; check its files in the stage that writes them", at_key=True))
+        if p.is_external(name):
+            problems += [p.source.problem(at + (c.index, "on_fail"), f"dataset '{name}', check '{c.name}': on_fail: "
+                                          "drop removes rows from what a stage writes, not from an external input; "
+                                          "use error or warn here, or drop in the stage that reads it")
+                         for c in checks if c.on_fail == "drop"]
         if checks and rejected_name(name) in set(p.spec.datasets) | set(p.dag.producer) and \
                 any(c.on_fail == "drop" for c in checks):
             problems.append(p.source.problem(at, f"dataset '{name}' drops rows into '{rejected_name(name)}', which "

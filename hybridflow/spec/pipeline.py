@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -134,7 +135,11 @@ class Pipeline:
 
     @staticmethod
     def redact_with(secrets):
-        ordered = sorted(secrets, key=len, reverse=True)  # a secret containing another goes first
+        # each secret as written, and as JSON spells it inside a string (a value dumped before it is
+        # redacted: quotes, backslashes and non-ASCII escaped)
+        spelled = {form for secret in secrets if secret
+                   for form in (secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1])}
+        ordered = sorted(spelled, key=len, reverse=True)  # a secret containing another goes first
 
         def redact(text: str) -> str:
             for secret in ordered:

@@ -7,6 +7,7 @@ them all. WAL mode and a busy timeout let runs of different pipelines record at 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import sqlite3
@@ -262,6 +263,16 @@ def _make_private(path: Path) -> None:
 # A secret no variable holds any more is kept as *** under "lost_params", and --resume refuses.
 ENV_PARAMS, LOST_PARAMS = "env_params", "lost_params"
 _REFERENCE = re.compile(r"\$\{env:(\w+)\}")
+
+
+def json_field(run: dict[str, Any], name: str) -> dict[str, Any]:
+    """A run record's JSON object field (calendar, arguments): {} when missing or not an object; a
+    record read from a bucket, or written by another version, must not stop the runs that read it."""
+    try:
+        value = json.loads(run.get(name) or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def recorded_arguments(arguments: dict[str, Any], secrets, sources: dict[str, str]) -> dict[str, Any]:

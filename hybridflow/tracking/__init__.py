@@ -4,20 +4,43 @@ environment asks for it; neither can fail or slow a run."""
 
 from __future__ import annotations
 
+import logging
 import os
 
+from ..errors import ConfigError, first_line
 from ..results import Listener
+
+log = logging.getLogger("hybridflow")
 
 
 def subscribers(pipeline, catalog, trigger: str) -> list[Listener]:
     """The run's tracking subscribers: none unless `lineage:` (or the OpenLineage environment) or
     `mlflow:` is set; the client libraries are imported only then."""
     found: list[Listener] = []
-    if pipeline.spec.lineage is not None or os.environ.get("OPENLINEAGE_URL") or os.environ.get("OPENLINEAGE_CONFIG"):
-        from .openlineage import LineageEvents
+    asked = pipeline.spec.lineage is not None
+    if asked or os.environ.get("OPENLINEAGE_URL") or os.environ.get("OPENLINEAGE_CONFIG"):
+        try:
+            from .openlineage import LineageEvents
 
-        found.append(LineageEvents.of(pipeline, catalog, trigger))
+            found.append(LineageEvents.of(pipeline, catalog, trigger))
+        except ImportError:
+            if asked:
+                raise ConfigError("lineage: needs the OpenLineage client, which is not installed",
+                                  hint="pip install 'hybridflow[lineage]'") from None
+            # the environment alone (set for another tool on this host) must not stop a run
+            log.warning("OPENLINEAGE_URL or OPENLINEAGE_CONFIG is set, but the OpenLineage client is not "
+                        "installed: this run sends no lineage events (pip install 'hybridflow[lineage]')")
+        except Exception as exc:  # noqa: BLE001 - a client the environment configures wrongly: no events
+            if asked:
+                raise
+            log.warning("OpenLineage from the environment: %s; this run sends no lineage events",
+                        pipeline.redact(first_line(exc)))
     if pipeline.spec.mlflow is not None:
+        import importlib.util
+
+        if importlib.util.find_spec("mlflow") is None:  # imported in the sender's thread, too late to say so
+            raise ConfigError("mlflow: needs the MLflow client, which is not installed",
+                              hint="pip install 'hybridflow[mlflow]'")
         from .mlflowruns import MlflowRuns
 
         found.append(MlflowRuns(pipeline, catalog, trigger))

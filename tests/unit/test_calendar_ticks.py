@@ -46,3 +46,17 @@ def test_partitions_are_a_range_or_a_list_of_one_column():
     for wrong in ("2026-01-05..2026-03-30", "week=..2026-03-30", ""):
         with pytest.raises(UsageError):
             Partitions.parse(wrong)
+
+
+def test_records_from_a_bucket_that_hold_no_time_or_no_object_are_passed_over():
+    """A run record is data read from a bucket (or written by another version): a malformed one must
+    not stop every scheduled invocation."""
+    from hybridflow.ops.calendar import last_served
+    from hybridflow.store.state import json_field
+
+    runs = [{"trigger": "cron", "scheduled_for": 123}, {"trigger": "cron", "scheduled_for": "not a time"},
+            {"trigger": "cron", "scheduled_for": "2026-11-22T03:00:00"},  # no offset: whose 03:00?
+            {"trigger": "cron", "scheduled_for": "2026-11-15T03:00:00+01:00"}]
+    assert last_served(runs, "Europe/Paris").isoformat() == "2026-11-15T03:00:00+01:00"
+    assert json_field({"calendar": "[1, 2]"}, "calendar") == {} and json_field({"calendar": "{"}, "calendar") == {}
+    assert json_field({"calendar": '{"resumed": true}'}, "calendar") == {"resumed": True}

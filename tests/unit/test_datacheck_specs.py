@@ -125,3 +125,28 @@ def test_bad_bounds_and_durations_are_refused(project):
     assert "max_drop is a fraction between 0 and 1" in errors[0]
     assert "freshness.max_age: 'soon' is not a duration" in errors[1]
     assert "null_fraction.max is a fraction between 0 and 1" in errors[2]
+
+
+def test_drop_is_refused_on_an_external_input_and_checks_on_a_files_dataset(project):
+    project.write("stages/weekly.py", STAGE)
+    project.write("data/events/part.csv", "customer_id,events\n1,2\n")
+    errors = errors_of(project.pipeline("""
+        name: checked
+        root: .
+        datasets:
+          events:
+            path: data/events
+            format: csv
+            checks:
+              - expr: "events >= 0"
+                on_fail: drop
+          model:
+            kind: files
+            checks:
+              - row_count: {min: 1}
+        stages:
+          make: {backend: python, run: "stages.weekly:make", inputs: [events], outputs: [model]}
+    """))
+    assert any(":9:" in e and "drop removes rows from what a stage writes, not from an external input" in e
+               for e in errors), errors
+    assert any("dataset 'model' is kind: files: checks judge the rows of a table" in e for e in errors), errors

@@ -255,3 +255,17 @@ def test_a_watch_session_records_its_runs_arguments_without_the_secret(project, 
     [run] = RunStore(project.root / ".hybridflow" / "runs.db").runs(limit=1)
     assert SECRET not in run["arguments"]
     assert json.loads(run["arguments"])["params"] == ["token=x${env:HF_TEST_SECRET}"]
+
+
+def test_a_secret_is_redacted_also_as_json_spells_it_inside_a_dumped_value():
+    """A value dumped to JSON before it is redacted (an MLflow param, a record's field) escapes a
+    secret's quotes, backslashes and non-ASCII letters: those spellings are redacted too."""
+    import json
+
+    from hybridflow.spec.pipeline import Pipeline
+
+    secret = 'pa"ss\\wörd'
+    redact = Pipeline.redact_with([secret])
+    assert redact(json.dumps({"db": {"password": secret}})) == json.dumps({"db": {"password": "***"}})
+    assert redact(json.dumps([secret], ensure_ascii=False)) == json.dumps(["***"])
+    assert redact(f"plain {secret}.") == "plain ***."
