@@ -329,6 +329,9 @@ def _scheduled_ticks(pipeline_file: Path, params, if_due: bool) -> list:
         api.hold(pipeline_file, invocation, _RunReport(None))
         err.print(f"{invocation.held}; resume with: hybridflow run {pipeline_file} --resume, or let the next "
                   f"tick run: hybridflow schedule release {pipeline_file}", soft_wrap=True, markup=False)
+    elif not invocation.ticks and not if_due:  # an every-minute --if-due line stays quiet when nothing is due
+        err.print(f"nothing to run: a run has served the schedule's latest tick already; to run now: "
+                  f"hybridflow run {pipeline_file}", soft_wrap=True, markup=False)
     return list(zip(invocation.ticks, invocation.notes))
 
 

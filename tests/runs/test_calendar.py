@@ -152,7 +152,8 @@ def test_a_scheduled_invocation_catches_up_the_ticks_missed_since_the_last(proje
     assert summary["scheduled_for"] == expected[0][0]
     assert summary["caught_up"] is (catchup != "none")
     # the same tick again (cron's line and @reboot in one minute): nothing more runs
-    assert hf(monkeypatch, SUNDAY + 3 * WEEK, "run", "--trigger", "cron", path).exit_code == 0
+    again = hf(monkeypatch, SUNDAY + 3 * WEEK, "run", "--trigger", "cron", path)
+    assert again.exit_code == 0 and "nothing to run: a run has served the schedule's latest tick" in again.output
     assert len(records(project)) == 1 + len(expected)
 
 
