@@ -233,6 +233,12 @@ def rejected_name(dataset: str) -> str:
     return dataset + REJECTED_SUFFIX
 
 
+def quarantine_of(pipeline, name: str) -> str | None:
+    """The produced dataset whose dropped rows `name` holds (`<dataset>_rejected`), or None."""
+    source = name.removesuffix(REJECTED_SUFFIX)
+    return source if name != source and source in pipeline.dag.producer else None
+
+
 def pipeline_problems(p) -> list:
     """validate's problems with every dataset's checks (a spec.pipeline.Pipeline), each at its place."""
     problems = []

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 
 from ..data.storage import ObjectPath
+from ..spec.datachecks import quarantine_of
 from ..store.catalog import data_digest
 
 
@@ -39,7 +40,7 @@ def location(path: PurePath) -> tuple[str, str]:
 def tracked(pipeline, catalog, dataset: str, version_id: str | None = None) -> TrackedDataset:
     """`dataset` as a tracker sees it: a published one at `version_id` (default: its current version),
     an external input at its path."""
-    if pipeline.is_external(dataset):
+    if pipeline.is_external(dataset) and not quarantine_of(pipeline, dataset):
         namespace, name = location(pipeline.external_path(dataset))
         return TrackedDataset(dataset, namespace, name, kind=pipeline.dataset(dataset).kind)
     version = catalog.version(dataset, version_id) if version_id else catalog.current(dataset)

@@ -222,3 +222,29 @@ def test_a_scheduled_run_carries_its_nominal_time(project, receiver):
     moment = datetime.fromisoformat(nominal.pop().replace("Z", "+00:00"))
     latest = croniter("*/5 * * * *", before).get_prev(datetime)
     assert latest <= moment <= datetime.now(timezone.utc) and moment.minute % 5 == 0 and moment.second == 0
+
+
+def test_the_rows_a_check_dropped_are_an_output_in_the_workdir_with_its_version(project):
+    """`<dataset>_rejected` (the rows a drop check removed) is a published dataset of the stage, never
+    the project folder an undeclared external input would resolve to."""
+    project.stages(STAGES)
+    path = project.pipeline("""
+        name: demo
+        datasets:
+          numbers:
+            checks:
+              - range: {column: id, max: 1}
+                on_fail: drop
+        stages:
+          make: {run: 'mypkg.steps:make', outputs: [numbers, meta]}
+        lineage: {transport: file, path: lineage/events.jsonl}
+        """)
+    done = hybridflow(project, "run", path)
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in (project.root / "lineage" / "events.jsonl").read_text().splitlines()]
+    for event in events:
+        validate(event)
+    [ended] = [e for e in events if e["job"]["name"] == "demo.make" and e["eventType"] == "COMPLETE"]
+    rejected = {o["name"]: o for o in ended["outputs"]}
+    [name] = [n for n in rejected if n.endswith("numbers_rejected")]
+    assert "/datasets/numbers_rejected" in name and rejected[name]["facets"]["version"]["datasetVersion"]
