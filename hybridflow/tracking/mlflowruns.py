@@ -12,6 +12,7 @@ too, so the run does not wait for it."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 from datetime import datetime, timezone
 from pathlib import PurePosixPath
@@ -22,6 +23,7 @@ from .datasets import TrackedDataset, read_versions, tracked
 from .sender import Sender
 from .sourcecode import git_of
 
+log = logging.getLogger("hybridflow")
 FINISH_SECONDS = 60.0  # at the run's end, the longest wait for what is queued (a model's upload)
 RUN_STATUS = {"success": "FINISHED", "interrupted": "KILLED"}
 MAX_PARAM = 6000  # characters MLflow keeps of a param's value
@@ -45,7 +47,12 @@ class MlflowRuns(Listener):
     # -- the run's events ------------------------------------------------------------------------
 
     def run_started(self, run_id: str, stages: list[StageResult]) -> None:
-        self.sender = Sender("MLflow records", self.pipeline.redact)  # a watch session runs again
+        if self.sender is not None and not self.sender.drained(FINISH_SECONDS):  # a watch session's next run
+            # the last run's calls still going out act on this listener's state, which a new run resets
+            log.warning("the last run's MLflow records are still being sent: this run is not recorded in MLflow")
+            self.run_id = None
+            return
+        self.sender = Sender("MLflow records", self.pipeline.redact)
         self.run_id, self.parent, self.stages, self.aliases = run_id, None, {}, []
         started = datetime.now(timezone.utc)
         self.sender.send(lambda: self._open_run(run_id, started))

@@ -43,6 +43,13 @@ class Sender:
         reason = f": {self.first_error}" if self.first_error else " in time"
         return self.redact(f"{lost} {self.what} not delivered{reason}")
 
+    def drained(self, seconds: float) -> bool:
+        """Whether the thread has ended, told to end after what is queued and given up to `seconds`."""
+        if self._thread.is_alive():
+            self.send(None)
+        self._thread.join(seconds)
+        return not self._thread.is_alive()
+
     def _work(self) -> None:
         while True:
             call = self._queue.get()
