@@ -181,7 +181,12 @@ def run_cli(project, *args: str, listeners: Topology | None = None,
     if listeners is not None:
         sampler.start()
     try:
-        output, _ = process.communicate(timeout=400)
+        # the test's own timeout (pytest-timeout) bounds it first; this one only stops a run left behind
+        output, _ = process.communicate(timeout=840)
+    except subprocess.TimeoutExpired as late:
+        said = late.output or b""  # bytes even in text mode: what came before the timeout
+        said = (said.decode(errors="replace") if isinstance(said, bytes) else said)[-4000:]
+        raise AssertionError(f"hybridflow {' '.join(args)} still running after 840 s; it said:\n{said}") from None
     finally:
         done.set()
         if process.poll() is None:

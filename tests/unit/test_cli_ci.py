@@ -64,7 +64,7 @@ def test_ci_run_passes_on_arguments_and_fails_when_pytest_fails_or_collects_noth
     # cache, and so do the fetcher of Spark's s3a jars and the build of versitygw (no-ops once cached)
     assert calls[:4] == ["-m pip install --disable-pip-version-check --quiet -e .[test]",
                          "-m hybridflow.backends.spark_s3_jars", "-m tests.support.versitygw",
-                         "-m pytest tests -n 0 -m not cron"]  # every tier, serially
+                         "-m pytest tests -n 0 --durations=40 -m not cron"]  # every tier, serially
     assert len(calls) == 16
 
 
@@ -77,7 +77,8 @@ def test_ci_run_runs_only_the_tests_named_where_a_path_or_node_id_is_given(tmp_p
                               env={**env, "FAKE_PYTEST_EXIT": "0"}, timeout=120, cwd=root)
         assert done.returncode == 0, done.stderr
     calls = [c for c in (root / ".venv" / "bin" / "calls").read_text().splitlines() if c.startswith("-m pytest")]
-    assert calls == ["-m pytest -n 0 tests/unit", "-m pytest -n 0 -x tests/unit/test_one.py::test_it"]
+    assert calls == ["-m pytest -n 0 --durations=40 tests/unit",
+                     "-m pytest -n 0 --durations=40 -x tests/unit/test_one.py::test_it"]
 
 
 def test_the_session_ends_with_every_skipped_test_and_why(tmp_path):
