@@ -181,7 +181,7 @@ def partition_name(group_by: tuple[str, ...], values: tuple) -> str:
     from ..data.tables import HIVE_NULL
 
     def text(value: Any) -> str:
-        if value is None:
+        if value is None or value == "":  # engines write an empty value as a NULL one
             return HIVE_NULL
         if isinstance(value, str):
             return value
