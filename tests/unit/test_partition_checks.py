@@ -64,7 +64,7 @@ def test_a_manifest_counts_each_partitions_rows_from_the_footers(tmp_path):
 
 
 def test_untouched_partitions_keep_their_recorded_outcomes():
-    manifest = {"checks": [{"check": "row_count", "partition": "week=w1"}, {"check": "row_count", "partition": "week=w2"},
-                           {"check": "freshness"}]}
+    manifest = {"checks": [{"check": "row_count", "partition": "week=w1"},
+                           {"check": "row_count", "partition": "week=w2"}, {"check": "freshness"}]}
     assert carried_checks(manifest, ("week=w1",)) == [{"check": "row_count", "partition": "week=w1"}]
     assert carried_checks({}, ("week=w1",)) == []
