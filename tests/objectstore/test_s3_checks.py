@@ -56,6 +56,7 @@ def test_checks_of_an_s3_output_run_on_the_engines_workers_and_a_failure_publish
     path = project.pipeline(PIPELINE)
     deliver(s3, "2026-11-09", ["free", "pro", "team"])
     deliver(s3, "2026-11-16", ["pro", "pro", "free"])
+    (tmp_path / "engine-logs").mkdir()
     engines = start_engines(tmp_path / "engine-logs", ["python", "dask"], code=[project.root / "mypkg"],
                             store=StoreSettings.of())
     try:
