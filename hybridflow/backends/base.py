@@ -102,6 +102,10 @@ class Backend(ABC):
         """Every measure of `plan` in one pass over `frame`."""
         return plan.combine([plan.arrow_partials(frame)])
 
+    def check_measure_groups(self, frame: Any, plan) -> dict[tuple, dict[str, Any]]:
+        """Every measure of `plan` per partition ({values of plan.group_by: measures}), in one pass."""
+        return plan.combine_by([plan.arrow_partials_by(frame)])
+
     def check_split(self, frame: Any, plan, checks) -> tuple[Any, Any]:
         """(rows passing every one of `checks`, the others with a `check` column naming the first failed)."""
         return plan.arrow_split(frame, checks)

@@ -18,6 +18,7 @@ from ..spec.datachecks import CHECK_COLUMN, Check
 from ..spec.model import parse_duration
 
 ROWS = "hf_rows"
+WHOLE_DATASET = ("freshness",)  # judged over every partition measured at once, even on a partitioned output
 EXAMPLES = 3  # failing rows an error quotes (their checked columns only, each value cut short)
 
 
@@ -30,10 +31,11 @@ class Measure:
 
 
 class CheckPlan:
-    """The measures one dataset's checks need, each under an alias the engine returns it by."""
+    """The measures one dataset's checks need, each under an alias the engine returns it by; with
+    `group_by` (a partitioned output's partition columns) measured once per partition, in the same pass."""
 
-    def __init__(self, checks: list[Check]) -> None:
-        self.checks = checks
+    def __init__(self, checks: list[Check], group_by: tuple[str, ...] = ()) -> None:
+        self.checks, self.group_by = checks, tuple(group_by)
         self.measures: list[Measure] = [Measure(ROWS, "rows")]
         self.alias: dict[str, str] = {}  # check name -> its measure's alias
         for i, check in enumerate(checks):
@@ -86,6 +88,49 @@ class CheckPlan:
                 values[m.alias] = _distinct_keys(table, m.columns)
         return values
 
+    def arrow_partials_by(self, table, distinct: bool = True) -> dict[tuple, dict[str, Any]]:
+        """{partition values: the measures of its rows} of one Arrow batch. A worker's batch is mostly
+        one file, so of one partition: each partition's rows are filtered out of it in turn."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        for column in self.group_by:  # pandas' categories: compared as their values
+            if pa.types.is_dictionary(table.schema.field(column).type):
+                table = table.set_column(table.schema.get_field_index(column), column,
+                                         pc.cast(table[column], table.schema.field(column).type.value_type))
+        partials = {}
+        for key in _distinct_keys(table, self.group_by).to_pylist():
+            rows = pc.scalar(True)
+            for column, value in key.items():
+                rows = rows & (pc.field(column).is_null() if value is None else pc.field(column) == value)
+            partials[tuple(key.values())] = self.arrow_partials(table.filter(rows), distinct)
+        return partials
+
+    def combine_by(self, partials: list[dict[tuple, dict[str, Any]]]) -> dict[tuple, dict[str, Any]]:
+        """{partition values: its measures} from those of every batch."""
+        grouped: dict[tuple, list] = {}
+        for batch in partials:
+            for key, values in batch.items():
+                grouped.setdefault(key, []).append(values)
+        return {key: self.combine(parts) for key, parts in grouped.items()}
+
+    def grouped_values(self, rows) -> dict[tuple, dict[str, Any]]:
+        """{partition values: measures} from rows of the partition columns then the measures in order."""
+        n = len(self.group_by)
+        return {tuple(plain_value(v) for v in row[:n]): self.values_of(row[n:]) for row in rows}
+
+    def empty(self) -> dict[str, Any]:
+        """The measures of no row at all (a partition the stage wrote nothing for)."""
+        return {m.alias: None if m.op == "max" else 0 for m in self.measures}
+
+    def whole(self, groups: list[dict[str, Any]]) -> dict[str, Any]:
+        """The row count and newest values of all the partitions measured: what freshness judges."""
+        values = {ROWS: sum(v[ROWS] for v in groups)}
+        for m in (m for m in self.measures if m.op == "max"):
+            present = [v[m.alias] for v in groups if v[m.alias] is not None]
+            values[m.alias] = max(present) if present else None
+        return values
+
     def combine(self, partials: list[dict[str, Any]]) -> dict[str, Any]:
         """The measures of the whole data from those of its batches."""
         import pyarrow as pa
@@ -124,6 +169,27 @@ class CheckPlan:
         passed = pc.is_null(label)
         failing = table.filter(pc.invert(passed)).append_column(CHECK_COLUMN, label.filter(pc.invert(passed)))
         return table.filter(passed), failing
+
+
+def plain_value(value: Any) -> Any:
+    """A numpy or pandas scalar as the Python value it holds (a partition's value, named in a key)."""
+    return value.item() if hasattr(value, "item") and not isinstance(value, (str, bytes)) else value
+
+
+def partition_name(group_by: tuple[str, ...], values: tuple) -> str:
+    """'delivery_week=2026-11-23': a partition as incremental.partition_key names its directory."""
+    from ..data.tables import HIVE_NULL
+
+    def text(value: Any) -> str:
+        if value is None or value == "":  # engines write an empty value as a NULL one
+            return HIVE_NULL
+        if isinstance(value, str):
+            return value
+        if hasattr(value, "isoformat"):
+            return value.isoformat()
+        return repr(value)
+
+    return "/".join(f"{c}={text(v)}" for c, v in zip(group_by, values))
 
 
 def _distinct_keys(table, columns: tuple[str, ...]):
@@ -265,7 +331,8 @@ def _unsupported(node):
 @dataclass
 class Outcome:
     """What one check found: status passed | warned | failed | dropped; `failing` rows (when the check
-    counts rows); `value` what it measured (a fraction, a row count, a change, the newest value)."""
+    counts rows); `value` what it measured (a fraction, a row count, a change, the newest value);
+    `partition` the partition it judged ('week=2026-11-23'), None when it judged the whole dataset."""
 
     dataset: str
     check: str
@@ -276,6 +343,7 @@ class Outcome:
     value: Any = None
     detail: str = ""
     examples: list[dict[str, Any]] = field(default_factory=list)
+    partition: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -283,27 +351,53 @@ class Outcome:
 
     def record(self) -> dict[str, Any]:
         """As run records, manifests and notifications keep it (JSON)."""
-        return {"check": self.check, "kind": self.kind, "on_fail": self.on_fail, "status": self.status,
-                "failing": self.failing, "value": _jsonable(self.value), "detail": self.detail}
+        record = {"check": self.check, "kind": self.kind, "on_fail": self.on_fail, "status": self.status,
+                  "failing": self.failing, "value": _jsonable(self.value), "detail": self.detail}
+        return record | ({"partition": self.partition} if self.partition is not None else {})
 
-    def line(self, partition: str | None = None) -> str:
-        where = f" partition {partition}" if partition else ""
+    def line(self) -> str:
+        where = f", partition {self.partition}" if self.partition is not None else ""
         shown = "; ".join(", ".join(f"{k}={_quoted(v)}" for k, v in row.items()) for row in self.examples)
         return (f"dataset '{self.dataset}'{where}: check '{self.check}' ({self.kind}) failed: {self.detail}"
                 + (f" (e.g. {shown})" if shown else ""))
 
 
-def judge(dataset: str, check: Check, values: dict[str, Any], plan: CheckPlan, previous_rows: int | None,
-          now: dt.datetime | None = None) -> Outcome:
-    """The outcome of one measured check (python checks are judged from what their function returned)."""
+@dataclass(frozen=True)
+class Published:
+    """The row counts of the version published now, which row_count_change compares with: the whole
+    dataset's, and each partition's (a partitioned dataset's manifest records them)."""
+
+    rows: int | None = None
+    partitions: dict[str, int] | None = None
+
+    def of(self, partition: str | None) -> tuple[int | None, str]:
+        """(the count a check of `partition` compares with, what it is in words). A partition not
+        published yet is compared with the median partition: a new week is about as big as a usual one."""
+        if partition is None:
+            return self.rows, "published"
+        if not self.partitions:
+            return None, "published"
+        if partition in self.partitions:
+            return self.partitions[partition], f"published in {partition}"
+        counts = sorted(self.partitions.values())
+        middle = len(counts) // 2
+        median = counts[middle] if len(counts) % 2 else (counts[middle - 1] + counts[middle]) // 2
+        return median, f"in the median published partition (of {len(counts)}; {partition} is new)"
+
+
+def judge(dataset: str, check: Check, values: dict[str, Any], plan: CheckPlan, published: Published | None = None,
+          now: dt.datetime | None = None, partition: str | None = None) -> Outcome:
+    """The outcome of one measured check (python checks are judged from what their function returned),
+    over the whole dataset or one `partition` of it."""
     rows = values[ROWS]
     measured = values.get(plan.alias.get(check.name))
-    failed, failing, value, detail = _verdict(check, rows, measured, previous_rows, now or _utcnow())
+    previous = (published or Published()).of(partition)
+    failed, failing, value, detail = _verdict(check, rows, measured, previous, now or _utcnow())
     status = "passed" if not failed else {"error": "failed", "warn": "warned", "drop": "dropped"}[check.on_fail]
-    return Outcome(dataset, check.name, check.kind, check.on_fail, status, failing, value, detail)
+    return Outcome(dataset, check.name, check.kind, check.on_fail, status, failing, value, detail, partition=partition)
 
 
-def _verdict(check: Check, rows: int, measured: Any, previous: int | None,  # noqa: C901 - one rule per kind
+def _verdict(check: Check, rows: int, measured: Any, previous: tuple[int | None, str],  # noqa: C901 - one rule per kind
              now: dt.datetime) -> tuple[bool, int | None, Any, str]:
     """(failed, failing rows, measured value, what was found in words)."""
     args = check.args
@@ -333,14 +427,15 @@ def _bounds(low, high) -> str:
                                           f"at most {high:,}" if high is not None else "") if part)
 
 
-def _change(rows: int, previous: int | None, args: dict) -> tuple[bool, None, Any, str]:
+def _change(rows: int, against: tuple[int | None, str], args: dict) -> tuple[bool, None, Any, str]:
+    previous, what = against
     if previous is None:
         return False, None, None, f"{rows:,} rows; no published count to compare with"
     ratio = rows / previous if previous else (float("inf") if rows else 1.0)
     drop, growth = args.get("max_drop"), args.get("max_growth")
     failed = (drop is not None and ratio < 1 - drop) or (growth is not None and ratio > growth)
     return failed, None, {"rows": rows, "previous": previous, "ratio": round(ratio, 4)}, \
-        f"{rows:,} rows against {previous:,} published ({ratio:.2f}x; allowed {_allowed(drop, growth)})"
+        f"{rows:,} rows against {previous:,} {what} ({ratio:.2f}x; allowed {_allowed(drop, growth)})"
 
 
 def _allowed(drop, growth) -> str:

@@ -300,6 +300,12 @@ class DaskBackend(Backend):
         partials = [dask.delayed(_check_partials)(part, plan) for part in frame.to_delayed()]
         return dask.delayed(plan.combine)(partials).compute()
 
+    def check_measure_groups(self, frame, plan) -> dict[tuple, dict[str, Any]]:
+        import dask
+
+        partials = [dask.delayed(_check_partials)(part, plan) for part in frame.to_delayed()]
+        return dask.delayed(plan.combine_by)(partials).compute()
+
     def check_split(self, frame, plan, checks) -> tuple[Any, Any]:
         import pandas as pd
 
@@ -601,11 +607,12 @@ def create(settings, log_dir: Path) -> DaskBackend:
     return DaskBackend(settings, log_dir)
 
 
-def _check_partials(part, plan) -> dict[str, Any]:
-    """One partition's check measures, on its worker."""
+def _check_partials(part, plan) -> dict:
+    """One partition's check measures (per partition of the output with a plan's group_by), on its worker."""
     from . import pandas_frames
 
-    return plan.arrow_partials(pandas_frames.to_arrow(part))
+    table = pandas_frames.to_arrow(part)
+    return plan.arrow_partials_by(table) if plan.group_by else plan.arrow_partials(table)
 
 
 def _check_labelled(part, plan, checks):

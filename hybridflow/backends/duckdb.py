@@ -270,6 +270,10 @@ class DuckDBBackend(Backend):
     def check_measure(self, frame, plan) -> dict[str, Any]:
         return plan.values_of(frame.aggregate(", ".join(plan.sql_aggregates("duckdb"))).fetchall()[0])
 
+    def check_measure_groups(self, frame, plan) -> dict[tuple, dict[str, Any]]:
+        keys = column_list(plan.group_by)
+        return plan.grouped_values(frame.aggregate(", ".join([keys, *plan.sql_aggregates("duckdb")]), keys).fetchall())
+
     def check_split(self, frame, plan, checks) -> tuple[Any, Any]:
         from ..spec.datachecks import CHECK_COLUMN
 

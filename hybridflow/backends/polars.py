@@ -291,20 +291,11 @@ class PolarsBackend(Backend):
         return self.read(source)
 
     def check_measure(self, frame, plan) -> dict[str, Any]:
-        import polars as pl
+        return plan.values_of(frame.lazy().select(_check_expressions(plan)).collect().row(0))
 
-        expressions = []
-        for m in plan.measures:
-            if m.op == "rows":
-                expressions.append(pl.len().alias(m.alias))
-            elif m.op == "failing":
-                expressions.append(pl.sql_expr(plan.sql_predicate(m, "duckdb")).fill_null(False).sum().alias(m.alias))
-            elif m.op == "max":
-                expressions.append(pl.col(m.columns[0]).max().alias(m.alias))
-            else:  # distinct keys, NULL a value like any other
-                expressions.append(pl.struct(list(m.columns)).n_unique().alias(m.alias))
-        row = frame.lazy().select(expressions).collect().row(0)
-        return plan.values_of(row)
+    def check_measure_groups(self, frame, plan) -> dict[tuple, dict[str, Any]]:
+        rows = frame.lazy().group_by(list(plan.group_by)).agg(_check_expressions(plan)).collect().rows()
+        return plan.grouped_values(rows)
 
     def check_split(self, frame, plan, checks) -> tuple[Any, Any]:
         import polars as pl
@@ -590,3 +581,20 @@ def _in_own_words(exc: BaseException) -> HybridflowError | None:
     if type(exc).__name__ == "PanicException":
         return StageError(f"Polars failed inside: {first_line(exc)}")
     return None
+
+
+def _check_expressions(plan) -> list:
+    """One Polars expression per measure of a check plan (checkplan), in the plan's order."""
+    import polars as pl
+
+    expressions = []
+    for m in plan.measures:
+        if m.op == "rows":
+            expressions.append(pl.len().alias(m.alias))
+        elif m.op == "failing":
+            expressions.append(pl.sql_expr(plan.sql_predicate(m, "duckdb")).fill_null(False).sum().alias(m.alias))
+        elif m.op == "max":
+            expressions.append(pl.col(m.columns[0]).max().alias(m.alias))
+        else:  # distinct keys, NULL a value like any other
+            expressions.append(pl.struct(list(m.columns)).n_unique().alias(m.alias))
+    return expressions

@@ -316,6 +316,23 @@ class RayBackend(Backend):
                 values[m.alias] = frame.select_columns(list(m.columns)).groupby(list(m.columns)).count().count()
         return values
 
+    def check_measure_groups(self, frame, plan) -> dict[tuple, dict[str, Any]]:
+        import pickle
+
+        rows = frame.map_batches(_check_partials, batch_format="pyarrow", fn_kwargs={"plan": plan},
+                                 zero_copy_batch=True).take_all()
+        groups = plan.combine_by([pickle.loads(row["partials"]) for row in rows])
+        keys = list(plan.group_by)
+        for m in plan.measures:
+            if m.op == "distinct":  # distinct (partition, key) pairs, then counted per partition
+                from .checkplan import plain_value
+
+                pairs = frame.select_columns(keys + [c for c in m.columns if c not in keys])
+                counted = pairs.groupby(keys + [c for c in m.columns if c not in keys]).count().groupby(keys).count()
+                for row in counted.take_all():
+                    groups[tuple(plain_value(row[k]) for k in keys)][m.alias] = row["count()"]
+        return groups
+
     def check_split(self, frame, plan, checks) -> tuple[Any, Any]:
         labelled = frame.map_batches(_check_labelled, batch_format="pyarrow",
                                      fn_kwargs={"plan": plan, "checks": checks})
@@ -639,7 +656,8 @@ def _check_partials(batch, plan):
 
     import pyarrow as pa
 
-    return pa.table({"partials": [pickle.dumps(plan.arrow_partials(batch, distinct=False))]})
+    partials = plan.arrow_partials_by(batch, False) if plan.group_by else plan.arrow_partials(batch, distinct=False)
+    return pa.table({"partials": [pickle.dumps(partials)]})
 
 
 def _check_labelled(batch, plan, checks):

@@ -512,6 +512,12 @@ class SparkBackend(Backend):
 
         return plan.values_of(frame.agg(*[F.expr(e) for e in plan.sql_aggregates("spark")]).collect()[0])
 
+    def check_measure_groups(self, frame, plan) -> dict[tuple, dict[str, Any]]:
+        from pyspark.sql import functions as F
+
+        grouped = frame.groupBy(*[F.col(c) for c in plan.group_by])
+        return plan.grouped_values(grouped.agg(*[F.expr(e) for e in plan.sql_aggregates("spark")]).collect())
+
     def check_split(self, frame, plan, checks) -> tuple[Any, Any]:
         from pyspark.sql import functions as F
 

@@ -238,18 +238,21 @@ class ObjectStore:
     def delete_all(self, paths: list[ObjectPath], where: ObjectPath) -> None:
         """Delete the objects; a batch the store answers with errors for some keys (it deletes the
         others) raises StorageError naming how many were left, never taken as done."""
+        self._delete_keys([_key(p) for p in paths], where)
+
+    def _delete_keys(self, keys: list[str], where: ObjectPath) -> None:
         failed: list[dict] = []
-        for start in range(0, len(paths), 1000):  # a DeleteObjects request takes at most 1000 keys
-            batch = paths[start:start + 1000]
+        for start in range(0, len(keys), 1000):  # a DeleteObjects request takes at most 1000 keys
+            batch = keys[start:start + 1000]
             try:
                 answer = self._client.delete_objects(Bucket=where.bucket, Delete={
-                    "Objects": [{"Key": _key(p)} for p in batch], "Quiet": True})
+                    "Objects": [{"Key": key} for key in batch], "Quiet": True})
             except Exception as exc:
                 raise self._error(exc, where) from exc
             failed += [e for e in answer.get("Errors", []) if e.get("Code") != "NoSuchKey"]
         if failed:
             first = failed[0]
-            raise StorageError(f"the object store did not delete {len(failed)} of {len(paths)} objects under "
+            raise StorageError(f"the object store did not delete {len(failed)} of {len(keys)} objects under "
                                f"{where.uri} (s3://{where.bucket}/{first.get('Key')}: {first.get('Code')} "
                                f"{first.get('Message') or ''})".rstrip(), hint="check the credentials' delete "
                                                                                "permission and any object lock; "
@@ -277,8 +280,8 @@ class ObjectStore:
 
     def delete_tree(self, prefix: ObjectPath) -> None:
         """Every object under `prefix` (pyarrow's delete would leave a "directory" object behind)."""
-        for page in self._pages(prefix):
-            self.delete_all([ObjectPath(f"{prefix.bucket}/{o['Key']}") for o in page.get("Contents", [])], prefix)
+        for page in self._pages(prefix):  # keys as listed: a path would lose a "directory" marker's last /
+            self._delete_keys([o["Key"] for o in page.get("Contents", [])], prefix)
 
     def _pages(self, prefix: ObjectPath, **options):
         try:

@@ -28,6 +28,7 @@ def check_datasets(pipeline: Pipeline, catalog, inputs, names: list[str]) -> lis
         checks = dataset_checks(pipeline, name)
         if not checks:
             continue
+        group_by: tuple[str, ...] = ()  # a published partitioned dataset is checked per partition, as its stage does
         if pipeline.is_external(name):
             source = inputs.external_source(name)
         else:
@@ -36,5 +37,6 @@ def check_datasets(pipeline: Pipeline, catalog, inputs, names: list[str]) -> lis
                 raise UsageError(f"dataset '{name}' has no published version yet",
                                  hint=f"run its stage first: hybridflow run {pipeline.shown_file}")
             source = current.source()
-        outcomes += checker.judged(name, backend, source, checks)
+            group_by = source.partition_by
+        outcomes += checker.judged(name, backend, source, checks, group_by=group_by)
     return outcomes

@@ -10,7 +10,16 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
-from ..backends.checkplan import EXAMPLES, CheckPlan, Outcome, judge, python_outcome
+from ..backends.checkplan import (
+    EXAMPLES,
+    WHOLE_DATASET,
+    CheckPlan,
+    Outcome,
+    Published,
+    judge,
+    partition_name,
+    python_outcome,
+)
 from ..data.tables import TableSource
 from ..errors import DataError, HybridflowError, counted, first_line
 from ..spec.datachecks import CHECK_COLUMN, PYTHON_CHECK, Check, dataset_checks, expr_columns, rejected_name
@@ -37,27 +46,30 @@ class OutputChecks:
     def declared(self, dataset: str) -> list[Check]:
         return dataset_checks(self.pipeline, dataset)
 
-    def run(self, run_id: str, dataset: str, backend, directory: PurePath, schema, log: logging.Logger,
-            previous_rows: int | None) -> CheckedOutput:
-        """Check the output written to `directory`; raise DataError when an error-level check fails."""
+    def run(self, run_id: str, dataset: str, backend, directory: PurePath, schema, log: logging.Logger,  # noqa: PLR0913 - what a check of one output needs
+            published: Published | None, expected: tuple[str, ...] = ()) -> CheckedOutput:
+        """Check the output written to `directory` (a partitioned one per partition, `expected` the
+        partitions it must hold: one it has no row for is judged empty); raise DataError when an
+        error-level check fails."""
         checks = self.declared(dataset)
         checked = CheckedOutput(directory, schema)
         if not checks:
             return checked
         try:
-            outcomes = self._measure(dataset, backend, directory, schema, checks, previous_rows)
+            outcomes = self._measure(dataset, backend, directory, schema, checks, published, expected)
             drop = [c for c in checks if c.on_fail == "drop"]
             if drop:
                 checked = self._quarantine(run_id, dataset, backend, checked, drop, outcomes)
                 if checked.directory != directory:  # rows were dropped: the other checks judge what is kept
                     kept = [c for c in checks if c.on_fail != "drop"]
                     outcomes = [o for o in outcomes if o.on_fail == "drop"] + self._measure(
-                        dataset, backend, checked.directory, checked.schema, kept, previous_rows)
+                        dataset, backend, checked.directory, checked.schema, kept, published, expected)
         except (KeyboardInterrupt, Terminated, HybridflowError):
             raise
         except Exception as exc:  # the engine could not evaluate a check (a bad expr type, a python check raising)
             raise DataError(f"the checks of '{dataset}' could not run on {backend.name}: {first_line(exc)}") from exc
-        checked.outcomes = sorted(outcomes, key=lambda o: [c.name for c in checks].index(o.check))
+        order = [c.name for c in checks]
+        checked.outcomes = sorted(outcomes, key=lambda o: (o.partition or "", order.index(o.check)))
         self._conclude(dataset, backend, directory, schema, checked.outcomes, log)
         return checked
 
@@ -83,17 +95,26 @@ class OutputChecks:
         return TableSource(dataset, (directory,), "parquet", schema, partition_by, directory,
                            self.pipeline.store_of(directory))
 
-    def _measure(self, dataset: str, backend, directory: PurePath, schema, checks: list[Check],
-                 previous_rows: int | None) -> list[Outcome]:
-        return self.judged(dataset, backend, self._source(dataset, directory, schema), checks, previous_rows)
+    def _measure(self, dataset: str, backend, directory: PurePath, schema, checks: list[Check],  # noqa: PLR0913 - run's own
+                 published: Published | None, expected: tuple[str, ...]) -> list[Outcome]:
+        source = self._source(dataset, directory, schema)
+        return self.judged(dataset, backend, source, checks, published, source.partition_by, expected)
 
-    def judged(self, dataset: str, backend, source: TableSource, checks: list[Check],
-               previous_rows: int | None = None) -> list[Outcome]:
-        """The outcomes of `checks` over `source`, measured by `backend` (no row is dropped here)."""
-        plan = CheckPlan([c for c in checks if c.kind != PYTHON_CHECK])
-        values = backend.check_measure(backend.check_frame(source), plan)
+    def judged(self, dataset: str, backend, source: TableSource, checks: list[Check],  # noqa: PLR0913 - keyword defaults
+               published: Published | None = None, group_by: tuple[str, ...] = (),
+               expected: tuple[str, ...] = ()) -> list[Outcome]:
+        """The outcomes of `checks` over `source`, measured by `backend` (no row is dropped here): per
+        partition of `group_by` when given (freshness and python checks judge the whole)."""
+        measured = [c for c in checks if c.kind != PYTHON_CHECK]
+        frame = backend.check_frame(source)
         now = self.pipeline.run_moment()  # freshness against the time the run is for (a backfill's, --for)
-        outcomes = [judge(dataset, c, values, plan, previous_rows, now) for c in plan.checks]
+        if group_by:
+            outcomes = _per_partition(dataset, backend, frame, CheckPlan(measured, group_by), published, expected,
+                                      now)
+        else:
+            plan = CheckPlan(measured)
+            values = backend.check_measure(frame, plan)
+            outcomes = [judge(dataset, c, values, plan, published, now) for c in plan.checks]
         for check in (c for c in checks if c.kind == PYTHON_CHECK):
             function = import_function(self.pipeline.root, check.text)
             outcomes.append(python_outcome(dataset, check, function(backend.read(source)), backend.check_count))
@@ -127,9 +148,40 @@ class OutputChecks:
         if not check.row_level or not outcome.failing:
             return
         columns = expr_columns(check.text) if check.kind == "expr" else list(check.columns)
+        if outcome.partition is not None:  # which partition each example is from
+            columns = [c for c in self.pipeline.dataset(dataset).partition_by if c not in columns] + columns
         frame = backend.check_frame(self._source(dataset, directory, schema))
         failing = backend.check_split(frame, CheckPlan([check]), [check])[1]
         outcome.examples = backend.check_head(failing, [c for c in columns if c in schema.names], EXAMPLES)
+
+
+def _per_partition(dataset: str, backend, frame, plan: CheckPlan, published: Published | None,  # noqa: PLR0913
+                   expected: tuple[str, ...], now) -> list[Outcome]:
+    """Each check of each partition, measured in one grouped pass; an `expected` partition without a
+    row is judged empty, and an output without any row is judged as one empty whole."""
+    groups = {partition_name(plan.group_by, key): values
+              for key, values in backend.check_measure_groups(frame, plan).items()}
+    groups |= {name: plan.empty() for name in expected if name not in groups}
+    if not groups:
+        return [judge(dataset, c, plan.empty(), plan, published, now) for c in plan.checks]
+    outcomes = [judge(dataset, c, groups[name], plan, published, now, partition=name)
+                for name in sorted(groups) for c in plan.checks if c.kind not in WHOLE_DATASET]
+    whole = plan.whole(list(groups.values()))
+    return outcomes + [judge(dataset, c, whole, plan, published, now) for c in plan.checks if c.kind in WHOLE_DATASET]
+
+
+def published_counts(current, whole: bool = True) -> Published:
+    """What row_count_change compares with: the current version's row count (`whole`: False when only
+    part of the dataset was written) and its partitions' counts, from its manifest."""
+    if current is None:
+        return Published()
+    return Published(current.rows if whole else None, current.manifest.get("partition_rows"))
+
+
+def carried_checks(manifest: dict, unchanged: tuple[str, ...]) -> list[dict]:
+    """The recorded check outcomes of the partitions an incremental stage carried over untouched."""
+    kept = set(unchanged)
+    return [record for record in manifest.get("checks") or () if record.get("partition") in kept]
 
 
 class ChecksFailed(DataError):

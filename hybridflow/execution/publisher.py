@@ -19,7 +19,7 @@ from ..spec.datachecks import rejected_name
 from ..spec.pipeline import Pipeline
 from ..store.catalog import Catalog, Version
 from ..store.incremental import carry_over, schema_types
-from .datachecking import CheckedOutput, ChecksFailed, OutputChecks
+from .datachecking import CheckedOutput, ChecksFailed, OutputChecks, carried_checks, published_counts
 from .inputs import StageInputs
 from .planner import INCREMENTAL, Decision
 from .stageerrors import StageErrors
@@ -112,9 +112,7 @@ class Publisher:
             if not isinstance(output, Written):
                 output = self.write(run_id, stage, dataset, backend, output, log)
             staging, written = output.directory, output.schema
-            # an incremental stage wrote only its new partitions: no count of the whole to compare with
-            checked = self._check(run_id, result, dataset, backend, output, log,
-                                  compare=decision.action != INCREMENTAL)
+            checked = self._check(run_id, result, dataset, backend, output, log, decision)
             staging, written = checked.directory, checked.schema
         else:
             staging = self.catalog.new_staging(run_id, dataset)
@@ -136,6 +134,8 @@ class Publisher:
                      counted(len(decision.changes.changed), "partition"), len(decision.changes.unchanged),
                      len(decision.changes.removed))
         records = result.checks.get(dataset)
+        if records is not None and decision.action == INCREMENTAL:  # untouched partitions keep their results
+            records = records + carried_checks(decision.previous[dataset].manifest, decision.changes.unchanged)
         versions = [self.catalog.prepare(dataset, staging, kind=ds.kind, stage=stage, run_id=run_id, inputs=inputs,
                                          declared=declared_schema(ds.schema_), partition_by=partition_by,
                                          written=written, checks=records,
@@ -147,12 +147,16 @@ class Publisher:
         return versions
 
     def _check(self, run_id: str, result: StageResult, dataset: str, backend, output: Written,  # noqa: PLR0913 - _prepare's own
-               log: logging.Logger, compare: bool) -> CheckedOutput:
-        """The output's declared checks, run by its engine; their outcomes go on the stage's result."""
-        current = self.catalog.current(dataset) if compare else None
+               log: logging.Logger, decision: Decision) -> CheckedOutput:
+        """The output's declared checks, run by its engine; their outcomes go on the stage's result. An
+        incremental stage wrote only its new or changed partitions: those are checked."""
+        incremental = decision.action == INCREMENTAL
+        published = published_counts(self.catalog.current(dataset), whole=not incremental)
+        # a changed partition published before that the stage wrote no row for is checked as empty
+        emptied = tuple(k for k in decision.changes.changed if k in (published.partitions or {})) if incremental else ()
         try:
-            checked = self.checks.run(run_id, dataset, backend, output.directory, output.schema, log,
-                                      current.rows if current is not None else None)
+            checked = self.checks.run(run_id, dataset, backend, output.directory, output.schema, log, published,
+                                      emptied)
         except ChecksFailed as failed:
             result.checks[dataset] = [o.record() for o in failed.outcomes]
             raise

@@ -79,7 +79,8 @@ def run_summary(pipeline: Pipeline, result: RunResult, trigger: str) -> dict[str
 
 def _checks_of(result: RunResult) -> list[dict[str, Any]]:
     """The data checks that failed, warned or dropped rows in the run, by stage and dataset."""
-    return [{"stage": s.name, "dataset": dataset, **{k: o[k] for k in ("check", "status", "failing", "detail")}}
+    return [{"stage": s.name, "dataset": dataset, **{k: o[k] for k in ("check", "status", "failing", "detail")},
+             **({"partition": o["partition"]} if "partition" in o else {})}
             for s in result.stages.values() for dataset, outcomes in s.checks.items()
             for o in outcomes if o["status"] != "passed"]
 

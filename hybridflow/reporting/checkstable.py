@@ -23,8 +23,8 @@ def check_rows(stages: list[dict[str, Any]], previous: list[dict[str, Any]] | No
 def _outcomes(stages: list[dict[str, Any]]):
     for stage in stages:
         for dataset, outcomes in json.loads(stage.get("checks") or "{}").items():
-            for outcome in outcomes:
-                yield dataset, outcome
+            for outcome in outcomes:  # a partitioned output's checks are shown per partition
+                yield dataset + (f" {outcome['partition']}" if outcome.get("partition") else ""), outcome
 
 
 def _measured(value: Any) -> str:

@@ -402,8 +402,24 @@ def _table_facts(name: str, root: PurePath, footers: list[tuple[PurePath, int, p
     if partition_by:
         schema = _with_partitions(name, root, [f for f, _, _ in footers], schema, partition_by, written)
     check_schema(name, declared, schema)
-    return {"rows": rows, "schema": schema_to_dict(schema), "arrow_schema": schema.serialize().to_pybytes().hex(),
-            "partition_by": list(partition_by)}
+    facts = {"rows": rows, "schema": schema_to_dict(schema), "arrow_schema": schema.serialize().to_pybytes().hex(),
+             "partition_by": list(partition_by)}
+    if partition_by:  # what row_count_change compares each partition of the next version with
+        facts["partition_rows"] = partition_rows(root, footers, partition_by, schema)
+    return facts
+
+
+def partition_rows(root: PurePath, footers: list[tuple[PurePath, int, pa.Schema]], partition_by: tuple[str, ...],
+                   schema: pa.Schema) -> dict[str, int]:
+    """{partition key ('week=2026-11-16'): its rows} from the files' footers (no data read)."""
+    from .incremental import partition_key, schema_types
+
+    counts: dict[str, int] = {}
+    for file, file_rows, _ in footers:
+        key = partition_key(PurePosixPath(file.relative_to(root).as_posix()), partition_by, schema_types(schema))
+        if key is not None:
+            counts[key] = counts.get(key, 0) + file_rows
+    return dict(sorted(counts.items()))
 
 
 def _with_partitions(name: str, staging: PurePath, files: list[PurePath], data: pa.Schema,

@@ -164,3 +164,95 @@ def test_nothing_to_drop_still_publishes_an_empty_quarantine(engines, project, n
     catalog = Catalog(project.home(run))
     assert ids(catalog, "weeks") == [1, 2, 3, 4]
     assert catalog.current("weeks_rejected").rows == 0
+
+
+# --- partitioned and incremental outputs: checked per partition ---
+
+def week(plans: list[str], first_id: int = 1) -> pa.Table:
+    return pa.table({"id": list(range(first_id, first_id + len(plans))), "plan": plans})
+
+
+def deliver_week(project: Project, name: str, value: str, table: pa.Table) -> None:
+    folder = project.root / "raw" / name / f"delivery_week={value}"
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, folder / "part-0.parquet")
+
+
+def partitioned(project: Project, name: str, incremental: bool) -> str:
+    return str(project.pipeline(f'''
+    name: {name}
+    root: .
+    datasets:
+      events: {{path: raw/{name}, partition_by: [delivery_week],
+               schema: {{delivery_week: string, id: int64, plan: string}}}}
+      weeks:
+        partition_by: [delivery_week]
+        checks:
+          - accepted_values: {{column: plan, values: [free, pro, team]}}
+          - row_count: {{min: 1}}
+          - row_count_change: {{max_drop: 0.5, max_growth: 3.0}}
+    stages:
+      copy: {{run: "mypkg.steps:same", backend: {engine_of(name)}, incremental: {str(incremental).lower()},
+             inputs: [events], outputs: [weeks]}}
+    ''', f"{name}.yaml"))
+
+
+def by_partition(records: list[dict]) -> dict[tuple, tuple]:
+    return {(r.get("partition"), r["check"]): (r["status"], r["failing"]) for r in records}
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_a_partitioned_output_is_checked_per_partition_and_the_error_names_it(engines, project, name):
+    run = f"parts-{name}"
+    for value in ("2026-11-09", "2026-11-16"):
+        deliver_week(project, run, value, week(["free", "pro", "team"]))
+    deliver_week(project, run, "2026-11-23", week(["free", "gold", "gold", "pro"]))
+    result = Runner(load_pipeline(partitioned(project, run, incremental=False)), engines=engines).run()
+    assert result.status == "failed" and result.error.exit_code == ExitCode.DATA
+    assert ("dataset 'weeks', partition delivery_week=2026-11-23: check 'accepted_values_plan' (accepted_values) "
+            "failed: 2 of 4 rows fail") in result.stages["copy"].error
+    recorded = by_partition(result.stages["copy"].checks["weeks"])
+    assert recorded[("delivery_week=2026-11-23", "accepted_values_plan")] == ("failed", 2)
+    assert recorded[("delivery_week=2026-11-09", "accepted_values_plan")] == ("passed", 0)
+    assert {p for p, _ in recorded} == {"delivery_week=2026-11-09", "delivery_week=2026-11-16",
+                                        "delivery_week=2026-11-23"}
+    assert Catalog(project.home(run)).current("weeks") is None
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_a_truncated_incremental_partition_fails_on_row_count_change_and_names_it(engines, project, name):
+    run = f"inc-{name}"
+    path = partitioned(project, run, incremental=True)
+    for value, plans in (("2026-11-09", ["free"] * 4), ("2026-11-16", ["pro"] * 6), ("2026-11-23", ["team"] * 8)):
+        deliver_week(project, run, value, week(plans))
+    first = Runner(load_pipeline(path), engines=engines).run()
+    assert first.status == "success", first.error
+    catalog = Catalog(project.home(run))
+    published = catalog.current("weeks")
+    assert published.manifest["partition_rows"] == {"delivery_week=2026-11-09": 4, "delivery_week=2026-11-16": 6,
+                                                    "delivery_week=2026-11-23": 8}
+    kept = [r for r in published.manifest["checks"] if r["partition"] == "delivery_week=2026-11-09"]
+    assert [r["status"] for r in kept] == ["passed"] * 3
+
+    deliver_week(project, run, "2026-11-16", week(["pro"] * 2))  # a truncated redelivery: 2 of its 6 rows
+    deliver_week(project, run, "2026-11-30", week(["free"] * 7))  # a new week, about as big as the others
+    result = Runner(load_pipeline(path), engines=engines).run()
+    assert result.status == "failed" and result.error.exit_code == ExitCode.DATA
+    assert ("dataset 'weeks', partition delivery_week=2026-11-16: check 'row_count_change' (row_count_change) "
+            "failed: 2 rows against 6 published in delivery_week=2026-11-16 (0.33x") in result.stages["copy"].error
+    recorded = by_partition(result.stages["copy"].checks["weeks"])
+    assert {p for p, _ in recorded} == {"delivery_week=2026-11-16", "delivery_week=2026-11-30"}  # only these ran
+    assert recorded[("delivery_week=2026-11-30", "row_count_change")] == ("passed", None)
+    assert catalog.current("weeks").id == published.id
+
+    deliver_week(project, run, "2026-11-16", week(["pro"] * 5))  # the full redelivery
+    fixed = Runner(load_pipeline(path), engines=engines).run()
+    assert fixed.status == "success", fixed.error
+    manifest = catalog.current("weeks").manifest
+    assert [r for r in manifest["checks"] if r["partition"] == "delivery_week=2026-11-09"] == kept  # carried over
+    new = {r["check"]: r for r in manifest["checks"] if r["partition"] == "delivery_week=2026-11-30"}
+    assert new["row_count_change"]["value"] == {"rows": 7, "previous": 6, "ratio": round(7 / 6, 4)}  # the median
+    assert "median published partition" in new["row_count_change"]["detail"]
+    assert {r["partition"] for r in fixed.stages["copy"].checks["weeks"]} == {"delivery_week=2026-11-16",
+                                                                             "delivery_week=2026-11-30"}
+    assert manifest["partition_rows"]["delivery_week=2026-11-16"] == 5
