@@ -19,6 +19,8 @@ __all__ = ["app", "main"]
 
 
 def main() -> None:
+    """The console script `hybridflow` (and `python -m hybridflow.cli`): the command in a process it
+    ends itself, with runs supervised from it."""
     log_warnings_to_current_stderr()
     supervision.supervising = True
     try:
