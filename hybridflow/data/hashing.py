@@ -17,6 +17,7 @@ import secrets
 import time
 from pathlib import Path, PurePath
 
+from .localcache import write_private
 from .storage import ObjectPath, content_tag
 
 RECENT_NS = 2 * 10**9  # coarse file system timestamps: a change within this window may not show
@@ -240,20 +241,11 @@ class HashCache:
         if not self._dirty:
             return
         self._entries = self._merged()
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        try:
-            # a workdir's parent is never made (not a workdir removed while in use: its run reports that)
-            self.path.parent.mkdir(parents=self.limit is not None, exist_ok=True)
-            text = json.dumps({"version": self.VERSION, "key": self._key.hex(), "entries": self._entries})
-            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
-                os.fchmod(handle.fileno(), 0o600)  # a leftover tmp file keeps its old mode otherwise
-                handle.write(text)
-            os.replace(tmp, self.path)
+        text = json.dumps({"version": self.VERSION, "key": self._key.hex(), "entries": self._entries})
+        # a workdir's parent is never made (not a workdir removed while in use: its run reports that)
+        if write_private(self.path, text, parents=self.limit is not None):
             self._dirty = False
             self._learnt.clear()
-        except OSError:
-            with contextlib.suppress(OSError):  # on a full disk: gone again, not left filling it
-                tmp.unlink()
 
     def _merged(self) -> dict[str, list]:
         """The entries to save: those saved meanwhile under this cache's key, then those learnt here

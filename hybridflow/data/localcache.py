@@ -33,11 +33,12 @@ def read_json(path: Path) -> Any | None:
         return None
 
 
-def write_private(path: Path, text: str) -> bool:
-    """`text` into `path` (0600, replacing it whole); False when it could not be written."""
+def write_private(path: Path, text: str, parents: bool = True) -> bool:
+    """`text` into `path` (0600, replacing it whole); False when it could not be written. `parents`:
+    whether missing folders above its own are made."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path.parent.mkdir(parents=parents, exist_ok=True, mode=0o700)
         with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
             os.fchmod(handle.fileno(), 0o600)  # a leftover tmp file keeps its old mode otherwise
             handle.write(text)
