@@ -20,7 +20,7 @@ from hybridflow.ops import schedule
 from hybridflow.ops.doctor import cron_daemon
 from hybridflow.spec.config import load_pipeline
 from hybridflow.store.state import RunStore
-from tests.support.crontabs import crontab_bytes, set_crontab
+from tests.support.crontabs import crontab_bytes, set_crontab, tiny_pipeline
 
 WAIT = 240  # cron reads a changed crontab at its next minute; the run needs time on a loaded machine
 SOURCE = Path(hybridflow.__file__).resolve().parent.parent  # the tree under test, which cron's runs import
@@ -39,16 +39,8 @@ def make(ctx):
 
 
 def every_minute(name: str, on_failure: str = "continue") -> str:
-    return f'''
-    name: {name}
-    stages:
-      make:
-        run: mypkg.steps:make
-        outputs: [numbers]
-    schedule:
-      cron: "* * * * *"
-      timezone: UTC
-      on_failure: {on_failure}
+    # tiny_pipeline ends inside its schedule block: the policy goes on there, the notifier after it
+    return tiny_pipeline("* * * * *", "UTC", name) + f'''  on_failure: {on_failure}
     notify:
       command: ["sh", "-c", "cat > notified-$HYBRIDFLOW_STATUS.json"]
     '''

@@ -7,6 +7,18 @@ import textwrap
 from pathlib import Path
 
 
+def errors_of(path: Path) -> list[str]:
+    """The error lines loading the pipeline file at `path` gives (none when it loads)."""
+    from hybridflow.errors import ConfigError
+    from hybridflow.spec.config import load_pipeline
+
+    try:
+        load_pipeline(path)
+    except ConfigError as exc:
+        return [str(p) for p in exc.problems if p.severity == "error"]
+    return []
+
+
 class Project:
     def __init__(self, root: Path) -> None:
         self.root = root

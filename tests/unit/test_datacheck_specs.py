@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hybridflow.errors import ConfigError
 from hybridflow.spec.config import load_pipeline
 from hybridflow.spec.datachecks import dataset_checks
+from tests.support.projects import errors_of
 
 STAGE = "def make(events):\n    return events\n\ndef no_future(frame):\n    return 0\n"
 
@@ -31,14 +31,6 @@ def pipeline_with_checks(project, checks: str) -> Path:
             inputs: [events]
             outputs: [weeks]
     """)
-
-
-def errors_of(path: Path) -> list[str]:
-    try:
-        load_pipeline(path)
-    except ConfigError as exc:
-        return [str(p) for p in exc.problems if p.severity == "error"]
-    return []
 
 
 def indented(*lines: str) -> str:

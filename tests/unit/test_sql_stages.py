@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow.errors import ConfigError
 from hybridflow.spec import sqlstage
 from hybridflow.spec.codereach import CodeIndex
-from hybridflow.spec.config import load_pipeline
+from tests.support.projects import errors_of
 
 QUERY = """-- revenue per customer
 WITH big AS (SELECT * FROM orders WHERE amount >= :min_amount)
@@ -39,14 +38,6 @@ def pipeline_with_query(project, query: str, *, backend: str = "spark", params: 
             outputs: [revenue]
             params: {params}
     """)
-
-
-def errors_of(path: Path) -> list[str]:
-    try:
-        load_pipeline(path)
-    except ConfigError as exc:
-        return [str(p) for p in exc.problems if p.severity == "error"]
-    return []
 
 
 def test_a_query_that_reads_its_inputs_with_its_params_is_valid(project):
