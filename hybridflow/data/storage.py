@@ -103,9 +103,17 @@ class StoreSettings:
         which stores that predate those checksums refuse. Set in the environment, where both SDKs read
         it when a client is made, in this process and in the engines' workers it starts; a value the
         user set is kept."""
-        if self.endpoint:
+        if self.endpoint and not self.aws_endpoint:
             for name in CHECKSUM_VARIABLES:
                 os.environ.setdefault(name, "when_required")
+
+    @property
+    def aws_endpoint(self) -> bool:
+        """Whether the endpoint is AWS's own (a VPC or FIPS endpoint): it takes every checksum."""
+        from urllib.parse import urlsplit
+
+        host = (urlsplit(self.endpoint or "").hostname or "").lower()
+        return host.endswith((".amazonaws.com", ".amazonaws.com.cn"))
 
     @property
     def plain_http(self) -> bool:

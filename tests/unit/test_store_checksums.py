@@ -28,6 +28,13 @@ def test_aws_itself_keeps_the_sdks_defaults(clean):
     assert not [name for name in CHECKSUM_VARIABLES if name in os.environ]
 
 
+@pytest.mark.parametrize("endpoint", ["https://bucket.vpce-0a1b2c3d-4e5f.s3.us-east-1.vpce.amazonaws.com",
+                                      "https://s3-fips.us-east-2.amazonaws.com", "https://s3.cn-north-1.amazonaws.com.cn"])
+def test_an_aws_endpoint_keeps_the_sdks_defaults(clean, endpoint):
+    StoreSettings.of({"endpoint": endpoint}, environ={}).adopt_checksum_policy()
+    assert not [name for name in CHECKSUM_VARIABLES if name in os.environ]
+
+
 def test_what_the_user_set_is_kept(clean):
     clean.setenv("AWS_REQUEST_CHECKSUM_CALCULATION", "when_supported")
     StoreSettings.of({"endpoint": "https://store.example:9000"}, environ={}).adopt_checksum_policy()
