@@ -45,6 +45,13 @@ def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _prose(text: Any) -> str:
+    """A cell of prose: braces outside code are shown as written (attr_list would take a trailing
+    `{...}` for the cell's attributes and drop it)."""
+    parts = _cell(text).split("`")
+    return "`".join(part if i % 2 else part.replace("{", "&#123;") for i, part in enumerate(parts))
+
+
 # --- the pipeline file --------------------------------------------------------------------------------
 
 def pipeline_keys() -> str:
@@ -55,13 +62,13 @@ def pipeline_keys() -> str:
     out = []
     for path, props in key_sections(schema):
         out.append(f"### `{path or 'top level'}`\n")
-        out.append("| key | type | default | description | example |")
-        out.append("|---|---|---|---|---|")
+        out.append("| key | type | default | description and example |")
+        out.append("|---|---|---|---|")
         for key, prop in props.items():
             full = f"{path}.{key}" if path else key
+            described = _prose(prop.get("description", "") or _description_of(prop, schema["$defs"]))
             out.append(f"| `{key}` | {_cell(_type_of(prop, schema['$defs']))} | {_default_of(prop)} | "
-                       f"{_cell(prop.get('description', '') or _description_of(prop, schema['$defs']))} | "
-                       f"`{_cell(flow(examples[full]))}` |")
+                       f"{described}{'<br>' if described else ''}`{_cell(flow(examples[full]))}` |")
         out.append("")
     return "\n".join(out)
 

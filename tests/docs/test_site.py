@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import html
 import http.server
 import json
 import re
@@ -63,6 +64,15 @@ def test_the_reference_is_generated_from_the_code(site):
     assert 'id="hybridflow.api.run"' in api and 'id="hybridflow.results.RunResult"' in api
     assert 'id="hybridflow.testing.BackendContract"' in (site / "reference" / "testing.html").read_text()
     assert "Int64" in text_of(site / "reference" / "parquet-contract.html")  # int64 with nulls, converted
+
+
+def test_the_pipeline_reference_shows_every_key_with_its_example(site):
+    from tests.docs.test_key_examples import reference
+
+    page = html.unescape(text_of(site / "reference" / "pipeline-file.html"))
+    missing = [path for path, example in reference.key_examples().items() if reference.flow(example) not in page]
+    assert not missing, missing
+    assert '{"address": "tcp://10.0.0.5:8786", ...}' in page  # a description's braces are text, not attributes
 
 
 def test_a_broken_link_or_a_vanished_api_fails_the_strict_build(tmp_path):
