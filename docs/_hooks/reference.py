@@ -60,17 +60,32 @@ def pipeline_keys() -> str:
     schema = hybridflow.schema()
     examples = key_examples()
     out = []
-    for path, props in key_sections(schema):
+    sections = key_sections(schema)
+    shared = [path for path, _ in sections if "<" in path]
+    for path, props in sections:
         out.append(f"### `{path or 'top level'}`\n")
         out.append("| key | type | default | description and example |")
         out.append("|---|---|---|---|")
         for key, prop in props.items():
             full = f"{path}.{key}" if path else key
             described = _prose(prop.get("description", "") or _description_of(prop, schema["$defs"]))
-            out.append(f"| `{key}` | {_cell(_type_of(prop, schema['$defs']))} | {_default_of(prop)} | "
+            kind = _cell(_type_of(prop, schema["$defs"]))
+            listed = next((s for s in shared if "<" not in full and _placeholders(s).fullmatch(full)), None)
+            if listed:  # one engine's key whose section every engine shares: point at it
+                kind = f"mapping: [`{listed}`](#{_slug(listed)})"
+            out.append(f"| `{key}` | {kind} | {_default_of(prop)} | "
                        f"{described}{'<br>' if described else ''}`{_cell(flow(examples[full]))}` |")
         out.append("")
     return "\n".join(out)
+
+
+def _placeholders(path: str) -> re.Pattern:
+    return re.compile(re.escape(path).replace(re.escape("<engine>"), r"\w+").replace(re.escape("<name>"), r"\w+"))
+
+
+def _slug(heading: str) -> str:
+    """The anchor Python-Markdown's toc gives a heading of this text."""
+    return re.sub(r"[^\w\s-]", "", heading).strip().lower().replace(" ", "-")
 
 
 def key_sections(schema: dict) -> list[tuple[str, dict]]:
