@@ -4,8 +4,9 @@ A page asks for a table with an HTML comment on a line of its own, `<!-- generat
 hook replaces with the table's markdown; an unknown NAME fails the build. The tables:
 
 - `pipeline-keys`: every key of the pipeline file, from its JSON schema (`hybridflow.schema()`, the
-  pydantic model), with its type, default, description and an example taken from the complete example
-  pipeline (docs/reference/pipeline-example.yaml, which the docs tests validate);
+  pydantic model), with its type, default, description and its example from
+  docs/reference/key-examples.yaml (a key without one, or an example of a key that is gone, fails the
+  build; tests/docs/test_key_examples.py validates each example in a pipeline file);
 - `cli`: every command of the Typer app with its usage, help and options;
 - `exit-codes`: the `ExitCode` enum with the comment beside each member in hybridflow/errors.py;
 - `pandas-dtypes`: what a pandas stage gets for each Arrow type, by converting a sample table with
@@ -25,7 +26,7 @@ import yaml
 
 DOCS = Path(__file__).resolve().parents[1]
 MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.MULTILINE)
-EXAMPLE = DOCS / "reference" / "pipeline-example.yaml"
+KEY_EXAMPLES = DOCS / "reference" / "key-examples.yaml"  # one example per key: see key_examples()
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
@@ -44,27 +45,119 @@ def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _prose(text: Any) -> str:
+    """A cell of prose: braces outside code are shown as written (attr_list would take a trailing
+    `{...}` for the cell's attributes and drop it)."""
+    parts = _cell(text).split("`")
+    return "`".join(part if i % 2 else part.replace("{", "&#123;") for i, part in enumerate(parts))
+
+
 # --- the pipeline file --------------------------------------------------------------------------------
 
 def pipeline_keys() -> str:
     import hybridflow
 
     schema = hybridflow.schema()
-    example = yaml.safe_load(EXAMPLE.read_text())
-    sections: list[tuple[str, dict]] = []
-    _walk(schema, schema["$defs"], "", sections)
+    examples = key_examples()
     out = []
+    sections = key_sections(schema)
+    shared = [path for path, _ in sections if "<" in path]
     for path, props in sections:
         out.append(f"### `{path or 'top level'}`\n")
-        out.append("| key | type | default | description | example |")
-        out.append("|---|---|---|---|---|")
+        out.append("| key | type | default | description and example |")
+        out.append("|---|---|---|---|")
         for key, prop in props.items():
             full = f"{path}.{key}" if path else key
-            out.append(f"| `{key}` | {_cell(_type_of(prop, schema['$defs']))} | {_default_of(prop)} | "
-                       f"{_cell(prop.get('description', '') or _description_of(prop, schema['$defs']))} | "
-                       f"{_example_of(example, full)} |")
+            described = _prose(prop.get("description", "") or _description_of(prop, schema["$defs"]))
+            kind = _cell(_type_of(prop, schema["$defs"]))
+            listed = next((s for s in shared if "<" not in full and _placeholders(s).fullmatch(full)), None)
+            if listed:  # one engine's key whose section every engine shares: point at it
+                kind = f"mapping: [`{listed}`](#{_slug(listed)})"
+            out.append(f"| `{key}` | {kind} | {_default_of(prop)} | "
+                       f"{described}{'<br>' if described else ''}`{_cell(flow(examples[full]))}` |")
         out.append("")
     return "\n".join(out)
+
+
+def _placeholders(path: str) -> re.Pattern:
+    return re.compile(re.escape(path).replace(re.escape("<engine>"), r"\w+").replace(re.escape("<name>"), r"\w+"))
+
+
+def _slug(heading: str) -> str:
+    """The anchor Python-Markdown's toc gives a heading of this text."""
+    return re.sub(r"[^\w\s-]", "", heading).strip().lower().replace(" ", "-")
+
+
+def key_sections(schema: dict) -> list[tuple[str, dict]]:
+    """The reference's sections, (path, {key: its schema}), in the file's order. A section that several
+    parents share (each engine's `cluster:`) is listed once, its differing part of the path written
+    `<engine>` (under backends) or `<name>`."""
+    walked: list[tuple[str, dict, str | None]] = []
+    _walk(schema, schema["$defs"], "", None, walked)
+    by_def: dict[str, list[str]] = {}
+    for path, _, name in walked:
+        if name is not None:
+            by_def.setdefault(name, []).append(path)
+    sections, listed = [], set()
+    for path, props, name in walked:
+        paths = by_def.get(name, [path]) if name is not None else [path]
+        if len(paths) > 1:
+            path = _shared_path(paths)
+        if path not in listed:
+            listed.add(path)
+            sections.append((path, props))
+    return sections
+
+
+def _shared_path(paths: list[str]) -> str:
+    columns = zip(*(path.split(".") for path in paths), strict=True)
+    parts: list[str] = []
+    for column in columns:
+        parts.append(column[0] if len(set(column)) == 1 else ("<engine>" if parts == ["backends"] else "<name>"))
+    return ".".join(parts)
+
+
+def key_paths(schema: dict) -> list[str]:
+    """Every key the reference lists, as `section.key` (the names key-examples.yaml is keyed by)."""
+    return [f"{path}.{key}" if path else key for path, props in key_sections(schema) for key in props]
+
+
+def key_examples() -> dict[str, dict]:
+    """docs/reference/key-examples.yaml, checked against the schema: every key has exactly one example,
+    a mapping that holds the key itself (and any sibling it needs); none names a key that is gone."""
+    import hybridflow
+    from hybridflow.spec.yamlsource import load_yaml
+
+    examples, _, problems = load_yaml(KEY_EXAMPLES.read_text(), str(KEY_EXAMPLES))  # as hybridflow reads: `on:` a key
+    if problems:
+        raise ValueError("; ".join(map(str, problems)))
+    known = key_paths(hybridflow.schema())
+    missing = [path for path in known if path not in examples]
+    stale = [path for path in examples if path not in known]
+    wrong = [path for path, example in examples.items()
+             if not isinstance(example, dict) or path.rsplit(".", 1)[-1] not in example]
+    problems = ([f"no example for {', '.join(missing)}"] if missing else []) + \
+        ([f"examples for keys the pipeline file no longer has: {', '.join(stale)}"] if stale else []) + \
+        ([f"an example must be a mapping holding its own key: {', '.join(wrong)}"] if wrong else [])
+    if problems:
+        raise ValueError(f"{KEY_EXAMPLES.relative_to(DOCS.parent)}: " + "; ".join(problems))
+    return examples
+
+
+class _Yaml12Dumper(yaml.SafeDumper):
+    """Writes `on:` as hybridflow reads it (a key): only true and false are booleans."""
+
+
+_Yaml12Dumper.yaml_implicit_resolvers = {
+    first: [(tag, pattern) for tag, pattern in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeDumper.yaml_implicit_resolvers.items()}
+_Yaml12Dumper.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|false)$"), list("tf"))
+
+
+def flow(example: dict) -> str:
+    """An example as one line of YAML, its braces dropped: `provider: ssh, hosts: [{host: a}]`."""
+    return yaml.dump(example, Dumper=_Yaml12Dumper, default_flow_style=True, sort_keys=False,
+                     width=10_000).strip()[1:-1]
 
 
 def _resolve(prop: dict, defs: dict) -> dict:
@@ -90,17 +183,33 @@ def _mapping_of(prop: dict, defs: dict) -> dict | None:
     return None
 
 
-def _walk(schema: dict, defs: dict, path: str, sections: list) -> None:
+def _def_name(prop: dict) -> str | None:
+    """The $defs name of the object schema a key holds, if it holds a named one."""
+    for option in [prop, *prop.get("anyOf", [])]:
+        if "$ref" in option:
+            return option["$ref"].rsplit("/", 1)[1]
+    return None
+
+
+def _walk(schema: dict, defs: dict, path: str, name: str | None, sections: list) -> None:
     props = schema["properties"]
-    sections.append((path, props))
+    sections.append((path, props, name))
     for key, prop in props.items():
         full = f"{path}.{key}" if path else key
         if (inner := _object_of(prop, defs)) is not None:
-            _walk(inner, defs, full, sections)
+            _walk(inner, defs, full, _def_name(prop), sections)
         elif (values := _mapping_of(prop, defs)) is not None:
-            _walk(values, defs, f"{full}.<name>", sections)
-        elif prop.get("type") == "array" and (items := _object_of(prop.get("items", {}), defs)) is not None:
-            _walk(items, defs, f"{full}[]", sections)
+            _walk(values, defs, f"{full}.<name>", _def_name(prop["additionalProperties"]), sections)
+        elif (array := _array_of(prop)) is not None and (items := _object_of(array["items"], defs)) is not None:
+            _walk(items, defs, f"{full}[]", _def_name(array["items"]), sections)
+
+
+def _array_of(prop: dict) -> dict | None:
+    """The list schema a key holds (a list, or a list or null), if its items are described."""
+    for option in [prop, *prop.get("anyOf", [])]:
+        if option.get("type") == "array" and "items" in option:
+            return option
+    return None
 
 
 def _type_of(prop: dict, defs: dict) -> str:
@@ -138,24 +247,6 @@ def _default_of(prop: dict) -> str:
 def _description_of(prop: dict, defs: dict) -> str:
     inner = _object_of(prop, defs)
     return (inner or {}).get("description", "")
-
-
-def _example_of(example: dict, path: str) -> str:
-    node: Any = example
-    for part in path.replace("[]", "").split("."):
-        if part == "<name>" and isinstance(node, dict) and node:
-            node = next(iter(node.values()))
-        elif isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and node and isinstance(node[0], dict) and part in node[0]:
-            node = node[0][part]
-        else:
-            return ""
-    if isinstance(node, dict):
-        return ""  # a section: its keys have their own rows
-    text = yaml.safe_dump({path.rsplit(".", 1)[-1].replace("[]", ""): node}, default_flow_style=True,
-                          width=10_000).strip()[1:-1]
-    return f"`{_cell(text)}`"
 
 
 # --- the command line ---------------------------------------------------------------------------------
