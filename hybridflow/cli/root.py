@@ -42,7 +42,7 @@ class _Commands(TyperGroup):
 app = typer.Typer(
     name="hybridflow",
     cls=_Commands,
-    help="Run each stage of a pipeline on the engine that suits it: Spark, Dask, Ray or plain Python.",
+    help="Run each stage of a pipeline on the engine that suits it: Spark, Dask, Ray, DuckDB, Polars or plain Python.",
     no_args_is_help=True,
     add_completion=True,  # --install-completion / --show-completion: commands, options, stages, run ids
     pretty_exceptions_enable=False,

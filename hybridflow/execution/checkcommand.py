@@ -4,12 +4,16 @@ default (in-process) engine reads (Arrow): no engine is started for it."""
 
 from __future__ import annotations
 
+import logging
+
 from ..backends.checkplan import Outcome
 from ..errors import UsageError
 from ..registry import DEFAULT, create
 from ..spec.datachecks import dataset_checks
 from ..spec.pipeline import Pipeline
 from .datachecking import OutputChecks
+
+log = logging.getLogger(__name__)
 
 
 def check_datasets(pipeline: Pipeline, catalog, inputs, names: list[str]) -> list[Outcome]:
@@ -24,6 +28,7 @@ def check_datasets(pipeline: Pipeline, catalog, inputs, names: list[str]) -> lis
     backend = create(DEFAULT, None, catalog.home, store=pipeline.store if pipeline.uses_object_storage else None)
     checker = OutputChecks(pipeline, catalog)
     outcomes: list[Outcome] = []
+    unpublished: list[str] = []
     for name in chosen:
         checks = dataset_checks(pipeline, name)
         if not checks:
@@ -34,9 +39,14 @@ def check_datasets(pipeline: Pipeline, catalog, inputs, names: list[str]) -> lis
         else:
             current = catalog.current(name)
             if current is None:
-                raise UsageError(f"dataset '{name}' has no published version yet",
-                                 hint=f"run its stage first: hybridflow run {pipeline.shown_file}")
+                unpublished.append(name)
+                continue
             source = current.source()
             group_by = source.partition_by
         outcomes += checker.judged(name, backend, source, checks, group_by=group_by)
+    hint = f"run its stage first: hybridflow run {pipeline.shown_file}"
+    if unpublished and (names or not outcomes):  # one named, or nothing at all to check: nothing to say yes to
+        raise UsageError(f"dataset '{unpublished[0]}' has no published version yet", hint=hint)
+    for name in unpublished:  # the others are still checked: a failed first run leaves some unpublished
+        log.warning("dataset '%s' has no published version yet, so it was not checked (%s)", name, hint)
     return outcomes

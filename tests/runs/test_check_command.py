@@ -142,3 +142,14 @@ def test_show_and_the_report_have_a_checks_table_with_the_previous_run_beside(ch
     assert "<td>row_count</td><td class='passed'>passed</td><td class='num'></td><td class='num'>6</td>" \
            "<td class='num'>10</td>" in html
     assert "<td>weeks</td><td>unique_id</td><td class='passed'>passed</td>" in html
+
+
+def test_check_of_every_dataset_checks_the_published_ones_when_a_failed_first_run_left_one_unpublished(checked):
+    deliver(checked, [1, 1, 2])  # a duplicate id: the first run's check of weeks fails, nothing is published
+    assert cli(checked, "run", "pipeline.yaml").returncode == 65
+    everything = cli(checked, "check", "pipeline.yaml")
+    assert everything.returncode == 0, everything.stdout + everything.stderr
+    assert "dataset 'events': check 'row_count' passed" in everything.stdout  # the external input is still checked
+    assert "dataset 'weeks' has no published version yet, so it was not checked" in everything.stderr
+    named = cli(checked, "check", "pipeline.yaml", "weeks")  # asked for by name: there is nothing to check
+    assert named.returncode == 2 and "dataset 'weeks' has no published version yet" in named.stderr, named.stderr
