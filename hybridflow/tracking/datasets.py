@@ -24,6 +24,7 @@ class TrackedDataset:
     bytes: int | None = None
     kind: str = "table"
     digest: str | None = None  # of the version's data: the sha256 of its files' data digests (32 hex)
+    checks: tuple[dict, ...] = ()  # the outcomes of the dataset's data checks on this version
 
     @property
     def uri(self) -> str:
@@ -45,14 +46,22 @@ def tracked(pipeline, catalog, dataset: str, version_id: str | None = None) -> T
         return TrackedDataset(dataset, namespace, name, kind=pipeline.dataset(dataset).kind)
     version = catalog.version(dataset, version_id) if version_id else catalog.current(dataset)
     if version is None:
-        namespace, name = location(catalog.dataset_dir(dataset))
-        return TrackedDataset(dataset, namespace, name, kind=pipeline.dataset(dataset).kind)
+        return unpublished(pipeline, catalog, dataset)
     namespace, name = location(version.directory.parent.parent)  # <datasets>/<name>/versions/<id>
     kind = version.manifest.get("kind", "table")
     schema = version.schema if kind == "table" else None
     fields = tuple((f.name, str(f.type)) for f in schema) if schema is not None else ()
     digest = hashlib.sha256("".join(data_digest(f) for f in version.manifest["files"]).encode()).hexdigest()[:32]
-    return TrackedDataset(dataset, namespace, name, version.id, fields, version.rows, version.bytes, kind, digest)
+    # a quarantine's manifest repeats its dataset's checks: they judged that dataset, not the rejected rows
+    checks = () if quarantine_of(pipeline, dataset) else tuple(version.manifest.get("checks") or ())
+    return TrackedDataset(dataset, namespace, name, version.id, fields, version.rows, version.bytes, kind, digest,
+                          checks)
+
+
+def unpublished(pipeline, catalog, dataset: str) -> TrackedDataset:
+    """A produced dataset at its place, with no version (a stage that failed published none)."""
+    namespace, name = location(catalog.dataset_dir(dataset))
+    return TrackedDataset(dataset, namespace, name, kind=pipeline.dataset(dataset).kind)
 
 
 def read_versions(catalog, output_versions: dict[str, str]) -> dict[str, str]:

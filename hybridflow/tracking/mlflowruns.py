@@ -12,7 +12,6 @@ too, so the run does not wait for it."""
 from __future__ import annotations
 
 import json
-import logging
 import os
 from datetime import datetime, timezone
 from pathlib import PurePosixPath
@@ -23,13 +22,16 @@ from .datasets import TrackedDataset, read_versions, tracked
 from .sender import Sender
 from .sourcecode import git_of
 
-log = logging.getLogger("hybridflow")
 FINISH_SECONDS = 60.0  # at the run's end, the longest wait for what is queued (a model's upload)
 RUN_STATUS = {"success": "FINISHED", "interrupted": "KILLED"}
 MAX_PARAM = 6000  # characters MLflow keeps of a param's value
 
 
 class MlflowRuns(Listener):
+    # the last run's sender in this process: a watch session's (or the API's) next run is a new listener,
+    # and waits for what the last one still sends (a model registered late would take the next one's number)
+    last_sender: Sender | None = None
+
     def __init__(self, pipeline, catalog, trigger: str = "manual") -> None:
         self.pipeline, self.catalog, self.trigger = pipeline, catalog, trigger
         self.spec = pipeline.spec.mlflow
@@ -43,16 +45,19 @@ class MlflowRuns(Listener):
         self.registered: dict[tuple[str, str], str] = {}  # (model, dataset version) -> model version
         # (stage, alias, model, the versions it read) asked for by stage code, set at the run's end
         self.aliases: list[tuple[str, str, str | None, dict[str, str]]] = []
+        self.unrecorded: str | None = None  # why this run is not in MLflow: said after the run's summary
 
     # -- the run's events ------------------------------------------------------------------------
 
     def run_started(self, run_id: str, stages: list[StageResult]) -> None:
-        if self.sender is not None and not self.sender.drained(FINISH_SECONDS):  # a watch session's next run
-            # the last run's calls still going out act on this listener's state, which a new run resets
-            log.warning("the last run's MLflow records are still being sent: this run is not recorded in MLflow")
+        last = MlflowRuns.last_sender
+        if last is not None and not last.drained(FINISH_SECONDS):
+            # recorded beside it, this run could register its model before the last one's, or name a version
+            # the last one has not registered yet
             self.run_id = None
+            self.unrecorded = "the last run's MLflow records were still being sent: this run is not recorded in MLflow"
             return
-        self.sender = Sender("MLflow records", self.pipeline.redact)
+        self.sender = MlflowRuns.last_sender = Sender("MLflow records", self.pipeline.redact)
         self.run_id, self.parent, self.stages, self.aliases = run_id, None, {}, []
         started = datetime.now(timezone.utc)
         self.sender.send(lambda: self._open_run(run_id, started))
@@ -69,6 +74,9 @@ class MlflowRuns(Listener):
 
     def run_finished(self, result: RunResult) -> None:
         if self.run_id != result.run_id:
+            if self.unrecorded:
+                result.warnings.append(self.unrecorded)
+                self.unrecorded = None
             return
         self.sender.send(lambda: self._set_aliases())
         self.sender.send(lambda: self._client().set_terminated(self._parent(), RUN_STATUS.get(result.status,

@@ -2,7 +2,9 @@
 sender (sender.py): the pipeline run is a job run of its own (job: the pipeline's name), the parent
 of one run per stage that executes (job: pipeline.stage), each with START and then COMPLETE, FAIL or
 ABORT, its input and output datasets at the versions read and written, their schemas, hybridflow's
-version ids and the rows and bytes written.
+version ids, the rows and bytes written, and the outcomes of their data checks (quality.py). A stage
+that fails on a check lists the output it could not publish (with no version) or the external input
+it read, so its FAIL event says which assertion failed.
 
 A stage that is skipped (up to date) or not run emits nothing; its outputs, at the versions they
 hold, are listed with their version facets in the pipeline run's final event, so every version a
@@ -31,7 +33,8 @@ from openlineage.client.facet_v2 import (
 )
 
 from ..results import Listener, RunResult, StageResult
-from .datasets import TrackedDataset, read_versions, tracked
+from . import quality
+from .datasets import TrackedDataset, read_versions, tracked, unpublished
 from .sender import Sender
 from .sourcecode import stage_source
 
@@ -81,8 +84,8 @@ class LineageEvents(Listener):
             if stage.status == "failed":
                 state = RunState.ABORT if stage.error == "interrupted" else RunState.FAIL
                 facets["errorMessage"] = _error(stage.error or "failed")
-            outputs = dict(stage.outputs)
-            self._send(state, lambda: self._stage_end(run_id, name, facets, outputs))
+            outputs, checks = dict(stage.outputs), dict(stage.checks)
+            self._send(state, lambda: self._stage_end(run_id, name, facets, outputs, checks))
 
     def run_finished(self, result: RunResult) -> None:
         if self.run_id != result.run_id:
@@ -108,10 +111,17 @@ class LineageEvents(Listener):
 
     # -- stages ----------------------------------------------------------------------------------
 
-    def _stage_end(self, run_id: str, stage: str, facets: dict, outputs: dict[str, str]):
+    def _stage_end(self, run_id: str, stage: str, facets: dict, outputs: dict[str, str],  # noqa: PLR0913
+                   checks: dict[str, list[dict]]):
+        """The stage's end; `checks`: the outcomes of its outputs' and external inputs' data checks."""
         read = read_versions(self.catalog, outputs)
-        inputs = [self._input(tracked(self.pipeline, self.catalog, ds, read.get(ds))) for ds in self._inputs_of(stage)]
-        written = [self._output(tracked(self.pipeline, self.catalog, ds, version)) for ds, version in outputs.items()]
+        inputs = [self._input(tracked(self.pipeline, self.catalog, ds, read.get(ds)), checks.get(ds))
+                  for ds in self._inputs_of(stage)]
+        written = [self._output(tracked(self.pipeline, self.catalog, ds, version), checks.get(ds))
+                   for ds, version in outputs.items()]
+        # checked but not published: a check failed (the stage's FAIL event says which)
+        written += [self._output(unpublished(self.pipeline, self.catalog, ds), checks[ds])
+                    for ds in self.pipeline.stages[stage].outputs if ds in checks and ds not in outputs]
         return self._stage_run(run_id, stage, facets), self._stage_job(stage), inputs, written
 
     def _inputs_of(self, stage: str) -> list[str]:
@@ -162,9 +172,10 @@ class LineageEvents(Listener):
         key = f"hybridflow:{self.namespace}:{self.pipeline.name}:{run_id}" + (f":{stage}" if stage else "")
         return str(uuid.uuid5(uuid.NAMESPACE_URL, key))
 
-    @staticmethod
-    def _facets(dataset: TrackedDataset) -> dict:
-        facets: dict = {}
+    def _facets(self, dataset: TrackedDataset, checks: list[dict] | None = None) -> dict:
+        """The dataset's facets; its data checks' are `checks` (a stage's own record of them) or, for a
+        version published before, those its manifest kept."""
+        facets: dict = quality.facets(self.pipeline, dataset.dataset, checks or list(dataset.checks), dataset.rows)
         if dataset.fields:
             facets["schema"] = schema_dataset.SchemaDatasetFacet(fields=[
                 schema_dataset.SchemaDatasetFacetFields(name=name, type=kind) for name, kind in dataset.fields])
@@ -172,15 +183,15 @@ class LineageEvents(Listener):
             facets["version"] = dataset_version_dataset.DatasetVersionDatasetFacet(datasetVersion=dataset.version)
         return facets
 
-    def _input(self, dataset: TrackedDataset) -> InputDataset:
-        return InputDataset(namespace=dataset.namespace, name=dataset.name, facets=self._facets(dataset))
+    def _input(self, dataset: TrackedDataset, checks: list[dict] | None = None) -> InputDataset:
+        return InputDataset(namespace=dataset.namespace, name=dataset.name, facets=self._facets(dataset, checks))
 
-    def _output(self, dataset: TrackedDataset) -> OutputDataset:
+    def _output(self, dataset: TrackedDataset, checks: list[dict] | None = None) -> OutputDataset:
         statistics = {}
         if dataset.rows is not None:
             statistics["outputStatistics"] = output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
                 rowCount=dataset.rows, size=dataset.bytes)
-        return OutputDataset(namespace=dataset.namespace, name=dataset.name, facets=self._facets(dataset),
+        return OutputDataset(namespace=dataset.namespace, name=dataset.name, facets=self._facets(dataset, checks),
                              outputFacets=statistics)
 
     def _send(self, state: RunState, made) -> None:

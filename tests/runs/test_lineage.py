@@ -248,3 +248,91 @@ def test_the_rows_a_check_dropped_are_an_output_in_the_workdir_with_its_version(
     rejected = {o["name"]: o for o in ended["outputs"]}
     [name] = [n for n in rejected if n.endswith("numbers_rejected")]
     assert "/datasets/numbers_rejected" in name and rejected[name]["facets"]["version"]["datasetVersion"]
+
+
+CHECKED = """
+name: demo
+datasets:
+  events:
+    path: raw/events
+    checks:
+      - not_null: [user]
+      - row_count: {{min: {events_min}}}
+  numbers:
+    checks:
+      - not_null: [id]
+      - range: {{column: value, max: 2.0}}
+        on_fail: {on_fail}
+      - unique: [id]
+stages:
+  make: {{run: 'mypkg.steps:make', outputs: [numbers, meta]}}
+  seen: {{run: 'mypkg.steps:use', inputs: [events], outputs: [seen]}}
+lineage: {{transport: file, path: lineage/events.jsonl}}
+"""
+
+
+def checked_run(project, events_min: int = 1, on_fail: str = "warn", options: tuple = ()):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    project.stages(STAGES)
+    (project.root / "raw" / "events").mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"user": ["a", "b"]}), project.root / "raw" / "events" / "part-0.parquet")
+    path = project.pipeline(CHECKED.format(events_min=events_min, on_fail=on_fail))
+    done = hybridflow(project, "run", path, *options)
+    events = [json.loads(line) for line in (project.root / "lineage" / "events.jsonl").read_text().splitlines()]
+    for event in events:
+        validate(event)  # the data-quality facets against their vendored schemas, too
+    return done, events
+
+
+def ended(events: list[dict], job: str) -> dict:
+    [event] = [e for e in events if e["job"]["name"] == job and e["eventType"] in ("COMPLETE", "FAIL")]
+    return event
+
+
+def assertions(dataset: dict) -> dict[str, dict]:
+    return {a["name"]: a for a in dataset["facets"]["dataQualityAssertions"]["assertions"]}
+
+
+def test_the_checks_of_outputs_and_external_inputs_are_data_quality_facets(project):
+    done, events = checked_run(project)
+    assert done.returncode == 0, done.stderr
+    [numbers] = [o for o in ended(events, "demo.make")["outputs"] if o["name"].endswith("/numbers")]
+    found = assertions(numbers)
+    assert {name: (a["assertion"], a["success"], a.get("column"), a["severity"]) for name, a in found.items()} == {
+        "not_null_id": ("not_null", True, "id", "error"), "range_value": ("range", False, "value", "warn"),
+        "unique_id": ("unique", True, "id", "error")}  # value 3.0 of 0, 1.5, 3.0 is out of range: warned
+    assert found["range_value"]["params"] == {"on_fail": "warn", "status": "warned", "failing": 1,
+                                              "detail": "1 of 3 rows fail"}
+    metrics = numbers["facets"]["dataQualityMetrics"]
+    assert (metrics["rowCount"], {c: m["nullCount"] for c, m in metrics["columnMetrics"].items()}) == (3, {"id": 0})
+    assert "dataQualityAssertions" not in {k for o in ended(events, "demo.make")["outputs"]
+                                           if o["name"].endswith("/meta") for k in o["facets"]}  # declares none
+
+    [source] = ended(events, "demo.seen")["inputs"]
+    assert (source["namespace"], source["name"].rpartition("/")[0][-4:]) == ("file", "/raw")
+    assert {n: a["success"] for n, a in assertions(source).items()} == {"not_null_user": True, "row_count": True}
+    metrics = source["facets"]["dataQualityMetrics"]  # the rows a row_count check counted
+    assert (metrics["rowCount"], {c: m["nullCount"] for c, m in metrics["columnMetrics"].items()}) == (2, {"user": 0})
+    # the pipeline's final event lists each output at its version with the checks that version passed
+    [held] = [o for o in events[-1]["outputs"] if o["name"].endswith("/numbers")]
+    assert assertions(held) == found
+
+
+def test_a_failed_check_is_the_failed_assertion_of_the_stage_fail_event(project):
+    done, events = checked_run(project, events_min=5, on_fail="error", options=("--keep-going",))
+    assert done.returncode == ExitCode.DATA, done.stderr
+    make = ended(events, "demo.make")
+    assert make["eventType"] == "FAIL" and "range_value" in make["run"]["facets"]["errorMessage"]["message"]
+    [numbers] = make["outputs"]  # the output the check kept from being published: a place, no version
+    assert numbers["name"].endswith("/numbers") and "version" not in numbers["facets"]
+    assert {n: a["success"] for n, a in assertions(numbers).items()} == {
+        "not_null_id": True, "range_value": False, "unique_id": True}
+    assert assertions(numbers)["range_value"]["severity"] == "error"
+
+    seen = ended(events, "demo.seen")  # an external input's failed check fails the stage that reads it
+    assert seen["eventType"] == "FAIL" and seen["outputs"] == []
+    [source] = seen["inputs"]
+    failed = assertions(source)["row_count"]
+    assert (failed["success"], failed["actual"], failed["params"]["status"]) == (False, "2", "failed")

@@ -192,3 +192,74 @@ def test_a_pipeline_without_trackers_imports_neither_client(project):
     done = hybridflow(project, "run", path)
     assert done.returncode == 0, done.stderr
     assert not list((project.root / ".hybridflow").rglob("mlruns")) and not (project.root / "mlruns").exists()
+
+
+RUNS_IN_ONE_PROCESS = '''
+import json
+import sys
+
+import hybridflow
+from hybridflow.tracking import mlflowruns
+
+mlflowruns.FINISH_SECONDS = 3.0  # the end-of-run wait, short: the test holds a registration far longer
+
+
+def run(depth):
+    result = hybridflow.run(sys.argv[1], params={"train.depth": depth})
+    print("result:", json.dumps({"run_id": result.run_id, "ok": result.ok, "warnings": result.warnings}), flush=True)
+
+
+run(3)
+run(1)
+sys.stdin.readline()  # the test opens the gate
+run(2)
+'''
+
+
+def ran(driver) -> dict:
+    """The next run's result the driver prints (MLflow's client prints lines of its own)."""
+    while not (line := driver.stdout.readline()).startswith("result: "):
+        assert line, "the driver ended before printing a run's result"
+    return json.loads(line.removeprefix("result: "))
+
+
+def test_the_next_run_of_a_process_waits_for_the_last_runs_mlflow_records(project, server):
+    """As a watch session's runs do: each is a new run in the same process. A run whose records are
+    still going out (its model's registration held by a slow server) keeps the next run out of MLflow,
+    rather than letting it register its model first; once they are out, the next run is recorded."""
+    from tests.support.httpgate import HttpGate
+
+    gate = HttpGate(server.uri, lambda method, path: method == "POST" and "/model-versions/create" in path)
+    try:
+        project.stages(STAGES, module="ml")
+        project.write("driver.py", RUNS_IN_ONE_PROCESS)
+        path = project.pipeline(PIPELINE.format(uri=gate.url).replace("churn", "gated"))
+        environ = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "OPENLINEAGE"))}
+        driver = subprocess.Popen([sys.executable, "driver.py", str(path)], cwd=project.root, text=True,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                  env={**environ, "ML_TOKEN": TOKEN, "MLFLOW_HTTP_REQUEST_TIMEOUT": "300"})
+        try:
+            first, second = ran(driver), ran(driver)
+            gate.open()
+            driver.stdin.write("\n")
+            driver.stdin.flush()
+            third = ran(driver)
+            assert driver.wait(120) == 0
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+    finally:
+        gate.close()
+    assert gate.held == [gate.held[0]] and first["ok"] and second["ok"] and third["ok"]
+    assert [w for w in first["warnings"] if "MLflow" in w][0].endswith("MLflow records not delivered in time")
+    assert second["warnings"] == ["the last run's MLflow records were still being sent: this run is not "
+                                  "recorded in MLflow"]
+    assert third["warnings"] == []
+
+    client = server.client()
+    [experiment] = [e for e in client.search_experiments() if e.name == "gated-exp"]
+    recorded = {r.data.tags["hybridflow.run_id"] for r in client.search_runs([experiment.experiment_id])}
+    assert recorded == {first["run_id"], third["run_id"]}
+    versions = sorted(client.search_model_versions("name = 'gated'"), key=lambda v: int(v.version))
+    assert [client.get_run(v.run_id).data.tags["hybridflow.run_id"] for v in versions] == \
+        [first["run_id"], third["run_id"]]  # the held model is version 1, the next one's version 2

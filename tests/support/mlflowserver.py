@@ -1,5 +1,6 @@
 """A real MLflow tracking server for tests: `mlflow server` on 127.0.0.1 with a SQLite backend store
-and a local artifact store it serves itself, in its own session, stopped by its process group's id."""
+and an artifact store it serves itself (a local folder, or a bucket of the tests' S3 server), or one
+its clients write to directly (`serve=False`), in its own session, stopped by its process group's id."""
 
 from __future__ import annotations
 
@@ -14,18 +15,24 @@ from pathlib import Path
 
 
 class MlflowServer:
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, artifacts: str | None = None, serve: bool = True,
+                 env: dict[str, str] | None = None) -> None:
+        """`artifacts`: where artifacts go (default: a folder of `home`); `env`: the server's own
+        variables on top of the tests' (an S3 artifact store's AWS variables)."""
         home.mkdir(parents=True, exist_ok=True)
         self.home = home
         with socket.socket() as free:
             free.bind(("127.0.0.1", 0))
             self.port = free.getsockname()[1]
         self.log = open(home / "server.log", "wb")
+        artifacts = artifacts or str(home / "artifacts")
+        where = ["--artifacts-destination", artifacts] if serve else \
+            ["--no-serve-artifacts", "--default-artifact-root", artifacts]
         self.process = subprocess.Popen(
             [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
-             "--workers", "1", "--backend-store-uri", f"sqlite:///{home / 'mlflow.db'}",
-             "--artifacts-destination", str(home / "artifacts")],
-            cwd=home, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+             "--workers", "1", "--backend-store-uri", f"sqlite:///{home / 'mlflow.db'}", *where],
+            cwd=home, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, **(env or {})})
         self._wait_until_healthy(home)
 
     @property
