@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from .errors import UnavailableError
+from .installing import install_extras
 
 ENTRY_POINTS = "hybridflow.backends"
 BACKENDS = "hybridflow.backends"  # the package of the built-in engines' modules
@@ -113,7 +114,7 @@ class Engine:
     def install(self) -> str:
         """The command that installs what the engine needs."""
         if self.extra:
-            return f"pip install 'hybridflow[{self.extra}]'"
+            return install_extras(self.extra)
         if self.package:
             return f"pip install {self.package}"
         return f"install the package that provides {self.requires[0]}"
@@ -184,7 +185,7 @@ def require_all(names: Iterable[str]) -> None:
     needs = [f"backend '{name}' needs {module}" for name, (_, module) in absent.items()]
     listed = needs[0] if len(needs) == 1 else f"{', '.join(needs[:-1])} and {needs[-1]}"
     extras = ",".join(extra for extra, _ in absent.values() if extra)
-    hints = ([f"pip install 'hybridflow[{extras}]'"] if extras else []) + \
+    hints = ([install_extras(extras)] if extras else []) + \
         [engines()[name].install for name, (extra, _) in absent.items() if not extra]
     raise UnavailableError(f"{listed}, which {'is' if len(needs) == 1 else 'are'} not installed",
                            hint="; ".join(hints))

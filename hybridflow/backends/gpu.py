@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import ConfigError, UnavailableError
+from ..installing import install_extras
 from ..settings import byte_count
 
 MEMORY_POOL = "rmm"  # RAPIDS' memory manager, whichever engine's stages allocated on the GPU
-INSTALL_HINT = "pip install 'hybridflow[gpu]'"
 NO_GPU_HINT = "run on a machine with an NVIDIA GPU and driver, or use gpu: auto to fall back to the CPU"
 QUERY = ("--query-gpu=index,uuid,name,memory.total,driver_version", "--format=csv,noheader,nounits")
 SMI_TIMEOUT = 10.0  # seconds; a wedged driver must not hang the run
@@ -173,7 +173,7 @@ def missing(backend: str, found: Probe, plugin: tuple[Path | None, str] | None,
     absent = [name for name in needed if not found.packages.get(name)]
     if absent:
         which = f"package {absent[0]} is" if len(absent) == 1 else f"packages {', '.join(absent)} are"
-        return f"the RAPIDS {which} not installed", INSTALL_HINT
+        return f"the RAPIDS {which} not installed", install_extras("gpu")
     if info.gpu_plugin is not None and plugin is not None and plugin[0] is None:
         return f"{info.gpu_plugin.name} was not found ({plugin[1]})", info.gpu_plugin.hint
     return None
@@ -299,7 +299,7 @@ def report(found: Probe | None = None, pipeline=None) -> list[tuple[str, str]]:
             banner = ""
         rows.append(("CUDA (driver)", cuda_version(banner) or "unknown"))
     for name in rapids_packages():
-        rows.append((name, "importable" if found.packages.get(name) else f"not installed ({INSTALL_HINT})"))
+        rows.append((name, "importable" if found.packages.get(name) else f"not installed ({install_extras('gpu')})"))
     from ..registry import engines
 
     for name, info in engines().items():

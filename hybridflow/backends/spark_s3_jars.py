@@ -23,6 +23,7 @@ from typing import TextIO
 
 from ..data.durable import fsync_path
 from ..errors import ExitCode, UnavailableError
+from ..installing import install_extras
 from .maven import CENTRAL, Artifact, Repository, RepositoryError, compile_dependencies
 
 REPOSITORY_VARIABLE = "HYBRIDFLOW_MAVEN_REPOSITORY"  # a Maven mirror's root URL (a user:token@ in it is kept secret)
@@ -42,7 +43,7 @@ def hadoop_version() -> str:
     shipped = sorted(jar for folder in folders for jar in (Path(folder) / "jars").glob("hadoop-client-api-*.jar"))
     if not shipped:
         raise UnavailableError("Spark's s3a jars match the Hadoop version pyspark ships, and pyspark (with its "
-                               "jars) is not installed", hint="pip install 'hybridflow[spark]'")
+                               "jars) is not installed", hint=install_extras("spark"))
     return shipped[0].stem.removeprefix("hadoop-client-api-")
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HybridflowError, StorageError, UnavailableError, store_error
+from ..installing import install_extras
 from . import untrusted
 from .storage import ObjectPath, StoreSettings
 
@@ -42,7 +43,7 @@ class ObjectStore:
             from botocore.config import Config
         except ImportError:
             raise UnavailableError("a workdir in object storage needs boto3, which is not installed",
-                                   hint="pip install 'hybridflow[s3]'") from None
+                                   hint=install_extras("s3")) from None
         config = Config(s3={"addressing_style": "path"} if self.settings.path_style else {},
                         retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=10, read_timeout=60)
         self.settings.adopt_checksum_policy()

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
 from ..errors import HybridflowError, UnavailableError
+from ..installing import install_extras
 from ..registry import engines
 from ..spec.pipeline import Pipeline
 
@@ -74,7 +75,7 @@ def check_packages(target: Target, extras: Mapping[str, tuple[str, str]] | None 
     for backend in sorted(target.backends & extras.keys()):
         extra, module = extras[backend]
         if importlib.util.find_spec(module) is None:  # finds, never imports
-            fix = f"pip install 'hybridflow[{extra}]'" if extra else known[backend].install
+            fix = install_extras(extra) if extra else known[backend].install
             yield Finding(f"{backend} engine", target.needed, f"{module} is not installed", fix)
         else:
             yield Finding(f"{backend} engine", "ok", f"{module} {_version(module)}")

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from ..errors import UsageError
+from ..installing import install_extras
 
 SAMPLE = "event_id,customer_id,amount,kind\n" + "".join(
     f"{i},{100 + i % 5},{(i * 37) % 200 / 4:.2f},{'purchase' if i % 3 else 'refund'}\n" for i in range(1, 41))
@@ -90,7 +91,7 @@ def _pipeline(name: str, engines: list[str], examples: dict[str, tuple[str, str]
 def _readme(name: str, engines: list[str], examples: dict[str, tuple[str, str]], extras: list[str]) -> str:
     chain = " -> ".join(f"{examples[e][1]} ({e})" for e in engines)
     extras = ",".join(extras)
-    install = f"pip install 'hybridflow[{extras}]'" if extras else "pip install hybridflow"
+    install = install_extras(extras)
     return f"""# {name}
 
 A hybridflow pipeline: `data/events.csv` -> {chain}.

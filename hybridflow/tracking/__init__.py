@@ -8,6 +8,7 @@ import logging
 import os
 
 from ..errors import ConfigError, first_line
+from ..installing import install_extras
 from ..results import Listener
 
 log = logging.getLogger("hybridflow")
@@ -26,10 +27,10 @@ def subscribers(pipeline, catalog, trigger: str) -> list[Listener]:
         except ImportError:
             if asked:
                 raise ConfigError("lineage: needs the OpenLineage client, which is not installed",
-                                  hint="pip install 'hybridflow[lineage]'") from None
+                                  hint=install_extras("lineage")) from None
             # the environment alone (set for another tool on this host) must not stop a run
             log.warning("OPENLINEAGE_URL or OPENLINEAGE_CONFIG is set, but the OpenLineage client is not "
-                        "installed: this run sends no lineage events (pip install 'hybridflow[lineage]')")
+                        "installed: this run sends no lineage events (%s)", install_extras("lineage"))
         except Exception as exc:  # noqa: BLE001 - a client the environment configures wrongly: no events
             if asked:
                 raise
@@ -40,7 +41,7 @@ def subscribers(pipeline, catalog, trigger: str) -> list[Listener]:
 
         if importlib.util.find_spec("mlflow") is None:  # imported in the sender's thread, too late to say so
             raise ConfigError("mlflow: needs the MLflow client, which is not installed",
-                              hint="pip install 'hybridflow[mlflow]'")
+                              hint=install_extras("mlflow"))
         from .mlflowruns import MlflowRuns
 
         found.append(MlflowRuns(pipeline, catalog, trigger))

@@ -14,6 +14,7 @@ from hybridflow.backends.dask import DaskSettings
 from hybridflow.backends.ray import RaySettings
 from hybridflow.backends.spark import SparkSettings
 from hybridflow.errors import UnavailableError
+from hybridflow.installing import install_extras
 from hybridflow.spec.config import check_file
 from tests.support.engines import TEST_SETTINGS, child_pids
 
@@ -60,10 +61,10 @@ def test_missing_extra_is_reported_by_validate_and_run_with_the_install_command(
     _, problems = check_file(path)
     [warning] = [p for p in problems if "ray" in p.message]
     assert warning.severity == "warning" and warning.line == 4
-    assert "pip install 'hybridflow[ray]'" in warning.message
+    assert install_extras("ray") in warning.message
     with pytest.raises(UnavailableError) as info:
         backends.require("ray")
-    assert info.value.hint == "pip install 'hybridflow[ray]'"
+    assert info.value.hint == install_extras("ray")
 
 
 def test_rays_session_directory_is_private_and_removed_at_stop(tmp_path):

@@ -7,6 +7,7 @@ from typer.testing import CliRunner
 from hybridflow.backends import BUILT_IN
 from hybridflow.cli import app
 from hybridflow.errors import ExitCode
+from hybridflow.installing import install_extras
 from tests.support.projects import last_run_record
 from tests.unit.test_runner import PIPELINE, STAGES
 
@@ -202,7 +203,7 @@ def test_every_missing_engine_is_named_in_one_line(project, monkeypatch):
     assert result.exit_code == ExitCode.UNAVAILABLE, result.output
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert errors == ["error: backend 'spark' needs hybridflow_test_no_pyspark and backend 'ray' needs "
-                      "hybridflow_test_no_ray, which are not installed (pip install 'hybridflow[spark,ray]')"], \
+                      f"hybridflow_test_no_ray, which are not installed ({install_extras('spark,ray')})"], \
         result.output
     assert not (project.home("demo") / "datasets").exists()  # nothing ran
 

@@ -15,6 +15,7 @@ import pytest
 
 from hybridflow.backends import spark_host
 from hybridflow.errors import ExitCode
+from hybridflow.installing import install_extras
 from hybridflow.ops import doctor
 from hybridflow.ops.doctor import Target
 from hybridflow.spec.config import load_pipeline
@@ -58,7 +59,7 @@ def test_a_missing_engine_package_is_reported_with_its_pip_fix(engines):
     extras = {"ray": ("ray", "hybridflow_no_such_engine"), "dask": ("dask", "hybridflow_no_such_engine")}
     found = findings(doctor.check_packages, engines, {}, extras=extras)
     assert list(found) == ["ray engine"]  # only the backends the pipeline uses
-    assert (found["ray engine"].status, found["ray engine"].fix) == ("error", "pip install 'hybridflow[ray]'")
+    assert (found["ray engine"].status, found["ray engine"].fix) == ("error", install_extras("ray"))
     assert found["ray engine"].detail == "hybridflow_no_such_engine is not installed"
     # without a pipeline every engine is looked at, and a missing one is optional
     found = findings(doctor.check_packages, None, {}, extras=extras)

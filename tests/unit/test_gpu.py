@@ -19,6 +19,7 @@ from hybridflow.backends.ray import RayBackend, RaySettings, gpu_init_options, g
 from hybridflow.backends.spark import SparkSettings, gpu_operators, spark_gpu_conf
 from hybridflow.errors import ConfigError, ExitCode, UnavailableError
 from hybridflow.execution.runner import Runner
+from hybridflow.installing import install_extras
 from hybridflow.spec.config import load_pipeline
 from hybridflow.store.state import RunStore
 
@@ -245,7 +246,7 @@ def test_no_stage_asking_for_a_gpu_never_probes(project, monkeypatch):
     (gpu.Probe((), "no NVIDIA driver (nvidia-smi is not on PATH)", {}),
      "stage 'make' has gpu: true but no NVIDIA driver (nvidia-smi is not on PATH)", "NVIDIA GPU and driver"),
     (gpu.Probe(GPU_MACHINE.devices, None, {"cudf": False}),
-     "stage 'make' has gpu: true but the RAPIDS package cudf is not installed", "pip install 'hybridflow[gpu]'"),
+     "stage 'make' has gpu: true but the RAPIDS package cudf is not installed", install_extras("gpu")),
 ])
 def test_gpu_true_names_what_is_missing(project, found, message, hint):
     loaded = pipeline(project, "true")
