@@ -121,6 +121,14 @@ class EngineSection(Section):
     # hybridflow's own process, with no cluster to bring up
     cluster_address_field: ClassVar[str | None] = None
 
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema, handler):
+        """Editors and the reference offer `cluster:` only on engines that have a cluster to bring up."""
+        schema = handler(core_schema)
+        if cls.cluster_address_field is None:
+            handler.resolve_ref_schema(schema).get("properties", {}).pop("cluster", None)
+        return schema
+
     @model_validator(mode="after")
     def _one_way_to_a_cluster(self):
         field = self.cluster_address_field

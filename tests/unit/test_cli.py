@@ -255,6 +255,10 @@ def test_schema_is_json_schema_of_the_pipeline_file():
     assert stage["additionalProperties"] is False
     assert "run" in stage["required"]
     assert "schema" in schema["$defs"]["DatasetSpec"]["properties"]
+    # cluster: is offered only where an engine has a cluster to bring up
+    engines = {name: "cluster" in schema["$defs"][f"{name}Settings"]["properties"]
+               for name in ("Spark", "Dask", "Ray", "Python", "DuckDB", "Polars")}
+    assert engines == {"Spark": True, "Dask": True, "Ray": True, "Python": False, "DuckDB": False, "Polars": False}
 
 
 def test_usage_error_exit_code():
