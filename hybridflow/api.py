@@ -221,8 +221,7 @@ def _resumed(pipeline: Pipeline, force, listener: Listener, arguments: dict):
     from .store.state import resumed_arguments
     from .store.workspace import Workspace
 
-    remote = pipeline.remote is not None
-    store = (Workspace.of(pipeline).run_store() if remote or (pipeline.workdir / "runs.db").exists() else None)
+    store = Workspace.of(pipeline).recorded_runs()
     last = store.last_run(pipeline.name) if store else None
     if last is None or last["status"] == "success":
         listener.nothing_to_resume(f"the last run, {last['run_id']}, succeeded" if last
@@ -412,25 +411,19 @@ def _records(pipeline: PipelineLike | None, workdir: str | os.PathLike, newest: 
     """(the workspace, its run store, the pipeline's name, the workdir looked in) for a pipeline,
     else (the workdir's workspace and store, None, the workdir); the store is None where no run was
     ever recorded."""
-    from .data.storage import is_object_uri, scheme_problem
-    from .store.state import RunStore
+    from .data.storage import scheme_problem
     from .store.workspace import Workspace
 
-    name = None
     if pipeline is not None:
         loaded = _pipeline(pipeline)
-        if loaded.remote is not None:
-            workspace = Workspace.of(loaded)
-            return workspace, workspace.run_store(newest), loaded.name, loaded.remote.uri
-        workdir, name = loaded.workdir, loaded.name
+        workspace = Workspace.of(loaded)
+        looked = loaded.remote.uri if loaded.remote is not None else loaded.workdir
+        return workspace, workspace.recorded_runs(newest), loaded.name, looked
     wrong = scheme_problem(os.fspath(workdir))
     if wrong is not None:
         raise UsageError(f"--workdir {wrong}")
-    if is_object_uri(os.fspath(workdir)):
-        workspace = Workspace.named(os.fspath(workdir))
-        return workspace, workspace.run_store(newest), None, workdir
-    db = Path(workdir) / "runs.db"
-    return Workspace(Path(workdir)), (RunStore(db) if db.exists() else None), name, workdir
+    workspace = Workspace.named(os.fspath(workdir))
+    return workspace, workspace.recorded_runs(newest), None, workdir
 
 
 def clusters(pipeline: PipelineLike) -> list[dict[str, Any]]:

@@ -69,9 +69,8 @@ def latest_tick(cron: str, zone: str, at: datetime) -> datetime:
 
 def history(pipeline: Pipeline) -> list[dict]:
     """The pipeline's newest run records, newest first (read from object storage as needed)."""
-    if pipeline.remote is None and not (pipeline.workdir / "runs.db").exists():
-        return []
-    return Workspace.of(pipeline).run_store(newest=HISTORY).runs(pipeline.name, limit=HISTORY)
+    store = Workspace.of(pipeline).recorded_runs(newest=HISTORY)
+    return store.runs(pipeline.name, limit=HISTORY) if store is not None else []
 
 
 def last_served(runs: list[dict], zone: str) -> datetime | None:

@@ -43,13 +43,15 @@ class Workspace:
                    pipeline)
 
     @classmethod
-    def named(cls, uri: str) -> Workspace:
-        """A workdir in object storage named by its URI alone (`hybridflow runs -w s3://...`),
+    def named(cls, workdir: str) -> Workspace:
+        """A workdir named alone (`hybridflow runs -w ...`): a folder here, or an object-storage URI
         reached with the AWS variables."""
-        from ..data.storage import StoreSettings, object_path
+        from ..data.storage import StoreSettings, is_object_uri, object_path
         from ..spec.config import local_cache
 
-        remote = object_path(uri)
+        if not is_object_uri(workdir):
+            return cls(Path(workdir))
+        remote = object_path(workdir)
         return cls(local_cache(remote, os.environ), remote, StoreSettings.of())
 
     @functools.cached_property
@@ -89,6 +91,13 @@ class Workspace:
             records.pull(newest, self.pipeline.name if self.pipeline is not None else None)
             store.fetch_missing = records.fetch_matching
         return store
+
+    def recorded_runs(self, newest: int = 1) -> RunStore | None:
+        """The run store, or None where no run was ever recorded: a local workdir without a runs.db
+        (opening one would make the workdir)."""
+        if self.remote is None and not (self.local / "runs.db").exists():
+            return None
+        return self.run_store(newest)
 
     def require_trusted(self) -> None:
         """A workdir in object storage is used only once its store is known to honour conditional

@@ -46,6 +46,7 @@ def test_a_local_workdir_makes_no_store_client(tmp_path):
     assert lock.lease is None and lock.local.path == tmp_path / "wd" / "p" / "run.lock"
     assert isinstance(records, LocalRecords) and records.folder == tmp_path / "wd" / "p" / "clusters"
     assert workspace.published_by({"run_dir": str(tmp_path / "wd" / "p" / "runs" / "r1"), "pipeline": "p"}) is None
+    assert workspace.recorded_runs() is None and not (tmp_path / "wd").exists()  # nothing recorded: nothing made
     assert "objects" not in vars(workspace)  # never asked for: no client made
 
 
