@@ -218,11 +218,10 @@ def _resumed(pipeline: Pipeline, force, listener: Listener, arguments: dict):
     """(pipeline, arguments, forced stages) repeating the last run, or None (listener told why)."""
     import json
 
-    from .store import runsync
     from .store.state import resumed_arguments
+    from .store.workspace import Workspace
 
-    remote = pipeline.remote is not None
-    store = (runsync.open_store(pipeline) if remote or (pipeline.workdir / "runs.db").exists() else None)
+    store = Workspace.of(pipeline).recorded_runs()
     last = store.last_run(pipeline.name) if store else None
     if last is None or last["status"] == "success":
         listener.nothing_to_resume(f"the last run, {last['run_id']}, succeeded" if last
@@ -240,9 +239,9 @@ def _resumed(pipeline: Pipeline, force, listener: Listener, arguments: dict):
 
 def _last_run(pipeline: Pipeline) -> dict | None:
     """The pipeline's last run (that ran: not a held tick), from its workdir, local or in object storage."""
-    from .store import runsync
+    from .store.workspace import Workspace
 
-    return runsync.open_store(pipeline).last_run(pipeline.name)
+    return Workspace.of(pipeline).run_store().last_run(pipeline.name)
 
 
 def _run_notifying_failed_start(runner: Runner, notify: bool) -> RunResult:
@@ -283,7 +282,7 @@ def read(pipeline: PipelineLike, dataset: str, engine: str = "pandas", *, versio
     "path" (its version directory; what a `kind: files` dataset always gives)."""
     from .data.storage import uri_of
     from .diagnostics import did_you_mean
-    from .store.objectcatalog import open_catalog
+    from .store.workspace import Workspace
 
     loaded = _pipeline(pipeline)
     known = set(loaded.spec.datasets) | {ds for s in loaded.stages.values() for ds in s.outputs}
@@ -293,7 +292,7 @@ def read(pipeline: PipelineLike, dataset: str, engine: str = "pandas", *, versio
         raise UsageError(f"cannot read '{dataset}': {where}", hint="read() gives a published output of a stage")
     if engine not in ("pandas", "arrow", "path"):
         raise UsageError(f"engine must be pandas, arrow or path, not '{engine}'")
-    catalog = open_catalog(loaded)
+    catalog = Workspace.of(loaded).catalog()
     found = catalog.version(dataset, version) if version else catalog.current(dataset)
     if found is None:
         producer = loaded.dag.producer[dataset]
@@ -320,10 +319,10 @@ def check(pipeline: PipelineLike, datasets: Names | None = None) -> list[dict[st
     from .execution.checkcommand import check_datasets
     from .execution.inputs import StageInputs
     from .execution.planner import Planner
-    from .store.objectcatalog import open_catalog
+    from .store.workspace import Workspace
 
     loaded = _pipeline(pipeline)
-    catalog = open_catalog(loaded)
+    catalog = Workspace.of(loaded).catalog()
     inputs = StageInputs(loaded, catalog, Planner(loaded, catalog, False))
     return [{**o.record(), "dataset": o.dataset, "line": o.line()}
             for o in check_datasets(loaded, catalog, inputs, list(_names(datasets)))]
@@ -335,7 +334,7 @@ def runs(pipeline: PipelineLike | None = None, *, workdir: str | os.PathLike = "
     `workdir`. Each is a dict (run_id, pipeline, status, trigger, started_at, ended_at, error,
     run_dir, ...); with stages=True each also has "stages": its stage records in run order. Where no
     run was ever recorded: [], or UsageError with missing_ok=False."""
-    store, name, looked = _records(pipeline, workdir, newest=limit)
+    _, store, name, looked = _records(pipeline, workdir, newest=limit)
     if store is None:
         if not missing_ok:
             raise _no_records(looked)
@@ -355,15 +354,16 @@ def report(run_id: str = "last", pipeline: PipelineLike | None = None, *, workdi
     from .reporting import htmlreport
 
     loaded = _pipeline(pipeline) if pipeline is not None else None
-    store, run = _find_run(run_id, loaded, workdir)
-    return htmlreport.write(store, run, Path(out) if out else None, pipeline=loaded)
+    workspace, store, run = _find_run(run_id, loaded, workdir)
+    return htmlreport.write(store, run, Path(out) if out else None, pipeline=loaded,
+                            catalog=workspace.published_by(run))
 
 
 def run_record(run_id: str = "last", pipeline: PipelineLike | None = None, *,
                workdir: str | os.PathLike = ".hybridflow") -> dict[str, Any]:
     """One run's record (an id, a unique prefix of one, or "last", as for report()), with "stages":
     its stage records in run order, and "spans": its timeline (engine starts, attempts, publishes)."""
-    store, run = _find_run(run_id, pipeline, workdir)
+    _, store, run = _find_run(run_id, pipeline, workdir)
     return {**run, "stages": store.stages(run["run_id"]), "spans": store.spans(run["run_id"])}
 
 
@@ -372,10 +372,9 @@ def stage_logs(run_id: str = "last", pipeline: PipelineLike | None = None, *, st
     """(stage, log file) of each stage of a run that wrote a log, or of `stage` only; a run recorded
     by another machine (its workdir in object storage) has its logs fetched first."""
     from .diagnostics import did_you_mean
-    from .store import runsync
 
-    store, run = _find_run(run_id, pipeline, workdir)
-    runsync.fetch_run_dir(store, run)  # a run made on another machine: its logs are in the workdir
+    workspace, store, run = _find_run(run_id, pipeline, workdir)
+    workspace.fetch_run_dir(run)  # a run made on another machine: its logs are in the workdir
     logged = [(row["stage"], Path(row["log_path"])) for row in store.stages(run["run_id"]) if row["log_path"]]
     if stage is None:
         return logged
@@ -387,9 +386,9 @@ def stage_logs(run_id: str = "last", pipeline: PipelineLike | None = None, *, st
 
 
 def _find_run(run_id: str, pipeline: PipelineLike | None, workdir: str | os.PathLike):
-    """(the run store, a run's record) by id or unique prefix; "last" is the newest run (of the
-    pipeline, or of the whole workdir)."""
-    store, name, looked = _records(pipeline, workdir)
+    """(the workspace, its run store, a run's record) by id or unique prefix; "last" is the newest
+    run (of the pipeline, or of the whole workdir)."""
+    workspace, store, name, looked = _records(pipeline, workdir)
     if store is None:
         raise _no_records(looked)
     if run_id == "last":
@@ -397,11 +396,11 @@ def _find_run(run_id: str, pipeline: PipelineLike | None, workdir: str | os.Path
         if run is None:
             of = f"of {name} " if name else ""
             raise UsageError(f"no run {of}is recorded in {store.path}", hint="hybridflow run PIPELINE.yaml starts one")
-        return store, run
+        return workspace, store, run
     run = store.run(run_id)
     if run is None:
         raise UsageError(f"no single run matches '{run_id}' in {store.path}", hint="hybridflow runs lists them")
-    return store, run
+    return workspace, store, run
 
 
 def _no_records(workdir: str | os.PathLike) -> UsageError:
@@ -409,25 +408,22 @@ def _no_records(workdir: str | os.PathLike) -> UsageError:
 
 
 def _records(pipeline: PipelineLike | None, workdir: str | os.PathLike, newest: int = 1):
-    """(the run store, the pipeline's name, the workdir looked in) for a pipeline, else (the
-    workdir's store, None, the workdir); the store is None where no run was ever recorded."""
-    from .data.storage import is_object_uri, scheme_problem
-    from .store import runsync
-    from .store.state import RunStore
+    """(the workspace, its run store, the pipeline's name, the workdir looked in) for a pipeline,
+    else (the workdir's workspace and store, None, the workdir); the store is None where no run was
+    ever recorded."""
+    from .data.storage import scheme_problem
+    from .store.workspace import Workspace
 
-    name = None
     if pipeline is not None:
         loaded = _pipeline(pipeline)
-        if loaded.remote is not None:
-            return runsync.open_store(loaded, newest), loaded.name, loaded.remote.uri
-        workdir, name = loaded.workdir, loaded.name
+        workspace = Workspace.of(loaded)
+        looked = loaded.remote.uri if loaded.remote is not None else loaded.workdir
+        return workspace, workspace.recorded_runs(newest), loaded.name, looked
     wrong = scheme_problem(os.fspath(workdir))
     if wrong is not None:
         raise UsageError(f"--workdir {wrong}")
-    if is_object_uri(os.fspath(workdir)):
-        return runsync.open_remote_workdir(os.fspath(workdir), newest), None, workdir
-    db = Path(workdir) / "runs.db"
-    return (RunStore(db) if db.exists() else None), name, workdir
+    workspace = Workspace.named(os.fspath(workdir))
+    return workspace, workspace.recorded_runs(newest), None, workdir
 
 
 def clusters(pipeline: PipelineLike) -> list[dict[str, Any]]:
@@ -435,10 +431,11 @@ def clusters(pipeline: PipelineLike) -> list[dict[str, Any]]:
     as recorded in its workdir, oldest first: each a dict of engine, run_id, state ("starting", "up",
     "down failed"), cluster (what `up` printed), created_at and age (seconds)."""
     from .execution.provisioning import age
-    from .store.clusterrecords import open_records
+    from .store.workspace import Workspace
 
     loaded = _pipeline(pipeline)
-    found = sorted(open_records(loaded).all().values(), key=lambda record: record.get("created_at", ""))
+    records = Workspace.of(loaded).cluster_records()
+    found = sorted(records.all().values(), key=lambda record: record.get("created_at", ""))
     return [{**record, "age": age(record)} for record in found]
 
 
@@ -447,18 +444,17 @@ def reap_clusters(pipeline: PipelineLike) -> tuple[list[dict[str, Any]], list[st
     so never while a run of the pipeline lives (LockedError then). Returns the records of the clusters
     taken down, and what could not be taken down (their records stay). Every run does this first."""
     from .execution.provisioning import reap
-    from .store.clusterrecords import open_records
-    from .store.lock import pipeline_lock
-    from .store.storecheck import require_pipeline_store
+    from .store.workspace import Workspace
 
     loaded = _pipeline(pipeline)
-    records = open_records(loaded)
+    workspace = Workspace.of(loaded)
+    records = workspace.cluster_records()
     if not records.all():
         return [], []
-    home = loaded.workdir / loaded.name
+    home = workspace.home
     home.mkdir(parents=True, exist_ok=True)  # a workdir in object storage: this machine's cache of it
-    require_pipeline_store(loaded)
-    lock = pipeline_lock(loaded)
+    workspace.require_trusted()
+    lock = workspace.lock()
     lock.acquire(f"reap-{new_run_id()}")
     try:
         return reap(loaded, records, home / "cluster-reap.log", lock.confirm)
@@ -471,10 +467,8 @@ def collect_garbage(pipeline: PipelineLike, keep: int | None = None, dry_run: bo
     never a current one or one the current versions were made from, and the temporary files of
     writers that died; under the run lock, so never while the pipeline runs. Returns the (dataset,
     version) pairs removed (or that would be)."""
-    from .store.lock import pipeline_lock
-    from .store.objectcatalog import open_catalog
-    from .store.storecheck import require_pipeline_store
     from .store.workdir import claim, remove_leftovers
+    from .store.workspace import Workspace
 
     if keep is not None and keep < 1:
         raise UsageError(f"keep must be 1 or more, not {keep}", hint="the current version is always kept")
@@ -487,11 +481,12 @@ def collect_garbage(pipeline: PipelineLike, keep: int | None = None, dry_run: bo
         home.mkdir(exist_ok=True)
     if not home.is_dir():
         return []  # never run: nothing to remove, and no workdir to make
-    require_pipeline_store(loaded)
-    lock = pipeline_lock(loaded)
+    workspace = Workspace.of(loaded)
+    workspace.require_trusted()
+    lock = workspace.lock()
     lock.acquire(f"gc-{new_run_id()}")
     try:
-        catalog = open_catalog(loaded)
+        catalog = workspace.catalog()
         catalog.confirm = lock.confirm  # nothing is deleted once the lease is lost
         removed = catalog.collect_garbage(keep or loaded.spec.keep_versions, dry_run=dry_run)
         if not dry_run:

@@ -38,7 +38,7 @@ from hybridflow.execution.sshclusters import launch_for, ssh_down, ssh_up  # noq
 from hybridflow.reporting.clusterusage import cluster_usage  # noqa: E402
 from hybridflow.reporting.timeline import ENGINE_START  # noqa: E402
 from hybridflow.settings import ClusterSection  # noqa: E402
-from hybridflow.store.runsync import open_store  # noqa: E402
+from hybridflow.store.workspace import Workspace  # noqa: E402
 from tests.clusters.test_multihost import EMBEDDED, RAY_ENV, STAGES  # noqa: E402
 from tests.support.netns import DRIVER_ADDRESS, Topology, netns_unavailable  # noqa: E402
 from tests.support.projects import Project  # noqa: E402
@@ -85,7 +85,7 @@ def run(project: Project, name: str, env: dict) -> float:
 
 
 def last_spans(project: Project, name: str) -> tuple[list[dict], list[dict]]:
-    store = open_store(load(project.root / f"{name}.yaml"))
+    store = Workspace.of(load(project.root / f"{name}.yaml")).run_store()
     last = store.last_run(name)
     return store.spans(last["run_id"]), store.stages(last["run_id"])
 

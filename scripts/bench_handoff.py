@@ -121,10 +121,12 @@ def rounds(count: int, scratch: Path, label: str, write, read) -> list[tuple[flo
 
 def rounds_through_store(count: int, scratch: Path, label: str, remote, write, read) -> list[tuple[float, float]]:
     """As rounds(), through object storage: write(catalog) returns what read(it) reads back."""
+    from hybridflow.data.objectstore import ObjectStore
     from hybridflow.store.objectcatalog import ObjectCatalog
     figures = []
     for round_ in range(count):
-        catalog = ObjectCatalog(scratch / f"{label}-{round_}", remote / f"{label}-{round_}", StoreSettings.of())
+        catalog = ObjectCatalog(scratch / f"{label}-{round_}", remote / f"{label}-{round_}",
+                                ObjectStore(StoreSettings.of()))
         write_s, written = timed(write, catalog)
         read_s, _ = timed(read, written)
         figures.append((write_s, read_s))

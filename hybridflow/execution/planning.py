@@ -10,9 +10,8 @@ from dataclasses import dataclass
 from ..data import storage
 from ..results import PlannedInput, Selection
 from ..spec.pipeline import Pipeline
-from ..store import runsync
 from ..store.catalog import Catalog
-from ..store.objectcatalog import open_catalog
+from ..store.workspace import Workspace
 from .planner import SKIP, Decision, Planner
 
 
@@ -53,9 +52,10 @@ def plan(pipeline: Pipeline, selection: Selection | None = None, force: bool | s
     """The plan of a run of `selection` (default: every stage) forcing `force` (True: every stage).
     catalog and runs (a state.RunStore): the workdir's, opened here when not given."""
     selection = selection or Selection()
-    catalog = catalog or open_catalog(pipeline)
+    workspace = Workspace.of(pipeline)
+    catalog = catalog or workspace.catalog()
     stages = pipeline.dag.select(selection.only, selection.start, selection.end)
-    planner = Planner(pipeline, catalog, force, runs=runs if runs is not None else runsync.open_store(pipeline))
+    planner = Planner(pipeline, catalog, force, runs=runs if runs is not None else workspace.run_store())
     return Plan(pipeline, decide(pipeline, stages, planner), planned_inputs(pipeline, stages, catalog))
 
 

@@ -15,7 +15,6 @@ from typing import Any
 from ..errors import HybridflowError, first_line
 from ..results import Listener, RunResult, StageResult, now
 from ..spec.pipeline import Pipeline
-from ..store import runsync
 
 
 class _HeldOpen:
@@ -66,8 +65,8 @@ if hasattr(os, "register_at_fork"):
 
 
 class RunRecords(Listener):
-    def __init__(self, pipeline: Pipeline, store, stages: list[str]) -> None:
-        self.pipeline, self.store, self.stages = pipeline, store, stages
+    def __init__(self, pipeline: Pipeline, store, stages: list[str], workspace) -> None:
+        self.pipeline, self.store, self.stages, self.workspace = pipeline, store, stages, workspace
         self.record: dict[str, Any] | None = None  # the run's row, once open() made it
         self._held: _HeldOpen | None = None  # the store kept open from open() to the run's end
 
@@ -117,7 +116,7 @@ class RunRecords(Listener):
         if self.pipeline.remote is None:
             return
         try:
-            runsync.push(self.store, self.pipeline, run_id, run_dir)
+            self.workspace.push(self.store, run_id, run_dir)
         except HybridflowError as exc:
             logging.getLogger("hybridflow").warning("the run's record was not saved to %s: %s",
                                                     self.pipeline.remote.uri, exc.one_line())
@@ -127,8 +126,8 @@ class RunReport(Listener):
     """The run's report.html, written once its record is final; one that cannot be written never
     fails the run."""
 
-    def __init__(self, pipeline: Pipeline, store) -> None:
-        self.pipeline, self.store = pipeline, store
+    def __init__(self, pipeline: Pipeline, store, workspace) -> None:
+        self.pipeline, self.store, self.workspace = pipeline, store, workspace
 
     def run_finished(self, result: RunResult) -> None:
         if not self.pipeline.spec.report:
@@ -136,7 +135,8 @@ class RunReport(Listener):
         from ..reporting import htmlreport
 
         try:
-            htmlreport.write(self.store, self.store.run(result.run_id), pipeline=self.pipeline)
+            run = self.store.run(result.run_id)
+            htmlreport.write(self.store, run, pipeline=self.pipeline, catalog=self.workspace.published_by(run))
         except Exception as exc:  # noqa: BLE001
             logging.getLogger("hybridflow").warning("the run's report was not written: %s", first_line(exc))
 

@@ -31,12 +31,9 @@ from ..reporting.timeline import Timeline
 from ..results import Listener, PlannedInput, RunResult, Selection, StageResult, new_run_id, now  # noqa: F401 - re-exported
 from ..spec.pipeline import Pipeline
 from ..spec.runvalues import this_minute
-from ..store import faults, runsync
-from ..store.clusterrecords import open_records
-from ..store.lock import pipeline_lock
-from ..store.objectcatalog import open_catalog
+from ..store import faults
 from ..store.state import recorded_arguments
-from ..store.storecheck import require_pipeline_store
+from ..store.workspace import Workspace
 from . import planning
 from .enginepool import EnginePool
 from .events import RunEvents
@@ -74,15 +71,16 @@ class Runner:
         self.wait_for_lock = wait_for_lock
         self.trigger = trigger
         self.home = pipeline.workdir / pipeline.name
-        self.catalog = open_catalog(pipeline)
-        self.store = runsync.open_store(pipeline)
+        self.workspace = Workspace.of(pipeline)  # where the workdir lives: decided once, for every run
+        self.catalog = self.workspace.catalog()
+        self.store = self.workspace.run_store()
         self.stages = pipeline.dag.select(self.selection.only, self.selection.start, self.selection.end)
-        self.records = RunRecords(pipeline, self.store, self.stages)
+        self.records = RunRecords(pipeline, self.store, self.stages, self.workspace)
         pushed = [RunPush(self.records)] if pipeline.remote is not None else []
         # OpenLineage and MLflow (tracking/) before the listener: what they failed to deliver ends its summary
         tracked = tracking.subscribers(pipeline, self.catalog, trigger)
-        self.events = RunEvents([self.records, RunReport(pipeline, self.store), *pushed, *tracked, self.listener,
-                                 *subscribers])
+        self.events = RunEvents([self.records, RunReport(pipeline, self.store, self.workspace), *pushed, *tracked,
+                                 self.listener, *subscribers])
         self.planner = Planner(pipeline, self.catalog, force, runs=self.store)
         self.arguments = arguments or {}  # how the run was asked for, so --resume can ask again
         self.inputs = StageInputs(pipeline, self.catalog, self.planner)
@@ -157,9 +155,9 @@ class Runner:
         self.inputs.forget()
         run_dir = self.home / "runs" / run_id
         results = {s: StageResult(s, self.pipeline.stages[s].backend) for s in self.stages}
-        lock = self._lock = pipeline_lock(self.pipeline)
+        lock = self._lock = self.workspace.lock()
         try:
-            require_pipeline_store(self.pipeline)  # a store that ignores conditional writes: the lease protects nothing
+            self.workspace.require_trusted()  # a store that ignores conditional writes: the lease protects nothing
             lock.acquire(run_id, wait=self.wait_for_lock)
             # a run that cannot prove it still holds its lease publishes nothing, and stops
             self.catalog.confirm = lock.confirm
@@ -183,7 +181,7 @@ class Runner:
     def _run_locked(self, run_id: str, run_dir: Path, results: dict[str, StageResult]) -> RunResult:
         live = self._open_record(run_id, run_dir, results)
         status, error, unrecorded, warnings, holding = "failed", None, None, [], False
-        clusters = RunClusters(self.pipeline, run_id, run_dir / "logs", open_records(self.pipeline))
+        clusters = RunClusters(self.pipeline, run_id, run_dir / "logs", self.workspace.cluster_records())
         self._engines = self._pool(self.pipeline, self.stages, run_dir / "logs", signals=self._signals,
                                    given=self._given, gpu=lambda name: self._gpu.engine(name) if self._gpu else None,
                                    on_started=self.events.engine_started, timeline=Timeline(self.store, run_id),

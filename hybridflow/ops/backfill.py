@@ -18,8 +18,8 @@ from typing import Any, Callable
 from ..errors import DataError, UsageError
 from ..results import Listener, RunResult
 from ..spec.pipeline import Pipeline
-from ..store import runsync
 from ..store.state import json_field
+from ..store.workspace import Workspace
 
 REPROCESS = ("missing", "failed", "all")
 TRIGGER = "backfill"
@@ -156,7 +156,7 @@ def chooser(backfill: Backfill, chunk: Chunk) -> Callable[[str, str, dict, dict]
 
 def last_backfill(pipeline: Pipeline) -> tuple[Backfill, dict[int, str]] | None:
     """The newest backfill of the pipeline, and its chunks' last statuses by number."""
-    store = runsync.open_store(pipeline, newest=HISTORY)
+    store = Workspace.of(pipeline).run_store(newest=HISTORY)
     newest: dict | None = None
     statuses: dict[int, str] = {}
     for run in store.runs(pipeline.name, limit=HISTORY):  # newest first: a chunk's last attempt comes first
@@ -304,6 +304,5 @@ def partition_rows(pipeline: Pipeline, catalog, dataset: str, keys: list[str]) -
 
 def _planner(pipeline: Pipeline):
     from ..execution.planner import Planner
-    from ..store.objectcatalog import open_catalog
 
-    return Planner(pipeline, open_catalog(pipeline))
+    return Planner(pipeline, Workspace.of(pipeline).catalog())

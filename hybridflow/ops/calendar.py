@@ -25,8 +25,8 @@ from ..errors import UsageError
 from ..results import new_run_id, now
 from ..spec.pipeline import Pipeline
 from ..spec.runvalues import clock
-from ..store import runsync
 from ..store.state import CALENDAR_STATUSES, RunStore, json_field
+from ..store.workspace import Workspace
 
 HELD, RELEASED = CALENDAR_STATUSES
 FAILED = ("failed", "killed", "interrupted")
@@ -69,9 +69,8 @@ def latest_tick(cron: str, zone: str, at: datetime) -> datetime:
 
 def history(pipeline: Pipeline) -> list[dict]:
     """The pipeline's newest run records, newest first (read from object storage as needed)."""
-    if pipeline.remote is None and not (pipeline.workdir / "runs.db").exists():
-        return []
-    return runsync.open_store(pipeline, newest=HISTORY).runs(pipeline.name, limit=HISTORY)
+    store = Workspace.of(pipeline).recorded_runs(newest=HISTORY)
+    return store.runs(pipeline.name, limit=HISTORY) if store is not None else []
 
 
 def last_served(runs: list[dict], zone: str) -> datetime | None:
@@ -140,13 +139,14 @@ def _chosen(catchup: str, due: datetime | None, missed: list[datetime]) -> list[
 
 def record_held(pipeline: Pipeline, invocation: Invocation) -> dict:
     """A held tick as a run record (status held, no stage), pushed to object storage like any run's."""
-    store = runsync.open_store(pipeline)
+    workspace = Workspace.of(pipeline)
+    store = workspace.run_store()
     stamp, run_id = now(), new_run_id()
     record = {"run_id": run_id, "pipeline": pipeline.name, "pipeline_file": str(pipeline.file),
               "trigger": "cron", "started_at": stamp, "ended_at": stamp, "status": HELD, "error": invocation.held,
               "run_dir": _run_dir(pipeline, run_id), "arguments": "{}", "scheduled_for": _iso(invocation.held_tick),
               "calendar": json.dumps({"held": True, "missed": [_iso(t) for t in invocation.missed]})}
-    _save(store, pipeline, record)
+    _save(workspace, store, record)
     return record
 
 
@@ -158,7 +158,8 @@ def release(pipeline: Pipeline) -> str:
         raise UsageError(f"the schedule of {pipeline.name} is not held",
                          hint="hybridflow runs shows its scheduled runs")
     stamp, run_id = now(), new_run_id()
-    _save(runsync.open_store(pipeline), pipeline, {
+    workspace = Workspace.of(pipeline)
+    _save(workspace, workspace.run_store(), {
         "run_id": run_id, "pipeline": pipeline.name, "pipeline_file": str(pipeline.file),
         "trigger": "manual", "started_at": stamp, "ended_at": stamp, "status": RELEASED,
         "error": None, "run_dir": _run_dir(pipeline, run_id), "arguments": "{}", "scheduled_for": None,
@@ -173,10 +174,9 @@ def state(pipeline: Pipeline, now: datetime | None = None) -> tuple[str | None, 
     return (held[0] if held else None), missed_ticks(pipeline, runs, now or clock())
 
 
-def _save(store: RunStore, pipeline: Pipeline, record: dict) -> None:
+def _save(workspace: Workspace, store: RunStore, record: dict) -> None:
     store.save_run(**record)
-    if pipeline.remote is not None:
-        runsync.push(store, pipeline, record["run_id"])
+    workspace.push(store, record["run_id"])  # a workdir in object storage holds every run's record
 
 
 def _run_dir(pipeline: Pipeline, run_id: str) -> str:

@@ -283,15 +283,16 @@ def _edges_from_file(run: dict[str, Any]):
         return None
 
 
-def write(store, run: dict[str, Any], out: Path | None = None, pipeline=None) -> Path:
+def write(store, run: dict[str, Any], out: Path | None = None, pipeline=None, catalog=None) -> Path:
     """Write the report of `run` (a record of `store`, a RunStore) and return its path: by default
     report.html in the run's directory. Owner-only (0600), like the logs it quotes. `pipeline`: the
-    loaded pipeline, for its graph (else its recorded file is loaded)."""
+    loaded pipeline, for its graph (else its recorded file is loaded). `catalog`: where the run
+    published (a workdir in object storage: its workspace's; None: the run's local workdir)."""
     previous = next((r for r in store.runs(run["pipeline"], limit=50)
                      if r["status"] == "success" and r["started_at"] < run["started_at"]), None)
     edges = pipeline_edges(pipeline) if pipeline is not None else _edges_from_file(run)
     html = render(run, store.stages(run["run_id"]), store.spans(run["run_id"]),
-                  (previous, store.stages(previous["run_id"])) if previous else None, edges, _catalog_of(store, run),
+                  (previous, store.stages(previous["run_id"])) if previous else None, edges, catalog,
                   calendartext.backfill_chunks(store.runs(run["pipeline"], limit=500), run))
     path = out or Path(run["run_dir"]) / REPORT_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -304,16 +305,6 @@ def write(store, run: dict[str, Any], out: Path | None = None, pipeline=None) ->
             partial.unlink()
         raise
     return path
-
-
-def _catalog_of(store, run: dict[str, Any]):
-    """The catalog of a run recorded for a workdir in object storage (None: its local workdir's)."""
-    if store.remote is None:
-        return None
-    from ..store.objectcatalog import ObjectCatalog
-
-    objects, remote = store.remote
-    return ObjectCatalog(Path(run["run_dir"]).parent.parent, remote / run["pipeline"], objects.settings)
 
 
 STYLE = """

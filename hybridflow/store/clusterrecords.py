@@ -70,11 +70,3 @@ class ObjectRecords:
             if isinstance(record, dict):
                 found[path.name.removesuffix(".json")] = record
         return found
-
-
-def open_records(pipeline) -> LocalRecords | ObjectRecords:
-    if pipeline.remote is None:
-        return LocalRecords(pipeline.workdir / pipeline.name / FOLDER, pipeline.redact)
-    from ..data.objectstore import ObjectStore
-
-    return ObjectRecords(ObjectStore(pipeline.store), pipeline.remote / pipeline.name / FOLDER, pipeline.redact)

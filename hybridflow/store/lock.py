@@ -324,13 +324,3 @@ class PipelineLock:
                 self.lease.release()
         finally:
             self.local.release()
-
-
-def pipeline_lock(pipeline) -> PipelineLock:
-    home = pipeline.workdir / pipeline.name
-    lease = None
-    if pipeline.remote is not None:
-        from ..data.objectstore import ObjectStore
-
-        lease = Lease(ObjectStore(pipeline.store), pipeline.remote / pipeline.name / LEASE)
-    return PipelineLock(RunLock(home / "run.lock"), lease)

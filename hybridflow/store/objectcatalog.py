@@ -37,7 +37,7 @@ from typing import Callable
 
 from ..data import untrusted
 from ..data.objectstore import Conflict, ObjectStore
-from ..data.storage import ObjectPath, StoreSettings
+from ..data.storage import ObjectPath
 from ..errors import ConfigError, DataError, LockedError
 from . import faults
 from .catalog import MANIFEST, Catalog, Version, describe_version, read_footer
@@ -52,14 +52,14 @@ NOT_DATA = ("_SUCCESS", "_common_metadata", "_metadata")
 
 
 class ObjectCatalog(Catalog):
-    def __init__(self, home: Path, remote: ObjectPath, settings: StoreSettings,
+    def __init__(self, home: Path, remote: ObjectPath, objects: ObjectStore,
                  grace: float = GC_GRACE_SECONDS) -> None:
         super().__init__(home)  # the local cache: staging, logs
         self.remote = remote  # <workdir>/<pipeline> in the object store
-        self.settings = settings
+        self.objects = objects  # the workspace's store client, shared with its lease and records
+        self.settings = objects.settings
         self.grace = grace  # seconds: how long a version without a manifest is spared by gc
         self.confirm: Callable[[], None] = _unguarded  # the lease's confirmation, set by its holder
-        self.objects = ObjectStore(settings)
         self._manifests: dict[tuple[str, str], dict] = {}  # versions never change: read once
         # CURRENT's ETag as this run last saw it (at its start, then after each of its commits): a
         # commit against any other means another writer committed meanwhile
@@ -249,14 +249,6 @@ def _check_files(manifest, where: ObjectPath) -> None:
                         hint="restore it from the store's object versions")
     for entry in files:
         untrusted.relative_file(entry.get("path"), f"the manifest {where.uri}")
-
-
-def open_catalog(pipeline) -> Catalog:
-    """The pipeline's datasets: in its local workdir, or in its workdir in object storage."""
-    home = pipeline.workdir / pipeline.name
-    if pipeline.remote is None:
-        return Catalog(home)
-    return ObjectCatalog(home, pipeline.remote / pipeline.name, pipeline.store, gc_grace(pipeline))
 
 
 def gc_grace(pipeline) -> float:

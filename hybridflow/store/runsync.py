@@ -15,26 +15,6 @@ from .state import RunStore
 RECORD_FORMAT = 1
 
 
-def open_store(pipeline, newest: int = 1) -> RunStore:
-    """The pipeline's run store: its workdir's runs.db, with the records in object storage added (the
-    `newest` of the pipeline's that this machine has not seen finished; older ones when asked for)."""
-    return open_workdir_store(pipeline.workdir, pipeline.remote, pipeline.store if pipeline.remote else None,
-                              newest=newest, pipeline=pipeline.name)
-
-
-def open_workdir_store(local: Path, remote=None, settings=None, *, newest: int = 1,
-                       pipeline: str | None = None) -> RunStore:
-    store = RunStore(local / "runs.db")
-    if remote is not None:
-        from ..data.objectstore import ObjectStore
-
-        store.remote = (ObjectStore(settings), remote)
-        records = RemoteRecords(store, store.remote[0], remote, local)
-        records.pull(newest, pipeline)
-        store.fetch_missing = records.fetch_matching
-    return store
-
-
 class RemoteRecords:
     """The run records in the workdir, read into this machine's runs.db only as they are needed: a
     fresh machine reads the newest (what `run`, `--resume` and `runs` look at) and a named older run
@@ -101,40 +81,23 @@ class RemoteRecords:
         return imported
 
 
-def fetch_run_dir(store: RunStore, run: dict) -> None:
-    """A run's logs and report from the workdir in object storage into this machine's cache, where
-    the run was made on another machine (its run_dir is not here)."""
-    remote = getattr(store, "remote", None)
+def fetch_run_dir(objects, root, run: dict) -> None:
+    """A run's logs and report from the workdir in object storage (`root`, reached by `objects`) into
+    this machine's cache, where the run was made on another machine (its run_dir is not here)."""
     run_dir = Path(run.get("run_dir") or "")
-    if remote is None or not run.get("run_dir") or run_dir.is_dir():
+    if not run.get("run_dir") or run_dir.is_dir():
         return
-    objects, root = remote
     prefix = root / run["pipeline"] / "runs" / run["run_id"]
     objects.download(objects.files(prefix), prefix, run_dir)
 
 
-def open_remote_workdir(uri: str, newest: int = 1) -> RunStore:
-    """The run store of a workdir in object storage named by its URI alone (`hybridflow runs -w
-    s3://...`): its records, reached with the AWS variables."""
-    import os
-
-    from ..data.storage import StoreSettings, object_path
-    from ..spec.config import local_cache
-
-    remote = object_path(uri)
-    return open_workdir_store(local_cache(remote, os.environ), remote, StoreSettings.of(), newest=newest)
-
-
-def push(store: RunStore, pipeline, run_id: str, run_dir: Path | None = None) -> None:
-    """The run's record, and (when given) its directory of logs and report, into the workdir."""
-    from ..data.objectstore import ObjectStore
-
-    objects = ObjectStore(pipeline.store)
+def push(objects, root, store: RunStore, pipeline: str, run_id: str, run_dir: Path | None = None) -> None:
+    """The run's record, and (when given) its directory of logs and report, into the workdir `root`."""
     if run_dir is not None and run_dir.is_dir():
-        objects.upload(run_dir, pipeline.remote / pipeline.name / "runs" / run_id)
+        objects.upload(run_dir, root / pipeline / "runs" / run_id)
     record = {"format": RECORD_FORMAT, "run": store.run(run_id), "stages": store.stages(run_id),
               "spans": store.spans(run_id)}
-    objects.write_json(pipeline.remote / "runs" / f"{run_id}.json", record)
+    objects.write_json(root / "runs" / f"{run_id}.json", record)
 
 
 def _localised(record: dict, local: Path, where: str) -> dict:

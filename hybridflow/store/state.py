@@ -59,7 +59,6 @@ ADDED_COLUMNS = {"runs": {"arguments": "TEXT", "scheduled_for": "TEXT", "calenda
 
 
 class RunStore:
-    remote = None  # (ObjectStore, workdir) when this runs.db caches a workdir in object storage (runsync)
     fetch_missing = None  # reads the records of a run id (prefix) not here yet from that workdir (runsync)
 
     def __init__(self, path: Path) -> None:

@@ -87,9 +87,3 @@ def refusal(endpoint: str, workdir: ObjectPath, ignored: list[str]) -> Unavailab
                             "its lease and commits would protect nothing",
                             hint="use a store that honours conditional writes (the README's Object storage section "
                                  "lists those known to work), or remove a gateway that drops If-None-Match/If-Match")
-
-
-def require_pipeline_store(pipeline) -> None:
-    """The check for a pipeline whose workdir is in object storage (nothing to check otherwise)."""
-    if pipeline.remote is not None:
-        require_trusted(ObjectStore(pipeline.store), pipeline.remote)

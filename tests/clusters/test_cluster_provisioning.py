@@ -343,7 +343,7 @@ def test_a_watch_session_takes_the_old_cluster_down_when_it_restarts_its_engine(
     from hybridflow.execution.provisioning import RunClusters
     from hybridflow.execution.stopping import SignalState
     from hybridflow.execution.warmpool import WarmPool
-    from hybridflow.store.clusterrecords import open_records
+    from hybridflow.store.workspace import Workspace
 
     project, state, hf = provisioned
     monkeypatch.setenv("STATE", str(state))
@@ -352,7 +352,7 @@ def test_a_watch_session_takes_the_old_cluster_down_when_it_restarts_its_engine(
     loaded = load(project.root / "pipeline.yaml")
     notices: list[str] = []
     warm = WarmPool(loaded, tmp_path / "logs", notice=notices.append)
-    clusters = RunClusters(loaded, "watch-1", tmp_path / "logs", open_records(loaded))
+    clusters = RunClusters(loaded, "watch-1", tmp_path / "logs", Workspace.of(loaded).cluster_records())
     try:
         logs = tmp_path / "logs"
         warm.for_run(loaded, list(loaded.stages), logs, signals=SignalState(), clusters=clusters).get("dask")
@@ -405,7 +405,7 @@ def test_a_watch_session_keeps_its_clusters_from_a_reaper_on_another_machine_whi
     from hybridflow.execution.provisioning import RunClusters
     from hybridflow.execution.stopping import SignalState
     from hybridflow.execution.warmpool import WarmPool
-    from hybridflow.store.clusterrecords import open_records
+    from hybridflow.store.workspace import Workspace
 
     project, state, _ = provisioned
     monkeypatch.setenv("STATE", str(state))
@@ -414,7 +414,7 @@ def test_a_watch_session_keeps_its_clusters_from_a_reaper_on_another_machine_whi
     pipeline(project)
     loaded = load(project.root / "pipeline.yaml")
     warm = WarmPool(loaded, tmp_path / "logs")
-    clusters = RunClusters(loaded, "watch-1", tmp_path / "logs", open_records(loaded))
+    clusters = RunClusters(loaded, "watch-1", tmp_path / "logs", Workspace.of(loaded).cluster_records())
     try:
         logs = tmp_path / "logs"
         warm.for_run(loaded, list(loaded.stages), logs, signals=SignalState(), clusters=clusters).get("dask")

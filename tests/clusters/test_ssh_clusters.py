@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+from hybridflow.data.objectstore import ObjectStore
 from hybridflow.data.storage import ObjectPath, StoreSettings
 from hybridflow.execution.sshclusters import scratch
 from hybridflow.store.objectcatalog import ObjectCatalog
@@ -316,7 +317,8 @@ def test_three_clusters_brought_up_over_ssh_give_the_embedded_answer_and_leave_n
 
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    catalog = ObjectCatalog(private / "cache" / "sshflow", ObjectPath(f"{bucket}/wd/sshflow"), StoreSettings.of())
+    catalog = ObjectCatalog(private / "cache" / "sshflow", ObjectPath(f"{bucket}/wd/sshflow"),
+                            ObjectStore(StoreSettings.of()))
     scaled = catalog.current("scaled")
     assert outputs(scaled) == embedded_answer
     from hybridflow.data.tables import read_arrow

@@ -116,11 +116,12 @@ def test_every_type_survives_every_writer_reader_pair(engines, written_by, tmp_p
 @pytest.fixture(scope="module")
 def s3_layout(s3):
     """A catalog factory for a workdir in object storage on the module's S3 server."""
+    from hybridflow.data.objectstore import ObjectStore
     from hybridflow.data.storage import ObjectPath, StoreSettings
     from hybridflow.store.objectcatalog import ObjectCatalog
 
     settings = StoreSettings.of()
-    return lambda base: ObjectCatalog(base / "home", ObjectPath(f"contract/{base.name}"), settings)
+    return lambda base: ObjectCatalog(base / "home", ObjectPath(f"contract/{base.name}"), ObjectStore(settings))
 
 
 @pytest.fixture(scope="module")

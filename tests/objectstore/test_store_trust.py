@@ -235,12 +235,13 @@ def test_gc_aborts_the_incomplete_uploads_a_killed_writer_left(project, s3, tmp_
 
 @every_store
 def test_a_failed_run_aborts_the_uploads_under_its_own_prefixes(s3, tmp_path, monkeypatch):
+    from hybridflow.data.objectstore import ObjectStore
     from hybridflow.data.storage import ObjectPath, StoreSettings
     from hybridflow.store.objectcatalog import ObjectCatalog
 
     for name, value in s3.env().items():
         monkeypatch.setenv(name, value)
-    catalog = ObjectCatalog(tmp_path / "cache", ObjectPath("trust/failing/small"), StoreSettings.of())
+    catalog = ObjectCatalog(tmp_path / "cache", ObjectPath("trust/failing/small"), ObjectStore(StoreSettings.of()))
     staging = catalog.new_staging("run-1", "a", remote=True)  # where an engine writes the output
     incomplete_upload(s3, f"{staging.relative_to('trust')}/part-0.parquet")
     catalog.discard_staging("run-1")  # the run failed
