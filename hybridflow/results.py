@@ -60,6 +60,7 @@ class RunResult:
     resume_command: str | None = None
     error: HybridflowError | None = None
     warnings: list[str] = field(default_factory=list)  # what went wrong without failing the run
+    workdir_uri: str | None = None  # the workdir in object storage (run_dir is its cache here); None: a local one
 
     @property
     def failed(self) -> list[StageResult]:

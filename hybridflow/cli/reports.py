@@ -75,7 +75,7 @@ def _report_line(result) -> str | None:
     path = Path(result.run_dir) / REPORT_FILE
     if not path.is_file():
         return None
-    workdir = Path(result.run_dir).parents[2]  # <workdir>/<pipeline>/runs/<run>
+    workdir = result.workdir_uri or Path(result.run_dir).parents[2]  # <workdir>/<pipeline>/runs/<run>
     option = "" if workdir == Path(".hybridflow").resolve() else f" -w {shlex.quote(str(workdir))}"
     return f"report: {path} (hybridflow report{option} --open opens it)"
 

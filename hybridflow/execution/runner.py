@@ -281,11 +281,15 @@ class Runner:
                 self._finish(result, "not run", reason="the run stopped" if error else "run interrupted")
         return error or InterruptedRun(getattr(exc, "signum", signal.SIGINT))
 
+    @property
+    def _workdir_uri(self) -> str | None:
+        return self.pipeline.remote.uri if self.pipeline.remote is not None else None
+
     def _close(self, live: _LiveRun, status: str, error: HybridflowError | None, warnings: list[str]) -> RunResult:
         """The run's result, told as its end: its final record, its report, the listener."""
         result = RunResult(live.record["run_id"], self.pipeline.name, status, live.results, dict(self._engines.seconds),
                            live.started.isoformat(timespec="seconds"), time.monotonic() - live.clock, live.run_dir,
-                           error=error, warnings=warnings)
+                           error=error, warnings=warnings, workdir_uri=self._workdir_uri)
         if status != "success" and result.failed or status == "interrupted":
             result.resume_command = f"hybridflow run {self.pipeline.shown_file} --resume"
         self.events.run_finished(result)
@@ -332,7 +336,7 @@ class Runner:
             run = RunResult(self._run_id, self.pipeline.name, status, live.results, dict(self._engines.seconds),
                             live.started.isoformat(timespec="seconds"), time.monotonic() - live.clock,
                             live.run_dir, resume_command=f"hybridflow run {self.pipeline.shown_file} --resume",
-                            error=error)
+                            error=error, workdir_uri=self._workdir_uri)
             self._engines.output.close()
             self.events.run_finished(run)
         finally:

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ..data import localcache
-from ..data.storage import ObjectPath, is_object_uri, object_path, scheme_problem
+from ..data.storage import ObjectPath, StoreSettings, is_object_uri, object_path, scheme_problem
 from ..diagnostics import Problem, did_you_mean, errors_in
 from ..errors import ConfigError, counted
 from . import runvalues
@@ -97,14 +97,16 @@ def _workdir(spec, root: Path, environ, source: SourceMap) -> tuple[Path | None,
         problem = (Problem(CLI, 1, 1, f"{WORKDIR_VARIABLE}: {exc}") if override
                    else source.problem(("workdir",), str(exc)))
         return None, None, problem
-    return local_cache(remote, environ), remote, None
+    section = spec.storage.model_dump(exclude_none=True) if spec.storage else None
+    return local_cache(remote, environ, StoreSettings.of(section, environ).endpoint), remote, None
 
 
-def local_cache(remote: ObjectPath, environ) -> Path:
-    """Where a workdir in object storage keeps what is local to this machine: one folder per workdir."""
+def local_cache(remote: ObjectPath, environ, endpoint: str | None = None) -> Path:
+    """Where a workdir in object storage keeps what is local to this machine: one folder per workdir,
+    and per store (the same bucket and prefix on another endpoint is another workdir)."""
     base = localcache.home(environ)
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(remote))[:80]
-    digest = hashlib.sha256(remote.uri.encode()).hexdigest()[:8]
+    digest = hashlib.sha256((remote.uri + (f" at {endpoint}" if endpoint else "")).encode()).hexdigest()[:8]
     return (Path(base).expanduser() / "workdirs" / f"{slug}-{digest}").resolve()
 
 

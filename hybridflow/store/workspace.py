@@ -52,7 +52,8 @@ class Workspace:
         if not is_object_uri(workdir):
             return cls(Path(workdir))
         remote = object_path(workdir)
-        return cls(local_cache(remote, os.environ), remote, StoreSettings.of())
+        settings = StoreSettings.of()
+        return cls(local_cache(remote, os.environ, settings.endpoint), remote, settings)
 
     @functools.cached_property
     def objects(self) -> ObjectStore:

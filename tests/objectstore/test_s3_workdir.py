@@ -157,6 +157,10 @@ def test_a_failed_run_is_resumed_from_another_machine(project, s3, tmp_path):
     resumed = hf(project, s3, "run", "pipeline.yaml", "--resume", cache=tmp_path / "m2")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert statuses(resumed.stdout) == {"make": "skipped", "check": "done", "slow": "done"}, resumed.stdout
+    # the report's line names the workdir in the store (not this machine's cache), and that opens it anywhere
+    assert "(hybridflow report -w s3://small-workdirs/resume --open opens it)" in resumed.stdout, resumed.stdout
+    reported = hf(project, s3, "report", "-w", "s3://small-workdirs/resume", cache=tmp_path / "m3")
+    assert reported.returncode == 0 and Path(reported.stdout.strip()).is_file(), reported.stdout + reported.stderr
     # the store was proved to honour conditional writes before it was trusted, and the answer kept
     kept = s3.client().get_object(Bucket="small-workdirs", Key="resume/.hybridflow/store-check.json")["Body"].read()
     assert json.loads(kept)[s3.endpoint]["honoured"] is True

@@ -58,3 +58,14 @@ def test_a_dataset_path_with_a_wrong_scheme_is_a_located_config_error(tmp_path, 
 def test_local_paths_and_s3_uris_are_still_taken(tmp_path):
     pipeline = load_pipeline(write(tmp_path, workdir="s3://team-bucket/wd", path="data/raw:2024"), environ={})
     assert pipeline.remote is not None and str(pipeline.remote) == "team-bucket/wd"
+
+
+def test_the_same_bucket_on_another_store_has_a_cache_of_its_own(tmp_path):
+    def cache(environ: dict) -> object:
+        return load_pipeline(write(tmp_path, workdir="s3://team-bucket/wd"), environ=environ).workdir
+
+    aws = cache({"HYBRIDFLOW_CACHE": str(tmp_path / "c")})
+    minio = cache({"HYBRIDFLOW_CACHE": str(tmp_path / "c"), "AWS_ENDPOINT_URL": "http://127.0.0.1:9000"})
+    other = cache({"HYBRIDFLOW_CACHE": str(tmp_path / "c"), "AWS_ENDPOINT_URL": "http://127.0.0.1:9100"})
+    assert len({aws, minio, other}) == 3  # run records or staging of one store are never taken for another's
+    assert aws == cache({"HYBRIDFLOW_CACHE": str(tmp_path / "c")})  # and each store's is the same every time
