@@ -23,15 +23,15 @@ from .results import Listener, RunResult, Selection, new_run_id
 # Each function imports what it needs when called: `hybridflow validate` must not pay for the runner,
 # the catalog or pyarrow, nor `--help` for anything (tests/unit/test_imports.py).
 if TYPE_CHECKING:
+    from .definition.pipeline import Pipeline
     from .execution.planning import Plan
     from .execution.runner import Runner
-    from .spec.pipeline import Pipeline
 
     PipelineLike = str | os.PathLike | Pipeline
 Params = Mapping[str, Any] | Sequence[str] | None
 Names = str | Iterable[str]
 
-_LAZY = {"Plan": "execution.planning", "WORKDIR_VARIABLE": "spec.config"}  # WORKDIR_VARIABLE: what --workdir sets
+_LAZY = {"Plan": "execution.planning", "WORKDIR_VARIABLE": "definition.config"}  # WORKDIR_VARIABLE: what --workdir sets
 
 
 def __getattr__(name: str):
@@ -48,13 +48,13 @@ def __getattr__(name: str):
 def load(path: str | os.PathLike, params: Params = None) -> Pipeline:
     """Load and check a pipeline file. `params` override its params: a mapping ({"lr": 0.1,
     "train.depth": 6}) or the CLI's "key=value" strings. Raises ConfigError naming file:line."""
-    from .spec.config import load_pipeline
+    from .definition.config import load_pipeline
 
     return load_pipeline(Path(path), _param_strings(params))
 
 
 def _pipeline(pipeline: PipelineLike, params: Params = None) -> Pipeline:
-    from .spec.pipeline import Pipeline
+    from .definition.pipeline import Pipeline
 
     if isinstance(pipeline, Pipeline):
         if params:  # a loaded pipeline's params are fixed: load its file again with the overrides
@@ -129,9 +129,9 @@ def run(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | Non
 
     scheduled_for: the time the run is for (a datetime, or ISO text in the schedule's zone; default:
     now, or the resumed run's); calendar: the ticks it catches up (ops/calendar.py)."""
+    from .definition.runvalues import parse_moment
     from .execution import planning
     from .execution.runner import new_runner, selection_of
-    from .spec.runvalues import parse_moment
 
     if trigger not in ("manual", "cron"):
         raise ConfigError(f"--trigger must be manual or cron, not '{trigger}'")
@@ -500,7 +500,7 @@ def validate(paths: Iterable[str | os.PathLike], params: Params = None) -> tuple
     """Check pipeline files (directories: every *.yaml and *.yml below them) without stopping at the
     first problem: (the files checked, every problem found, each a diagnostics.Problem with its
     file:line:col and severity). Raises ConfigError when no file is found."""
-    from .spec.config import check_file
+    from .definition.config import check_file
 
     given = [Path(path) for path in paths]
     files: list[Path] = []
@@ -534,7 +534,7 @@ def graph(pipeline: PipelineLike, format: str = "mermaid", out: str | os.PathLik
 
 def schema() -> dict[str, Any]:
     """The JSON Schema of pipeline files, every registered engine's settings included."""
-    from .spec.model import json_schema
+    from .definition.model import json_schema
 
     return json_schema()
 

@@ -88,7 +88,7 @@ class Engine:
     # whether settings name a cluster to attach to (not an engine started here)
     attached: Callable[[Any], bool] = lambda settings: False
     # the distributions that make up the engine (pyspark; dask and distributed): their versions are kept
-    # with every fingerprint of its stages, and an upgrade makes those run again (spec/libraries.py)
+    # with every fingerprint of its stages, and an upgrade makes those run again (definition/libraries.py)
     distributions: tuple[str, ...] = ()
     # engine settings that change what a stage computes (Spark's conf): part of every fingerprint
     result_settings: Callable[[Any], dict[str, Any]] = lambda settings: {}

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from hybridflow.backends.checkplan import CheckPlan, judge
 from hybridflow.data.tables import TableSource
-from hybridflow.spec.datachecks import read_checks
+from hybridflow.definition.datachecks import read_checks
 from tests.support.engines import ENGINES, start_engines
 
 CHECKS = [

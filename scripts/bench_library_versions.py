@@ -17,8 +17,8 @@ import statistics
 import time
 from importlib import metadata
 
+from hybridflow.definition.libraries import Libraries
 from hybridflow.registry import engine
-from hybridflow.spec.libraries import Libraries
 
 MODULES = {"pandas", "numpy", "pyarrow", "sklearn", "yaml", "json"}  # what a training stage imports
 

@@ -25,8 +25,8 @@ from hybridflow import backends  # noqa: E402
 from hybridflow.backends.dask import DaskSettings  # noqa: E402
 from hybridflow.backends.ray import RaySettings  # noqa: E402
 from hybridflow.backends.spark import SparkSettings  # noqa: E402
+from hybridflow.definition.config import load_pipeline  # noqa: E402
 from hybridflow.execution.runner import Runner  # noqa: E402
-from hybridflow.spec.config import load_pipeline  # noqa: E402
 
 SETTINGS = {"python": None, "spark": SparkSettings(master="local[2]"), "dask": DaskSettings(n_workers=1),
             "ray": RaySettings(num_cpus=2)}

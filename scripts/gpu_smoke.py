@@ -29,9 +29,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from hybridflow.backends import gpu  # noqa: E402
+from hybridflow.definition.config import load_pipeline  # noqa: E402
 from hybridflow.errors import ExitCode  # noqa: E402
 from hybridflow.execution.runner import Runner, Selection  # noqa: E402
-from hybridflow.spec.config import load_pipeline  # noqa: E402
 
 CONFIG = REPO / "configs" / "weekly_retrain.yaml"
 DATA = "data/retrain"  # where the example pipeline's datasets live, relative to its root

@@ -126,7 +126,7 @@ def key_examples() -> dict[str, dict]:
     """docs/reference/key-examples.yaml, checked against the schema: every key has exactly one example,
     a mapping that holds the key itself (and any sibling it needs); none names a key that is gone."""
     import hybridflow
-    from hybridflow.spec.yamlsource import load_yaml
+    from hybridflow.definition.yamlsource import load_yaml
 
     examples, _, problems = load_yaml(KEY_EXAMPLES.read_text(), str(KEY_EXAMPLES))  # as hybridflow reads: `on:` a key
     if problems:

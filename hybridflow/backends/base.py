@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from ..data.storage import ObjectPath
 from ..data.tables import TableSource, ensure_schema_file
+from ..definition.pipeline import REDACTED
 from ..settings import TARGET_FILE_SIZE
-from ..spec.pipeline import REDACTED
 from .stagelog import private_dir
 
 if TYPE_CHECKING:  # imported where used: validate and a skipped run never load it

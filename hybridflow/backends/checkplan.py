@@ -13,9 +13,9 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..definition.datachecks import CHECK_COLUMN, Check
+from ..definition.model import parse_duration
 from ..errors import QUOTE_CHARS
-from ..spec.datachecks import CHECK_COLUMN, Check
-from ..spec.model import parse_duration
 
 ROWS = "hf_rows"
 WHOLE_DATASET = ("freshness",)  # judged over every partition measured at once, even on a partitioned output

@@ -309,7 +309,7 @@ class DaskBackend(Backend):
     def check_split(self, frame, plan, checks) -> tuple[Any, Any]:
         import pandas as pd
 
-        from ..spec.datachecks import CHECK_COLUMN
+        from ..definition.datachecks import CHECK_COLUMN
 
         meta = frame._meta.assign(**{CHECK_COLUMN: pd.Series([], dtype="string")})
         labelled = frame.map_partitions(_check_labelled, plan, checks, meta=meta)
@@ -619,7 +619,7 @@ def _check_labelled(part, plan, checks):
     """One partition with the name of the first check each row fails (missing: it passes them all)."""
     import pandas as pd
 
-    from ..spec.datachecks import CHECK_COLUMN
+    from ..definition.datachecks import CHECK_COLUMN
     from . import pandas_frames
 
     label = plan.arrow_label(pandas_frames.to_arrow(part), checks).to_pandas()

@@ -275,7 +275,7 @@ class DuckDBBackend(Backend):
         return plan.grouped_values(frame.aggregate(", ".join([keys, *plan.sql_aggregates("duckdb")]), keys).fetchall())
 
     def check_split(self, frame, plan, checks) -> tuple[Any, Any]:
-        from ..spec.datachecks import CHECK_COLUMN
+        from ..definition.datachecks import CHECK_COLUMN
 
         labelled = frame.project(f"*, {plan.sql_label(checks, 'duckdb')} AS {quote(CHECK_COLUMN)}")
         return (labelled.filter(f"{quote(CHECK_COLUMN)} IS NULL").project(column_list(frame.columns)),

@@ -300,7 +300,7 @@ class PolarsBackend(Backend):
     def check_split(self, frame, plan, checks) -> tuple[Any, Any]:
         import polars as pl
 
-        from ..spec.datachecks import CHECK_COLUMN
+        from ..definition.datachecks import CHECK_COLUMN
 
         labelled = frame.lazy().with_columns(pl.sql_expr(plan.sql_label(checks, "duckdb")).alias(CHECK_COLUMN))
         return (labelled.filter(pl.col(CHECK_COLUMN).is_null()).drop(CHECK_COLUMN),

@@ -661,7 +661,7 @@ def _check_partials(batch, plan):
 
 
 def _check_labelled(batch, plan, checks):
-    from ..spec.datachecks import CHECK_COLUMN
+    from ..definition.datachecks import CHECK_COLUMN
 
     return batch.append_column(CHECK_COLUMN, plan.arrow_label(batch, checks))
 
@@ -669,7 +669,7 @@ def _check_labelled(batch, plan, checks):
 def _rows_passing(batch):
     import pyarrow.compute as pc
 
-    from ..spec.datachecks import CHECK_COLUMN
+    from ..definition.datachecks import CHECK_COLUMN
 
     return batch.filter(pc.is_null(batch[CHECK_COLUMN])).drop_columns([CHECK_COLUMN])
 
@@ -677,6 +677,6 @@ def _rows_passing(batch):
 def _rows_failing(batch):
     import pyarrow.compute as pc
 
-    from ..spec.datachecks import CHECK_COLUMN
+    from ..definition.datachecks import CHECK_COLUMN
 
     return batch.filter(pc.is_valid(batch[CHECK_COLUMN]))

@@ -245,7 +245,7 @@ def redact_event_logs(directory: Path, app_id: str, secrets) -> None:
     """Spark redacts conf values (see redaction_conf) but not what a failed task's error or a query
     plan quotes; an uncompressed event log of this application is rewritten with the secrets
     replaced, atomically. A compressed one is left as it is (the README says so)."""
-    from ..spec.pipeline import REDACTED
+    from ..definition.pipeline import REDACTED
 
     needles = sorted({v for value in secrets for v in (value, json.dumps(value)[1:-1])}, key=len, reverse=True)
     for path in sorted(directory.glob(f"*{app_id}*")):
@@ -521,7 +521,7 @@ class SparkBackend(Backend):
     def check_split(self, frame, plan, checks) -> tuple[Any, Any]:
         from pyspark.sql import functions as F
 
-        from ..spec.datachecks import CHECK_COLUMN
+        from ..definition.datachecks import CHECK_COLUMN
 
         labelled = frame.withColumn(CHECK_COLUMN, F.expr(plan.sql_label(checks, "spark")))
         return (labelled.filter(F.col(CHECK_COLUMN).isNull()).drop(CHECK_COLUMN),

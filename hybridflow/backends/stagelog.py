@@ -9,7 +9,7 @@ import logging
 import os
 from pathlib import Path
 
-from ..spec.pipeline import Pipeline
+from ..definition.pipeline import Pipeline
 
 
 @contextlib.contextmanager

@@ -7,10 +7,10 @@ from __future__ import annotations
 import logging
 
 from ..backends.checkplan import Outcome
+from ..definition.datachecks import dataset_checks
+from ..definition.pipeline import Pipeline
 from ..errors import UsageError
 from ..registry import DEFAULT, create
-from ..spec.datachecks import dataset_checks
-from ..spec.pipeline import Pipeline
 from .datachecking import OutputChecks
 
 log = logging.getLogger(__name__)

@@ -21,10 +21,10 @@ from ..backends.checkplan import (
     python_outcome,
 )
 from ..data.tables import TableSource
+from ..definition.datachecks import CHECK_COLUMN, PYTHON_CHECK, Check, dataset_checks, expr_columns, rejected_name
+from ..definition.pipeline import Pipeline
+from ..definition.stagecode import import_function
 from ..errors import DataError, HybridflowError, counted, first_line
-from ..spec.datachecks import CHECK_COLUMN, PYTHON_CHECK, Check, dataset_checks, expr_columns, rejected_name
-from ..spec.pipeline import Pipeline
-from ..spec.stagecode import import_function
 from .stopping import Terminated
 
 

@@ -19,11 +19,11 @@ from typing import Any, Callable
 
 from .. import processes, registry
 from ..backends.base import EngineOutput, TerminalStreams
+from ..definition.pipeline import Pipeline
+from ..definition.sqlstage import is_sql
+from ..definition.stagecode import module_file
 from ..errors import first_line
 from ..reporting.timeline import CLUSTER_DOWN, CLUSTER_UP, ENGINE_START, ENGINE_STOP, Timeline
-from ..spec.pipeline import Pipeline
-from ..spec.sqlstage import is_sql
-from ..spec.stagecode import module_file
 from .provisioning import cluster_nodes, cluster_spec
 from .stopping import SignalState, Terminated
 

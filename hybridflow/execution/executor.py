@@ -15,6 +15,10 @@ from .. import processes
 from ..backends.context import StageContext
 from ..backends.stagelog import stage_log
 from ..backends.stagemlflow import record_of
+from ..definition import signature
+from ..definition.pipeline import Pipeline
+from ..definition.sqlstage import is_sql, sql_function
+from ..definition.stagecode import import_function
 from ..errors import (
     ConfigError,
     HybridflowError,
@@ -26,10 +30,6 @@ from ..errors import (
 )
 from ..reporting.timeline import ATTEMPT, CALL, PUBLISH, READ, RETRY_WAIT, Timeline
 from ..results import StageResult
-from ..spec import signature
-from ..spec.pipeline import Pipeline
-from ..spec.sqlstage import is_sql, sql_function
-from ..spec.stagecode import import_function
 from ..store.catalog import Catalog
 from . import childprocess
 from .datachecking import InputChecks

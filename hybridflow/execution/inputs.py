@@ -12,8 +12,8 @@ from ..data.contract import check_schema, declared_schema
 from ..data.footers import Footers, read_footers
 from ..data.tables import TableSource, parquet_files
 from ..data.textfiles import input_schema, text_files
+from ..definition.pipeline import Pipeline
 from ..errors import DataError, HybridflowError, first_line
-from ..spec.pipeline import Pipeline
 from ..store.catalog import Catalog, Version
 from ..store.incremental import partition_key, schema_types
 from .stopping import Terminated

@@ -13,12 +13,12 @@ from typing import Callable
 from ..backends import gpu
 from ..data import localcache, storage
 from ..data.hashing import HashCache, digest_of
+from ..definition import fingerprint as fp
+from ..definition.codereach import CodeIndex
+from ..definition.libraries import Libraries
+from ..definition.libraries import describe as describe_upgrades
+from ..definition.pipeline import Pipeline
 from ..registry import engine
-from ..spec import fingerprint as fp
-from ..spec.codereach import CodeIndex
-from ..spec.libraries import Libraries
-from ..spec.libraries import describe as describe_upgrades
-from ..spec.pipeline import Pipeline
 from ..store.catalog import Catalog, Version, data_digest
 from ..store.incremental import DatumChanges, compare, external_datums, schema_types, version_datums
 from ..store.state import RunStore

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..data import storage
+from ..definition.pipeline import Pipeline
 from ..results import PlannedInput, Selection
-from ..spec.pipeline import Pipeline
 from ..store.catalog import Catalog
 from ..store.workspace import Workspace
 from .planner import SKIP, Decision, Planner

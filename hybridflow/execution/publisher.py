@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..data.contract import declared_schema, schema_differences
 from ..data.tables import ensure_schema_file
+from ..definition.datachecks import rejected_name
+from ..definition.pipeline import Pipeline
 from ..errors import DataError, HybridflowError, StageError, counted
 from ..results import StageResult
 from ..settings import TARGET_FILE_SIZE
-from ..spec.datachecks import rejected_name
-from ..spec.pipeline import Pipeline
 from ..store.catalog import Catalog, Version
 from ..store.incremental import carry_over, schema_types
 from .datachecking import CheckedOutput, ChecksFailed, OutputChecks, carried_checks, published_counts

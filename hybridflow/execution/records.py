@@ -12,9 +12,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ..definition.pipeline import Pipeline
 from ..errors import HybridflowError, first_line
 from ..results import Listener, RunResult, StageResult, now
-from ..spec.pipeline import Pipeline
 
 
 class _HeldOpen:

@@ -26,11 +26,11 @@ from typing import Any, Callable, Sequence
 from .. import processes, registry, tracking
 from ..backends import gpu
 from ..backends.stagelog import private_dir
+from ..definition.pipeline import Pipeline
+from ..definition.runvalues import this_minute
 from ..errors import DataError, HybridflowError, InterruptedRun, first_line, is_out_of_space, out_of_space
 from ..reporting.timeline import Timeline
 from ..results import Listener, PlannedInput, RunResult, Selection, StageResult, new_run_id, now  # noqa: F401 - re-exported
-from ..spec.pipeline import Pipeline
-from ..spec.runvalues import this_minute
 from ..store import faults
 from ..store.state import recorded_arguments
 from ..store.workspace import Workspace

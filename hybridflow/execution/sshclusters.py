@@ -163,7 +163,7 @@ def _tries(grace: float) -> int:
 
 
 def _with_secrets(redact: Redact, secrets: tuple[str, ...]) -> Redact:
-    from ..spec.pipeline import Pipeline
+    from ..definition.pipeline import Pipeline
 
     made = Pipeline.redact_with(secrets)
     return lambda text: redact(made(text))

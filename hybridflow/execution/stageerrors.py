@@ -11,8 +11,8 @@ from pathlib import Path
 
 from ..backends.base import unwrap_error
 from ..data.tables import TableSource
+from ..definition.pipeline import Pipeline
 from ..errors import DataError, HybridflowError, StageError, is_out_of_space, out_of_space
-from ..spec.pipeline import Pipeline
 from .errorsite import describe_user_error
 from .inputs import StageInputs
 from .readerrors import input_read_failure, text_input_failure

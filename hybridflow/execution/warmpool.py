@@ -12,9 +12,9 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from ..definition.codereach import CodeIndex
+from ..definition.pipeline import Pipeline
 from ..reporting.timeline import ENGINE_STOP
-from ..spec.codereach import CodeIndex
-from ..spec.pipeline import Pipeline
 from ..store.lock import lease_seconds
 from .enginepool import EnginePool
 from .stopping import SignalState

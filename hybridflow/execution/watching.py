@@ -22,10 +22,10 @@ from typing import Any
 
 from ..backends.stagelog import private_dir
 from ..data import storage
+from ..definition.codereach import CodeIndex
+from ..definition.pipeline import Pipeline
 from ..errors import HybridflowError, InterruptedRun
 from ..results import Listener, RunResult, Selection, new_run_id
-from ..spec.codereach import CodeIndex
-from ..spec.pipeline import Pipeline
 from ..store.workdir import claim
 from .stopping import Terminated
 from .warmpool import WarmPool
@@ -94,7 +94,7 @@ class WatchSession:
                 signal.signal(signal.SIGTERM, previous)
 
     def _run_once(self) -> None:
-        from ..spec.config import load_pipeline
+        from ..definition.config import load_pipeline
         from .runner import new_runner
 
         try:

@@ -15,9 +15,9 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..definition.pipeline import Pipeline
 from ..errors import DataError, UsageError
 from ..results import Listener, RunResult
-from ..spec.pipeline import Pipeline
 from ..store.state import json_field
 from ..store.workspace import Workspace
 

@@ -21,10 +21,10 @@ from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from ..definition.pipeline import Pipeline
+from ..definition.runvalues import clock
 from ..errors import UsageError
 from ..results import new_run_id, now
-from ..spec.pipeline import Pipeline
-from ..spec.runvalues import clock
 from ..store.state import CALENDAR_STATUSES, RunStore, json_field
 from ..store.workspace import Workspace
 

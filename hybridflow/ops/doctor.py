@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
+from ..definition.pipeline import Pipeline
 from ..errors import HybridflowError, UnavailableError
 from ..installing import install_extras
 from ..registry import engines
-from ..spec.pipeline import Pipeline
 
 LOW_DISK = 2 * 1024**3
 DEFAULT_WORKDIR = Path(".hybridflow")  # what the CLI's --workdir defaults to when no pipeline is given
@@ -244,8 +244,8 @@ def check_cron_store(target: Target) -> Iterable[Finding]:
 
 def env_references(pipeline: Pipeline) -> set[str]:
     """The names of the ${env:NAME} references in the pipeline file's values."""
-    from ..spec.config import _ENV_REF
-    from ..spec.yamlsource import load_yaml
+    from ..definition.config import _ENV_REF
+    from ..definition.yamlsource import load_yaml
 
     data, _, _ = load_yaml(pipeline.file.read_text(encoding="utf-8"), str(pipeline.file))
     names: set[str] = set()

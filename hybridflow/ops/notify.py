@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from urllib.parse import urlsplit
 
 from .. import __version__
+from ..definition.model import NOTIFY_TIMEOUT, NotifySpec
+from ..definition.pipeline import Pipeline
 from ..errors import HybridflowError, first_line
 from ..results import Listener
-from ..spec.model import NOTIFY_TIMEOUT, NotifySpec
-from ..spec.pipeline import Pipeline
 
 if TYPE_CHECKING:  # the runner imports pyarrow; a summary needs none of it
     from ..results import RunResult

@@ -19,8 +19,8 @@ from datetime import datetime, timedelta, timezone, tzinfo
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+from ..definition.pipeline import Pipeline
 from ..errors import ConfigError, UsageError
-from ..spec.pipeline import Pipeline
 from . import crontab
 from .crontab import Entry
 

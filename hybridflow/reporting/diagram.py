@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from ..definition.pipeline import Pipeline
 from ..errors import UnavailableError
-from ..spec.pipeline import Pipeline
 
 PICTURES = ("svg", "png")
 

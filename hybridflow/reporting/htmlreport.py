@@ -274,7 +274,7 @@ def pipeline_edges(pipeline) -> tuple[list[tuple[str, str]], list[tuple[str, str
 def _edges_from_file(run: dict[str, Any]):
     """The graph of the pipeline file the run recorded, if it still loads (it may have moved, or
     need a --param); None otherwise."""
-    from ..spec.config import load_pipeline
+    from ..definition.config import load_pipeline
 
     try:
         return pipeline_edges(load_pipeline(run["pipeline_file"])) if run.get("pipeline_file") else None

@@ -16,8 +16,8 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+from ..definition.pipeline import REDACTED
 from ..errors import UsageError, storage_error, vanished
-from ..spec.pipeline import REDACTED
 from .workdir import claim
 
 SCHEMA = """

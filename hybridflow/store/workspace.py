@@ -47,7 +47,7 @@ class Workspace:
         """A workdir named alone (`hybridflow runs -w ...`): a folder here, or an object-storage URI
         reached with the AWS variables."""
         from ..data.storage import StoreSettings, is_object_uri, object_path
-        from ..spec.config import local_cache
+        from ..definition.config import local_cache
 
         if not is_object_uri(workdir):
             return cls(Path(workdir))

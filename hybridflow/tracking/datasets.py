@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 
 from ..data.storage import ObjectPath
-from ..spec.datachecks import quarantine_of
+from ..definition.datachecks import quarantine_of
 from ..store.catalog import data_digest
 
 

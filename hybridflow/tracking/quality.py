@@ -9,7 +9,7 @@ from typing import Any, Callable
 from openlineage.client.generated import data_quality_assertions_dataset as assertions_facet
 from openlineage.client.generated import data_quality_metrics_dataset as metrics_facet
 
-from ..spec.datachecks import dataset_checks
+from ..definition.datachecks import dataset_checks
 
 # OpenLineage knows two severities: 'error' blocks the pipeline, 'warn' does not (a drop check never blocks:
 # its failing rows go to <dataset>_rejected); hybridflow's own on_fail is in each assertion's params

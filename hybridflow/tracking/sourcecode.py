@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from ..spec.sqlstage import file_of, is_sql
-from ..spec.stagecode import module_file
+from ..definition.sqlstage import file_of, is_sql
+from ..definition.stagecode import module_file
 
 
 @dataclass(frozen=True)

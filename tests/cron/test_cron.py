@@ -9,9 +9,9 @@ import time
 
 import pytest
 
+from hybridflow.definition.config import load_pipeline
 from hybridflow.ops import schedule
 from hybridflow.ops.doctor import cron_daemon
-from hybridflow.spec.config import load_pipeline
 from hybridflow.store.state import RunStore
 from tests.support.crontabs import TINY_STAGES, crontab_bytes, tiny_pipeline
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 import hybridflow
+from hybridflow.definition.config import load_pipeline
 from hybridflow.ops import schedule
 from hybridflow.ops.doctor import cron_daemon
-from hybridflow.spec.config import load_pipeline
 from hybridflow.store.state import RunStore
 from tests.support.crontabs import crontab_bytes, set_crontab, tiny_pipeline
 

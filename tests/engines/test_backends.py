@@ -24,9 +24,9 @@ import pytest
 from hybridflow.data.contract import schema_differences
 from hybridflow.data.storage import ObjectPath
 from hybridflow.data.tables import TableSource, read_arrow
+from hybridflow.definition.config import load_pipeline
 from hybridflow.errors import DataError, ExitCode
 from hybridflow.execution.runner import Runner
-from hybridflow.spec.config import load_pipeline
 from hybridflow.store.catalog import Catalog
 from hybridflow.testing import (
     ODD_PARTITION,

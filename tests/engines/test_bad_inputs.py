@@ -10,11 +10,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from hybridflow.data.tables import read_arrow
+from hybridflow.definition.config import load_pipeline
 from hybridflow.errors import DataError, ExitCode
 from hybridflow.execution import planning
 from hybridflow.execution.planner import SKIP
 from hybridflow.execution.runner import Runner
-from hybridflow.spec.config import load_pipeline
 from hybridflow.store.catalog import Catalog
 from tests.support.engines import ENGINES, engines_for_module
 from tests.support.projects import Project

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hybridflow.cli import app
-from hybridflow.spec.config import load_pipeline
+from hybridflow.definition.config import load_pipeline
 
 REPO = Path(__file__).resolve().parents[2]
 RETRAIN = REPO / "configs" / "weekly_retrain.yaml"

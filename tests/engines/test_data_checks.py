@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from hybridflow.data.tables import read_arrow
+from hybridflow.definition.config import load_pipeline
 from hybridflow.errors import ExitCode
 from hybridflow.execution.runner import Runner
-from hybridflow.spec.config import load_pipeline
 from hybridflow.store.catalog import Catalog
 from tests.support.engines import ENGINES, start_engines
 from tests.support.projects import Project

@@ -10,11 +10,11 @@ import time
 import pytest
 
 from hybridflow.data.tables import read_arrow
+from hybridflow.definition.config import load_pipeline
 from hybridflow.errors import ExitCode
 from hybridflow.execution.enginepool import BACKGROUND_NICENESS
 from hybridflow.execution.runner import Runner
 from hybridflow.reporting.timeline import CALL, ENGINE_START, ENGINE_STOP
-from hybridflow.spec.config import load_pipeline
 from hybridflow.store.catalog import Catalog
 from hybridflow.store.state import RunStore
 from tests.support.engines import child_pids

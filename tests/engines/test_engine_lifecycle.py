@@ -13,9 +13,9 @@ from hybridflow import backends
 from hybridflow.backends.dask import DaskSettings
 from hybridflow.backends.ray import RaySettings
 from hybridflow.backends.spark import SparkSettings
+from hybridflow.definition.config import check_file
 from hybridflow.errors import UnavailableError
 from hybridflow.installing import install_extras
-from hybridflow.spec.config import check_file
 from tests.support.engines import TEST_SETTINGS, child_pids
 
 

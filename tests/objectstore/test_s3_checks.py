@@ -10,9 +10,9 @@ import pyarrow as pa
 import pytest
 
 from hybridflow.data.storage import StoreSettings
+from hybridflow.definition.config import load_pipeline
 from hybridflow.errors import ExitCode
 from hybridflow.execution.runner import Runner
-from hybridflow.spec.config import load_pipeline
 from tests.objectstore.test_s3_workdir import current_versions
 from tests.support.engines import start_engines
 

@@ -17,7 +17,7 @@ import pytest
 
 from hybridflow import backends
 from hybridflow.data.tables import read_arrow
-from hybridflow.spec.model import pipeline_model
+from hybridflow.definition.model import pipeline_model
 from hybridflow.store.catalog import Catalog
 from hybridflow.testing import BackendContract
 

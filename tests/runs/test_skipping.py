@@ -155,8 +155,8 @@ def test_the_engine_wide_gpu_default_is_part_of_the_fingerprint(project):
 
 
 def test_the_requested_gpu_mode_comes_from_the_stage_else_its_engine(project):
+    from hybridflow.definition.config import load_pipeline
     from hybridflow.execution.planner import Planner
-    from hybridflow.spec.config import load_pipeline
 
     project.stages(STAGES)
     path = project.pipeline('''

@@ -9,8 +9,8 @@ from pathlib import Path
 
 def errors_of(path: Path) -> list[str]:
     """The error lines loading the pipeline file at `path` gives (none when it loads)."""
+    from hybridflow.definition.config import load_pipeline
     from hybridflow.errors import ConfigError
-    from hybridflow.spec.config import load_pipeline
 
     try:
         load_pipeline(path)

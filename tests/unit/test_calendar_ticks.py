@@ -7,10 +7,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from hybridflow.definition.runvalues import parse_moment, substitute, values
 from hybridflow.errors import UsageError
 from hybridflow.ops.backfill import Partitions
 from hybridflow.ops.calendar import latest_tick, ticks_between
-from hybridflow.spec.runvalues import parse_moment, substitute, values
 
 PARIS = ZoneInfo("Europe/Paris")
 

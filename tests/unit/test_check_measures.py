@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from hybridflow.backends.checkplan import CheckPlan, judge, python_outcome
-from hybridflow.spec.datachecks import read_checks
+from hybridflow.definition.datachecks import read_checks
 
 TABLE = pa.table({"plan": ["free", None, "gold", "pro"], "active": [True, None, False, True],
                   "events": [1, None, 5, 200]})

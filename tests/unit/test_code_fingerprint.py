@@ -1,5 +1,5 @@
 """The code part of a stage's fingerprint: what the stage function reaches, by its parsed code
-(hybridflow.spec.codereach), and how fingerprint.explain words a change in it."""
+(hybridflow.definition.codereach), and how fingerprint.explain words a change in it."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow.spec import fingerprint as fp
-from hybridflow.spec.codereach import CodeIndex
+from hybridflow.definition import fingerprint as fp
+from hybridflow.definition.codereach import CodeIndex
 
 STEPS = '''
 """Stage functions."""

@@ -1,7 +1,7 @@
 import pytest
 
+from hybridflow.definition.dag import Dag
 from hybridflow.errors import ConfigError
-from hybridflow.spec.dag import Dag
 
 
 def make(edges: dict[str, tuple[list[str], list[str]]]) -> Dag:

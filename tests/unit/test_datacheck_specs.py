@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hybridflow.spec.config import load_pipeline
-from hybridflow.spec.datachecks import dataset_checks
+from hybridflow.definition.config import load_pipeline
+from hybridflow.definition.datachecks import dataset_checks
 from tests.support.projects import errors_of
 
 STAGE = "def make(events):\n    return events\n\ndef no_future(frame):\n    return 0\n"

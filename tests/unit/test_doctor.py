@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from hybridflow.backends import spark_host
+from hybridflow.definition.config import load_pipeline
 from hybridflow.errors import ExitCode
 from hybridflow.installing import install_extras
 from hybridflow.ops import doctor
 from hybridflow.ops.doctor import Target
-from hybridflow.spec.config import load_pipeline
 from tests.support.crontabs import TINY_STAGES, tiny_pipeline
 
 ENGINES_PIPELINE = '''

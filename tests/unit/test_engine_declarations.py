@@ -11,9 +11,9 @@ import pytest
 
 from hybridflow import backends
 from hybridflow.backends import GpuPlugin, gpu
+from hybridflow.definition.config import load_pipeline
 from hybridflow.errors import UnavailableError
 from hybridflow.ops import doctor, schedule
-from hybridflow.spec.config import load_pipeline
 
 GPU_MACHINE = gpu.Probe((gpu.Device(0, "GPU-0", "NVIDIA H100 80GB HBM3", 81559, "550.54.15"),), None,
                         {"cudf": True})

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from hybridflow.definition.config import load_pipeline
 from hybridflow.errors import LINE_CHARS, QUOTE_CHARS, DataError, ExitCode, first_line, one_line_of
 from hybridflow.execution.errorsite import describe_user_error
 from hybridflow.execution.runner import Runner
-from hybridflow.spec.config import load_pipeline
 from tests.support.projects import last_run_record
 
 ROW = "2,2026-01-05,store-0042," + "private note " * 20 + ",4111-1111-1111-1111"  # 5 fields, 1 declared

@@ -17,10 +17,10 @@ from hybridflow.backends import gpu, spark_host
 from hybridflow.backends.dask import DaskSettings, gpu_cluster_options
 from hybridflow.backends.ray import RayBackend, RaySettings, gpu_init_options, gpus_per_trial
 from hybridflow.backends.spark import SparkSettings, gpu_operators, spark_gpu_conf
+from hybridflow.definition.config import load_pipeline
 from hybridflow.errors import ConfigError, ExitCode, UnavailableError
 from hybridflow.execution.runner import Runner
 from hybridflow.installing import install_extras
-from hybridflow.spec.config import load_pipeline
 from hybridflow.store.state import RunStore
 
 H100 = "0, GPU-0a1b2c3d-1111-2222-3333-444455556666, NVIDIA H100 80GB HBM3, 81559, 550.54.15"

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from hybridflow.definition import fingerprint as fp
+from hybridflow.definition.codereach import CodeIndex
+from hybridflow.definition.libraries import Libraries, describe, upgrades
 from hybridflow.registry import engine
-from hybridflow.spec import fingerprint as fp
-from hybridflow.spec.codereach import CodeIndex
-from hybridflow.spec.libraries import Libraries, describe, upgrades
 from tests.support.distributions import install
 
 STEPS = '''

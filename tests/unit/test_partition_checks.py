@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hybridflow.backends.checkplan import ROWS, CheckPlan, Published, judge, partition_name
+from hybridflow.definition.datachecks import read_checks
 from hybridflow.execution.datachecking import carried_checks
-from hybridflow.spec.datachecks import read_checks
 from hybridflow.store.catalog import partition_rows, read_footer
 from hybridflow.store.incremental import partition_key
 

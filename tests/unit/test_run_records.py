@@ -7,9 +7,9 @@ import re
 from typer.testing import CliRunner
 
 from hybridflow.cli import app
+from hybridflow.definition.config import load_pipeline
 from hybridflow.errors import ExitCode
 from hybridflow.execution.runner import Runner
-from hybridflow.spec.config import load_pipeline
 from hybridflow.store.state import RunStore
 from tests.unit.test_cli import STEPS, STEPS_PIPELINE
 from tests.unit.test_runner import PIPELINE, STAGES

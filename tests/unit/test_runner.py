@@ -4,9 +4,9 @@
 import pytest
 
 from hybridflow.data.tables import read_arrow
+from hybridflow.definition.config import check_file, load_pipeline
 from hybridflow.errors import DataError, ExitCode, LockedError
 from hybridflow.execution.runner import Runner, Selection
-from hybridflow.spec.config import check_file, load_pipeline
 from hybridflow.store.catalog import Catalog
 from hybridflow.store.lock import RunLock
 from tests.support.projects import last_run_record

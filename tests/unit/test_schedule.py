@@ -14,9 +14,9 @@ from croniter import croniter
 from typer.testing import CliRunner
 
 from hybridflow.cli import app
+from hybridflow.definition.config import load_pipeline
 from hybridflow.errors import ExitCode
 from hybridflow.ops import schedule
-from hybridflow.spec.config import load_pipeline
 from hybridflow.store.state import RunStore
 from tests.support.crontabs import TINY_STAGES, crontab_bytes, set_crontab, tiny_pipeline
 from tests.support.projects import Project

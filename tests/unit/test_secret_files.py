@@ -262,7 +262,7 @@ def test_a_secret_is_redacted_also_as_json_spells_it_inside_a_dumped_value():
     secret's quotes, backslashes and non-ASCII letters: those spellings are redacted too."""
     import json
 
-    from hybridflow.spec.pipeline import Pipeline
+    from hybridflow.definition.pipeline import Pipeline
 
     secret = 'pa"ss\\wörd'
     redact = Pipeline.redact_with([secret])

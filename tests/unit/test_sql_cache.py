@@ -17,8 +17,8 @@ CHECK = """
 import json, sys
 from pathlib import Path
 from hybridflow.errors import ConfigError
-from hybridflow.spec import sqlstage
-from hybridflow.spec.config import load_pipeline
+from hybridflow.definition import sqlstage
+from hybridflow.definition.config import load_pipeline
 try:
     load_pipeline(Path(sys.argv[1]))
     errors = []

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow.spec import sqlstage
-from hybridflow.spec.codereach import CodeIndex
+from hybridflow.definition import sqlstage
+from hybridflow.definition.codereach import CodeIndex
 from tests.support.projects import errors_of
 
 QUERY = """-- revenue per customer

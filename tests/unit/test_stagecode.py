@@ -1,6 +1,6 @@
 """Reading stage functions statically, without importing them."""
 
-from hybridflow.spec.stagecode import inspect_target
+from hybridflow.definition.stagecode import inspect_target
 
 
 def test_functions_defined_in_blocks_or_star_imports_are_not_false_errors(tmp_path):

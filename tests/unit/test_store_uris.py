@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from hybridflow.definition.config import check_file, load_pipeline
 from hybridflow.errors import ConfigError, ExitCode
-from hybridflow.spec.config import check_file, load_pipeline
 
 PIPELINE = """name: p
 workdir: {workdir}

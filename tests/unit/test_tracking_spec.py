@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from hybridflow.definition.config import load_pipeline
 from hybridflow.errors import ConfigError
-from hybridflow.spec.config import load_pipeline
 from tests.unit.test_imports import DATA_LIBRARIES, loaded_after
 
 BASE = """

@@ -4,7 +4,7 @@ every piece shares its one store client; on this machine none is made. The layou
 from __future__ import annotations
 
 from hybridflow.data.localcache import VARIABLE
-from hybridflow.spec.config import load_pipeline
+from hybridflow.definition.config import load_pipeline
 from hybridflow.store.catalog import Catalog
 from hybridflow.store.clusterrecords import LocalRecords, ObjectRecords
 from hybridflow.store.objectcatalog import ObjectCatalog

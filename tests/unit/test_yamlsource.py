@@ -3,8 +3,8 @@ import sys
 
 import pytest
 
-from hybridflow.spec.config import check_file
-from hybridflow.spec.yamlsource import MAX_DEPTH, MAX_FILE_BYTES, load_yaml, scalar_or_text
+from hybridflow.definition.config import check_file
+from hybridflow.definition.yamlsource import MAX_DEPTH, MAX_FILE_BYTES, load_yaml, scalar_or_text
 
 EXIT_CONFIG = 78
 # A refused file takes well under a second; an unbounded expansion ran for minutes and gigabytes, so

@@ -23,9 +23,9 @@ import pytest
 from hybridflow import backends
 from hybridflow.backends.duckdb import DuckDBSettings, default_memory_limit
 from hybridflow.data.tables import TableSource, read_arrow, write_arrow
+from hybridflow.definition.config import load_pipeline
 from hybridflow.errors import DataError, ExitCode
 from hybridflow.execution.runner import Runner
-from hybridflow.spec.config import load_pipeline
 from hybridflow.store.catalog import Catalog
 from tests.support.projects import last_run_record
 

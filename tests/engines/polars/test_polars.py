@@ -24,9 +24,9 @@ from hybridflow import backends
 from hybridflow.backends.polars import BUDGET, SPILL, PolarsSettings, default_memory_limit
 from hybridflow.data.contract import schema_differences
 from hybridflow.data.tables import TableSource, read_arrow, write_arrow
+from hybridflow.definition.config import load_pipeline
 from hybridflow.errors import DataError, StageError
 from hybridflow.execution.runner import Runner
-from hybridflow.spec.config import load_pipeline
 from hybridflow.store.catalog import Catalog
 from tests.engines.test_faults import start, wait_for
 from tests.engines.test_three_engines import finish

@@ -240,7 +240,7 @@ def quarantine_of(pipeline, name: str) -> str | None:
 
 
 def pipeline_problems(p) -> list:
-    """validate's problems with every dataset's checks (a spec.pipeline.Pipeline), each at its place."""
+    """validate's problems with every dataset's checks (a definition.pipeline.Pipeline), each at its place."""
     problems = []
     for name, ds in p.spec.datasets.items():
         at = ("datasets", name, "checks")
