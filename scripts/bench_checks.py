@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from hybridflow.backends.checkplan import CheckPlan, judge
+from hybridflow.backends.checkplan import CheckPlan, Published, judge
 from hybridflow.data.tables import TableSource
 from hybridflow.spec.datachecks import read_checks
 from tests.support.engines import ENGINES, start_engines
@@ -70,7 +70,8 @@ def one_round(backend, input_dir: Path, schema: pa.Schema, scratch: Path, plan: 
     stage = time.perf_counter() - clock
     clock = time.perf_counter()
     values = backend.check_measure(backend.check_frame(source("output", out, written)), plan)
-    outcomes = [judge("output", c, values, plan, values["hf_rows"], dt.datetime.now(dt.timezone.utc))
+    outcomes = [judge("output", c, values, plan, Published(values["hf_rows"]),
+                      dt.datetime.now(dt.timezone.utc))
                 for c in plan.checks]
     checks = time.perf_counter() - clock
     assert all(o.passed for o in outcomes), [o.line() for o in outcomes if not o.passed]
