@@ -50,9 +50,13 @@ class Backend(ABC):
         `directory` is local, or (only for engines that set writes_object_storage) a prefix in object
         storage, a storage.ObjectPath that the engine reaches through `store`."""
         schema = self.write_files(frame, directory, partition_by, target_file_size)
+        self.write_schema_file(directory, schema, partition_by)
+        return schema
+
+    def write_schema_file(self, directory: PurePath, schema: pa.Schema, partition_by: tuple[str, ...]) -> None:
+        """After write_files: a schema file where no row was written (see ensure_schema_file)."""
         remote = isinstance(directory, ObjectPath)
         ensure_schema_file(directory, schema, partition_by, self.store.arrow_filesystem() if remote else None)
-        return schema
 
     @abstractmethod
     def write_files(self, frame: Any, directory: PurePath, partition_by: tuple[str, ...],

@@ -233,30 +233,38 @@ def count_distinct(parts: list[BatchKeys | None], columns: tuple[str, ...]) -> i
 
 def _increasing_span(keys):
     """(first key, last key) when each row's key is greater than the one before (compared column after
-    column, as tuples; no NULL), else None. Cheap: a comparison of neighbours, the first column first."""
+    column, as tuples; no NULL), else None."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     n = keys.num_rows
     if n == 0 or any(keys[c].null_count for c in keys.column_names):
         return None
     try:
-        rising = equal = None
-        for name in keys.column_names:
-            before, after = keys[name].slice(0, n - 1), keys[name].slice(1)
-            greater = pc.greater(after, before)
-            if rising is None:
-                if not pc.all(pc.greater_equal(after, before)).as_py():  # unordered: known at once
-                    return None
-                rising, equal = greater, pc.equal(after, before)
-            else:
-                rising, equal = pc.or_(rising, pc.and_(equal, greater)), pc.and_(equal, pc.equal(after, before))
-        if n > 1 and not pc.all(rising).as_py():
+        if n > 1 and not _rising(keys):
             return None
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):  # a type Arrow does not order
         return None
     first, last = keys.slice(0, 1).to_pylist()[0], keys.slice(n - 1, 1).to_pylist()[0]
     return tuple(first.values()), tuple(last.values())
+
+
+def _rising(keys) -> bool:
+    """Whether each of 2 or more rows' key is greater than the one before: cheap, a comparison of
+    neighbours, the first column first (rows out of order in it end the check at once)."""
+    import pyarrow.compute as pc
+
+    n = keys.num_rows
+    rising = equal = None
+    for name in keys.column_names:
+        before, after = keys[name].slice(0, n - 1), keys[name].slice(1)
+        greater = pc.greater(after, before)
+        if rising is None:
+            if not pc.all(pc.greater_equal(after, before)).as_py():
+                return False
+            rising, equal = greater, pc.equal(after, before)
+        else:
+            rising, equal = pc.or_(rising, pc.and_(equal, greater)), pc.and_(equal, pc.equal(after, before))
+    return bool(pc.all(rising).as_py())
 
 
 def _distinct_keys(table, columns: tuple[str, ...]):
