@@ -50,9 +50,13 @@ class Backend(ABC):
         `directory` is local, or (only for engines that set writes_object_storage) a prefix in object
         storage, a storage.ObjectPath that the engine reaches through `store`."""
         schema = self.write_files(frame, directory, partition_by, target_file_size)
+        self.write_schema_file(directory, schema, partition_by)
+        return schema
+
+    def write_schema_file(self, directory: PurePath, schema: pa.Schema, partition_by: tuple[str, ...]) -> None:
+        """After write_files: a schema file where no row was written (see ensure_schema_file)."""
         remote = isinstance(directory, ObjectPath)
         ensure_schema_file(directory, schema, partition_by, self.store.arrow_filesystem() if remote else None)
-        return schema
 
     @abstractmethod
     def write_files(self, frame: Any, directory: PurePath, partition_by: tuple[str, ...],
@@ -91,6 +95,13 @@ class Backend(ABC):
 
     # Data checks (backends/checkplan.py), over the version a stage just wrote. These defaults run in
     # this process on Arrow (the python engine's way); engines with workers or SQL override them.
+
+    def write_measured(self, frame: Any, directory: PurePath, partition_by: tuple[str, ...],  # noqa: PLR0913 - write's own and a plan
+                       target_file_size: int, plan) -> tuple[pa.Schema, dict[str, Any] | None]:
+        """`write`, and every measure of `plan` taken from the rows as they were written where the engine
+        holds them anyway (no second read of the files): (schema, measures), or (schema, None) where it
+        cannot (the checks then read the files back)."""
+        return self.write(frame, directory, partition_by, target_file_size), None
 
     def check_frame(self, source: TableSource) -> Any:
         """The written output as the checks read it (a frame check_split's results can be written from)."""
@@ -175,6 +186,15 @@ class Backend(ABC):
         there themselves). Returns whether there was a cluster to check; an engine running on this
         host (embedded, or a cluster on loopback) has nothing to check."""
         return False
+
+
+def measured_or_none(measure) -> dict[str, Any] | None:
+    """The measures `measure()` takes while an output is written, or None where it fails: the checks
+    then measure the written files, and say what failed as a check's failure, not the write's."""
+    try:
+        return measure()
+    except Exception:  # noqa: BLE001 - told by the checks, measuring again
+        return None
 
 
 @contextlib.contextmanager

@@ -84,8 +84,8 @@ class CheckPlan:
                 values[m.alias] = int(pc.sum(pc.cast(flags[m.alias], "int64")).as_py() or 0)
             elif m.op == "max":
                 values[m.alias] = pc.max(table[m.columns[0]]).as_py() if table.num_rows else None
-            elif m.op == "distinct" and distinct:
-                values[m.alias] = _distinct_keys(table, m.columns)
+            elif m.op == "distinct":
+                values[m.alias] = batch_keys(table, m.columns, distinct)
         return values
 
     def arrow_partials_by(self, table, distinct: bool = True) -> dict[tuple, dict[str, Any]]:
@@ -132,9 +132,8 @@ class CheckPlan:
         return values
 
     def combine(self, partials: list[dict[str, Any]]) -> dict[str, Any]:
-        """The measures of the whole data from those of its batches."""
-        import pyarrow as pa
-
+        """The measures of the whole data from those of its batches (a distinct count None where the
+        batches did not keep their keys and do not prove them distinct: the engine counts them)."""
         values: dict[str, Any] = {ROWS: sum(p[ROWS] for p in partials)}
         for m in self.measures[1:]:
             parts = [p.get(m.alias) for p in partials]
@@ -144,8 +143,7 @@ class CheckPlan:
                 present = [v for v in parts if v is not None]
                 values[m.alias] = max(present) if present else None
             elif m.op == "distinct":
-                present = [p for p in parts if p is not None]
-                values[m.alias] = _distinct_keys(pa.concat_tables(present), m.columns).num_rows if present else 0
+                values[m.alias] = count_distinct(parts, m.columns)
         return values
 
     def arrow_label(self, table, checks: list[Check]):
@@ -190,6 +188,83 @@ def partition_name(group_by: tuple[str, ...], values: tuple) -> str:
         return repr(value)
 
     return "/".join(f"{c}={text(v)}" for c, v in zip(group_by, values))
+
+
+@dataclass(frozen=True)
+class BatchKeys:
+    """A batch's keys of a unique check: its `rows`, whose keys rise from `span[0]` to `span[1]` when
+    they are in strictly increasing order (each then differs from the others: no hashing needed), and
+    `table`, its distinct keys (None where the engine counts them itself)."""
+
+    rows: int
+    span: tuple[tuple, tuple] | None
+    table: Any = None
+
+
+def batch_keys(table, columns: tuple[str, ...], keep: bool = True) -> BatchKeys:
+    """A batch's keys: in strictly increasing order, its own rows are its distinct keys; otherwise a
+    hash aggregation finds them (`keep` False: neither is kept, the engine counts them itself)."""
+    keys = table.select(list(columns))
+    span = _increasing_span(keys)
+    if span is not None or keys.num_rows == 0:
+        return BatchKeys(keys.num_rows, span, keys if keep else None)
+    return BatchKeys(keys.num_rows, None, _distinct_keys(keys, columns) if keep else None)
+
+
+def count_distinct(parts: list[BatchKeys | None], columns: tuple[str, ...]) -> int | None:
+    """The distinct keys of every batch together: their sum when each batch's keys strictly increase
+    and the batches' spans do not overlap; else counted over the kept keys (None when not kept)."""
+    import pyarrow as pa
+
+    parts = [p for p in parts if p is not None and p.rows]
+    if all(p.span is not None for p in parts):
+        ordered = sorted(parts, key=lambda p: p.span[0])
+        try:
+            if all(a.span[1] < b.span[0] for a, b in zip(ordered, ordered[1:])):
+                return sum(p.rows for p in parts)
+        except TypeError:  # values Python does not order (never proven apart): counted below
+            pass
+    if any(p.table is None for p in parts):
+        return None
+    if len(parts) == 1:  # one batch's keys are distinct already
+        return parts[0].table.num_rows
+    return _distinct_keys(pa.concat_tables([p.table for p in parts]), columns).num_rows if parts else 0
+
+
+def _increasing_span(keys):
+    """(first key, last key) when each row's key is greater than the one before (compared column after
+    column, as tuples; no NULL), else None."""
+    import pyarrow as pa
+
+    n = keys.num_rows
+    if n == 0 or any(keys[c].null_count for c in keys.column_names):
+        return None
+    try:
+        if n > 1 and not _rising(keys):
+            return None
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):  # a type Arrow does not order
+        return None
+    first, last = keys.slice(0, 1).to_pylist()[0], keys.slice(n - 1, 1).to_pylist()[0]
+    return tuple(first.values()), tuple(last.values())
+
+
+def _rising(keys) -> bool:
+    """Whether each of 2 or more rows' key is greater than the one before: cheap, a comparison of
+    neighbours, the first column first (rows out of order in it end the check at once)."""
+    import pyarrow.compute as pc
+
+    n = keys.num_rows
+    rising = equal = None
+    for name in keys.column_names:
+        before, after = keys[name].slice(0, n - 1), keys[name].slice(1)
+        greater = pc.greater(after, before)
+        if rising is None:
+            if not pc.all(pc.greater_equal(after, before)).as_py():
+                return False
+            rising, equal = greater, pc.equal(after, before)
+        else:
+            rising, equal = pc.or_(rising, pc.and_(equal, greater)), pc.and_(equal, pc.equal(after, before))
+    return bool(pc.all(rising).as_py())
 
 
 def _distinct_keys(table, columns: tuple[str, ...]):

@@ -45,6 +45,7 @@ from .base import (
     driver_address,
     engine_output_stream,
     index_as_columns,
+    measured_or_none,
     require_same_versions,
     require_shared_workdir,
     split_host_port,
@@ -361,6 +362,21 @@ class DaskBackend(Backend):
 
     def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...],
                     target_file_size: int) -> pa.Schema:
+        return self._write_files(frame, directory, partition_by, target_file_size)[0]
+
+    def write_measured(self, frame: Any, directory: Path, partition_by: tuple[str, ...],  # noqa: PLR0913 - Backend's
+                       target_file_size: int, plan) -> tuple[pa.Schema, dict[str, Any] | None]:
+        # the write keeps the stage's partitions on the workers to size its files: they are measured there,
+        # in the graph that computes them, not read back (partitioned outputs are: their partition values
+        # come from the paths)
+        if partition_by or _is_cudf_meta(frame._meta):
+            return super().write_measured(frame, directory, partition_by, target_file_size, plan)
+        schema, measured = self._write_files(frame, directory, (), target_file_size, plan)
+        self.write_schema_file(directory, schema, ())
+        return schema, measured
+
+    def _write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...],  # noqa: PLR0913 - write_measured's
+                     target_file_size: int, plan=None) -> tuple[pa.Schema, dict[str, Any] | None]:
         import pyarrow as pa
 
         frame = index_as_columns(frame)
@@ -368,24 +384,27 @@ class DaskBackend(Backend):
         if _is_cudf_meta(frame._meta):  # cuDF writes its own Parquet, keeping its column types
             frame.to_parquet(str(directory), **remote, write_index=False, partition_on=list(partition_by) or None,
                              write_metadata_file=False)
-            return frame._meta.to_arrow(preserve_index=False).schema
+            return frame._meta.to_arrow(preserve_index=False).schema, None
         try:
             schema = standard_schema(pa.Schema.from_pandas(frame._meta, preserve_index=False).remove_metadata())
         except (pa.ArrowException, TypeError, ValueError) as exc:
             raise DataError(f"cannot derive an Arrow schema from the frame: {exc}") from exc
-        frame = _hive_escaped(self._sized(frame, schema, partition_by, target_file_size), schema, partition_by)
+        frame, measured = self._sized(frame, schema, partition_by, target_file_size, plan)
+        frame = _hive_escaped(frame, schema, partition_by)
         frame.to_parquet(str(directory), **remote, write_index=False, engine="pyarrow", schema=schema,
                          partition_on=list(partition_by) or None, write_metadata_file=False,
                          coerce_timestamps="us", allow_truncated_timestamps=False)
-        return schema
+        return schema, measured
 
-    def _sized(self, frame, schema: pa.Schema, partition_by: tuple[str, ...], target_file_size: int):
-        """The output in as many partitions as files of the target size need (Dask writes a file per
-        partition, and per partition value); partitioned outputs are shuffled so that each value lives
-        in one partition. One graph computes each partition once, keeps it on the workers, and counts
-        and samples it there: the counts are fetched, and only the first partitions' samples (the
-        write is the only other graph). Counting and sampling the frame itself in that graph would
-        compute every partition twice: Dask optimizes each branch into tasks of its own."""
+    def _sized(self, frame, schema: pa.Schema, partition_by: tuple[str, ...], target_file_size: int,  # noqa: PLR0913
+               plan=None):
+        """(the output in as many partitions as files of the target size need, the measures of `plan`
+        over it or None). Dask writes a file per partition, and per partition value; partitioned outputs
+        are shuffled so that each value lives in one partition. One graph computes each partition once,
+        keeps it on the workers, and counts, samples (and measures) it there: the counts are fetched
+        with the measures, and only the first partitions' samples (the write is the only other graph).
+        Counting and sampling the frame itself in that graph would compute every partition twice: Dask
+        optimizes each branch into tasks of its own."""
         import dask
         import dask.dataframe as dd
         import pandas as pd
@@ -394,11 +413,14 @@ class DaskBackend(Backend):
         from . import pandas_frames
 
         parts = frame.to_delayed()
+        measures = [] if plan is None else [dask.delayed(_combined)(
+            [dask.delayed(_written_partials)(part, plan, schema) for part in parts], plan)]
         kept = self.client.persist([*parts, *map(dask.delayed(len), parts),
-                                    *map(dask.delayed(operator.methodcaller("head", SAMPLE_ROWS)), parts)])
+                                    *map(dask.delayed(operator.methodcaller("head", SAMPLE_ROWS)), parts), *measures])
         futures = [futures_of(each)[0] for each in kept]
         count = len(parts)
-        lengths = self.client.gather(futures[count:2 * count])
+        fetched = self.client.gather(futures[count:2 * count] + futures[3 * count:])  # the lengths, the measures
+        lengths, measured = fetched[:count], (fetched[count] if plan is not None else None)
         needed, sampled = [], 0  # the first non-empty partitions' heads that make up the sample
         for length, head in zip(lengths, futures[2 * count:]):
             if sampled >= SAMPLE_ROWS:
@@ -412,8 +434,8 @@ class DaskBackend(Backend):
         files = max(1, math.ceil(rows / rows_per_file(table, target_file_size))) if rows else 1
         frame = dd.from_delayed(kept[:count], meta=frame._meta, divisions=frame.divisions, verify_meta=False)
         if partition_by:
-            return frame.shuffle(on=list(partition_by), npartitions=files)
-        return frame if files == frame.npartitions else frame.repartition(npartitions=files)
+            return frame.shuffle(on=list(partition_by), npartitions=files), measured
+        return (frame if files == frame.npartitions else frame.repartition(npartitions=files)), measured
 
     def _count_graphs(self) -> None:
         """Give the scheduler a plugin that counts the task graphs it is given (one per compute, persist
@@ -613,6 +635,19 @@ def _check_partials(part, plan) -> dict:
 
     table = pandas_frames.to_arrow(part)
     return plan.arrow_partials_by(table) if plan.group_by else plan.arrow_partials(table)
+
+
+def _written_partials(part, plan, schema) -> dict | None:
+    """One partition's check measures as it is written (in the write's schema), on its worker; None
+    where they fail (the checks then measure the files, and say why)."""
+    from . import pandas_frames
+
+    return measured_or_none(lambda: plan.arrow_partials(pandas_frames.to_arrow(part).select(schema.names).cast(schema)))
+
+
+def _combined(partials: list[dict | None], plan) -> dict | None:
+    """The whole output's measures from its partitions', on a worker (None: some could not be taken)."""
+    return None if any(p is None for p in partials) else plan.combine(partials)
 
 
 def _check_labelled(part, plan, checks):

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from ..data.tables import TableSource, read_arrow, write_arrow
+from ..data.tables import TableSource, read_arrow, standard_types, write_arrow
 from ..errors import DataError
 from ..settings import EngineSection, GpuMode
 from . import Engine, gpu
-from .base import Backend, index_as_columns
+from .base import Backend, index_as_columns, measured_or_none
 
 if TYPE_CHECKING:  # imported where used: validate and a skipped run never load it
     import pyarrow as pa
@@ -92,14 +92,27 @@ class PythonBackend(Backend):
 
     def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...],
                     target_file_size: int) -> pa.Schema:
-        import pyarrow as pa
-
         if is_cudf_frame(frame):
             return write_cudf(frame, directory, partition_by)
-        from . import pandas_frames
+        return write_arrow(as_arrow(frame), directory, partition_by, target_file_size)
 
-        table = frame if isinstance(frame, pa.Table) else pandas_frames.to_arrow(frame)
-        return write_arrow(table, directory, partition_by, target_file_size)
+    def write_measured(self, frame: Any, directory: Path, partition_by: tuple[str, ...],  # noqa: PLR0913 - Backend's
+                       target_file_size: int, plan) -> tuple[pa.Schema, dict[str, Any] | None]:
+        # the Arrow table written is in memory, as the checks would read it back (in the written schema):
+        # measured there (partitioned outputs are read back: their partition values come from the paths)
+        if partition_by or is_cudf_frame(frame):
+            return super().write_measured(frame, directory, partition_by, target_file_size, plan)
+        table = standard_types(as_arrow(frame).replace_schema_metadata(None))
+        schema = self.write(table, directory, (), target_file_size)
+        return schema, measured_or_none(lambda: plan.combine([plan.arrow_partials(table)]))
+
+
+def as_arrow(frame: Any) -> pa.Table:
+    import pyarrow as pa
+
+    from . import pandas_frames
+
+    return frame if isinstance(frame, pa.Table) else pandas_frames.to_arrow(frame)
 
 
 def is_cudf_frame(value: Any) -> bool:

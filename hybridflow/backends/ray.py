@@ -39,6 +39,7 @@ from .base import (
     check_reachable,
     driver_address,
     engine_output_stream,
+    measured_or_none,
     require_same_versions,
     require_shared_workdir,
     split_host_port,
@@ -300,7 +301,7 @@ class RayBackend(Backend):
         return f"blocks {sum(d.get('progress', 0) for d in running)}/{sum(d['total'] for d in running)}"
 
     # data checks (checkplan): one aggregation, each block measured on its worker; distinct keys by a
-    # groupby of their own
+    # groupby of their own unless the blocks' keys prove them apart (each block's rising, spans apart)
 
     def check_frame(self, source: TableSource):
         return self.read(source)
@@ -312,7 +313,7 @@ class RayBackend(Backend):
                                  zero_copy_batch=True).take_all()
         values = plan.combine([pickle.loads(row["partials"]) for row in rows])
         for m in plan.measures:
-            if m.op == "distinct":
+            if m.op == "distinct" and values[m.alias] is None:  # blocks whose keys did not prove them apart
                 values[m.alias] = frame.select_columns(list(m.columns)).groupby(list(m.columns)).count().count()
         return values
 
@@ -324,7 +325,8 @@ class RayBackend(Backend):
         groups = plan.combine_by([pickle.loads(row["partials"]) for row in rows])
         keys = list(plan.group_by)
         for m in plan.measures:
-            if m.op == "distinct":  # distinct (partition, key) pairs, then counted per partition
+            if m.op == "distinct" and any(v[m.alias] is None for v in groups.values()):
+                # distinct (partition, key) pairs, then counted per partition
                 from .checkplan import plain_value
 
                 pairs = frame.select_columns(keys + [c for c in m.columns if c not in keys])
@@ -379,13 +381,19 @@ class RayBackend(Backend):
 
     def write(self, frame: Any, directory: Path, partition_by: tuple[str, ...] = (),
               target_file_size: int = TARGET_FILE_SIZE) -> pa.Schema:
-        try:
+        with _stage_failures():
             return super().write(frame, directory, partition_by, target_file_size)
-        except Exception as exc:  # the stage's Dataset is computed here: its failures surface here
-            known = _in_own_words(exc)
-            if known is None or known is exc:
-                raise
-            raise known from exc
+
+    def write_measured(self, frame: Any, directory: Path, partition_by: tuple[str, ...],  # noqa: PLR0913 - Backend's
+                       target_file_size: int, plan) -> tuple[pa.Schema, dict[str, Any] | None]:
+        # the write materializes the stage's Dataset anyway: its blocks are measured where they are, not
+        # read back (partitioned outputs are read back: their partition values come from the paths)
+        if partition_by:
+            return super().write_measured(frame, directory, partition_by, target_file_size, plan)
+        with _stage_failures():
+            frame = frame.materialize()
+        schema = self.write(frame, directory, (), target_file_size)
+        return schema, measured_or_none(lambda: self.check_measure(frame, plan))
 
     def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...],
                     target_file_size: int) -> pa.Schema:
@@ -529,6 +537,18 @@ def _as_schema(batch: pa.Table, schema: pa.Schema) -> pa.Table:
 # pyarrow's words for a table holding two columns of one name: Ray meets such a Dataset only when it
 # serializes one of its blocks, and fails with a bare KeyError from its own code
 _DUPLICATE_FIELD = re.compile(r'Field "(.+?)" exists \d+ times in schema')
+
+
+@contextlib.contextmanager
+def _stage_failures():
+    """Where the stage's Dataset is computed (its write), its failures surface: told in our own words."""
+    try:
+        yield
+    except Exception as exc:
+        known = _in_own_words(exc)
+        if known is None or known is exc:
+            raise
+        raise known from exc
 
 
 def _in_own_words(exc: BaseException) -> HybridflowError | None:

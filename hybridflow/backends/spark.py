@@ -46,6 +46,7 @@ from .base import (
     code_archive,
     driver_address,
     engine_output_stream,
+    measured_or_none,
     require_same_versions,
     require_shared_workdir,
     split_host_port,
@@ -503,6 +504,34 @@ class SparkBackend(Backend):
         return self.session.sql(query.text, args=params or None)
 
     # data checks (checkplan): one aggregate job over the written version
+
+    def write_measured(self, frame: Any, directory: Path, partition_by: tuple[str, ...],  # noqa: PLR0913 - Backend's
+                       target_file_size: int, plan) -> tuple[pa.Schema, dict[str, Any] | None]:
+        # Every measure but distinct keys is observed by the write's own job (no second read). Distinct
+        # keys must be compared across tasks, which an observation cannot (it refuses DISTINCT): they are
+        # counted over the written files' key columns alone. Partitioned outputs are read back: their
+        # partition values come from the paths.
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
+        if partition_by:
+            return super().write_measured(frame, directory, partition_by, target_file_size, plan)
+        aggregates = list(zip(plan.measures, plan.sql_aggregates("spark")))
+        observation = Observation("hybridflow_checks")
+        observed = frame.observe(observation, *[F.expr(e) for m, e in aggregates if m.op != "distinct"])
+        schema = self.write(observed, directory, (), target_file_size)
+
+        def measure() -> dict[str, Any]:
+            values = observation.get
+            distinct = [(m, e) for m, e in aggregates if m.op == "distinct"]
+            if distinct:  # one job, reading the key columns only
+                source = TableSource("checked", (directory,), "parquet", schema, (), directory,
+                                     self.store if isinstance(directory, ObjectPath) else None)
+                row = self.read(source).agg(*[F.expr(e) for _, e in distinct]).collect()[0]
+                values |= {m.alias: row[m.alias] for m, _ in distinct}
+            return plan.values_of([values[m.alias] for m in plan.measures])
+
+        return schema, measured_or_none(measure)
 
     def check_frame(self, source: TableSource):
         return self.read(source)

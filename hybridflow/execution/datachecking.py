@@ -46,17 +46,25 @@ class OutputChecks:
     def declared(self, dataset: str) -> list[Check]:
         return dataset_checks(self.pipeline, dataset)
 
+    def plan_while_writing(self, dataset: str) -> CheckPlan | None:
+        """What an unpartitioned output's checks measure, for its engine to take while it writes it (the
+        plan `run` judges `measured` by), or None: no measured check, or partitioned."""
+        measured = [c for c in self.declared(dataset) if c.kind != PYTHON_CHECK]
+        return CheckPlan(measured) if measured and not self.pipeline.dataset(dataset).partition_by else None
+
     def run(self, run_id: str, dataset: str, backend, directory: PurePath, schema, log: logging.Logger,  # noqa: PLR0913 - what a check of one output needs
-            published: Published | None, expected: tuple[str, ...] = ()) -> CheckedOutput:
+            published: Published | None, expected: tuple[str, ...] = (),
+            measured: dict[str, Any] | None = None) -> CheckedOutput:
         """Check the output written to `directory` (a partitioned one per partition, `expected` the
-        partitions it must hold: one it has no row for is judged empty); raise DataError when an
+        partitions it must hold: one it has no row for is judged empty; `measured` the measures of
+        plan_while_writing, when its engine took them while writing); raise DataError when an
         error-level check fails."""
         checks = self.declared(dataset)
         checked = CheckedOutput(directory, schema)
         if not checks:
             return checked
         try:
-            outcomes = self._measure(dataset, backend, directory, schema, checks, published, expected)
+            outcomes = self._measure(dataset, backend, directory, schema, checks, published, expected, measured)
             drop = [c for c in checks if c.on_fail == "drop"]
             if drop:
                 checked = self._quarantine(run_id, dataset, backend, checked, drop, outcomes)
@@ -96,24 +104,25 @@ class OutputChecks:
                            self.pipeline.store_of(directory))
 
     def _measure(self, dataset: str, backend, directory: PurePath, schema, checks: list[Check],  # noqa: PLR0913 - run's own
-                 published: Published | None, expected: tuple[str, ...]) -> list[Outcome]:
+                 published: Published | None, expected: tuple[str, ...],
+                 measured: dict[str, Any] | None = None) -> list[Outcome]:
         source = self._source(dataset, directory, schema)
-        return self.judged(dataset, backend, source, checks, published, source.partition_by, expected)
+        return self.judged(dataset, backend, source, checks, published, source.partition_by, expected, measured)
 
     def judged(self, dataset: str, backend, source: TableSource, checks: list[Check],  # noqa: PLR0913 - keyword defaults
                published: Published | None = None, group_by: tuple[str, ...] = (),
-               expected: tuple[str, ...] = ()) -> list[Outcome]:
-        """The outcomes of `checks` over `source`, measured by `backend` (no row is dropped here): per
-        partition of `group_by` when given (freshness and python checks judge the whole)."""
-        measured = [c for c in checks if c.kind != PYTHON_CHECK]
-        frame = backend.check_frame(source)
+               expected: tuple[str, ...] = (), measured: dict[str, Any] | None = None) -> list[Outcome]:
+        """The outcomes of `checks` over `source`, measured by `backend` (no row is dropped here), or
+        judged from the `measured` values its engine took while writing it: per partition of `group_by`
+        when given (freshness and python checks judge the whole)."""
+        kinds = [c for c in checks if c.kind != PYTHON_CHECK]
         now = self.pipeline.run_moment()  # freshness against the time the run is for (a backfill's, --for)
         if group_by:
-            outcomes = _per_partition(dataset, backend, frame, CheckPlan(measured, group_by), published, expected,
-                                      now)
+            outcomes = _per_partition(dataset, backend, backend.check_frame(source), CheckPlan(kinds, group_by),
+                                      published, expected, now)
         else:
-            plan = CheckPlan(measured)
-            values = backend.check_measure(frame, plan)
+            plan = CheckPlan(kinds)
+            values = measured if measured is not None else backend.check_measure(backend.check_frame(source), plan)
             outcomes = [judge(dataset, c, values, plan, published, now) for c in plan.checks]
         for check in (c for c in checks if c.kind == PYTHON_CHECK):
             function = import_function(self.pipeline.root, check.text)

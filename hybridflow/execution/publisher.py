@@ -35,6 +35,7 @@ class Written:
 
     directory: PurePath  # a local directory, or a prefix in object storage (storage.ObjectPath)
     schema: pa.Schema
+    measured: dict[str, Any] | None = None  # its checks' measures, taken while it was written
 
 
 
@@ -156,7 +157,7 @@ class Publisher:
         emptied = tuple(k for k in decision.changes.changed if k in (published.partitions or {})) if incremental else ()
         try:
             checked = self.checks.run(run_id, dataset, backend, output.directory, output.schema, log, published,
-                                      emptied)
+                                      emptied, output.measured)
         except ChecksFailed as failed:
             result.checks[dataset] = [o.record() for o in failed.outcomes]
             raise
@@ -169,7 +170,10 @@ class Publisher:
         ds = self.pipeline.dataset(dataset)
         target = ds.target_file_size or backend.target_file_size or TARGET_FILE_SIZE
         try:
-            return Written(staging, backend.write(frame, staging, tuple(ds.partition_by), target))
+            plan = self.checks.plan_while_writing(dataset)
+            if plan is None:
+                return Written(staging, backend.write(frame, staging, tuple(ds.partition_by), target))
+            return Written(staging, *backend.write_measured(frame, staging, tuple(ds.partition_by), target, plan))
         except (KeyboardInterrupt, Terminated, HybridflowError):
             raise
         except Exception as exc:  # engines compute lazily: the stage's own code fails here
