@@ -163,7 +163,7 @@ def _newest_in(metadata: pq.FileMetaData, stored: pa.Schema, column: str, values
     column's own Arrow type gives it (its unit and time zone); None where the statistics cannot tell."""
     import pyarrow as pa
 
-    leaf = _top_level_leaf(metadata, column)
+    leaf = _top_level_leaf(metadata, column) if column in stored.names else None  # not a nested leaf's path
     physical = None if leaf is None else _physical_type(metadata.schema.column(leaf).logical_type.to_json())
     if physical is None or not (pa.types.is_timestamp(stored.field(column).type)
                                 or pa.types.is_date(stored.field(column).type)):
