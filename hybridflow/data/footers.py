@@ -8,9 +8,9 @@ error); this module names the file and what is wrong with it, the same way for e
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import TYPE_CHECKING, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 from ..errors import DataError, first_line
 from . import storage
@@ -39,11 +39,14 @@ class Footers:
     nullable: frozenset[str]  # top-level columns that hold nulls, or whose footers do not say
     pieces: tuple[Piece, ...]  # of about PIECE_BYTES each, in file order
     variants: bool = False  # some file stores a physical variant (string_view, large_list, ...)
+    # the newest value of each column asked for whose statistics tell it in every file (None: all null)
+    newest: dict[str, Any] = field(default_factory=dict)
 
 
-def read_footers(dataset: str, files: Sequence[PurePath], filesystem=None) -> Footers:
+def read_footers(dataset: str, files: Sequence[PurePath], filesystem=None, newest: Sequence[str] = ()) -> Footers:
     """Footers of every file (local, or ObjectPaths reached through `filesystem`), checked: raises
-    DataError naming the first bad file."""
+    DataError naming the first bad file. `newest`: timestamp or date columns whose newest value to
+    take from the statistics (left out of Footers.newest where some row group has none)."""
     if not files:
         raise DataError(f"dataset '{dataset}' has no Parquet files")
     from .contract import standard_schema
@@ -53,6 +56,7 @@ def read_footers(dataset: str, files: Sequence[PurePath], filesystem=None) -> Fo
     nullable: set[str] = set()
     pieces: list[Piece] = []
     variants = False
+    maxima: dict[str, list] = {column: [] for column in newest}
     for file in files:
         metadata = _metadata(dataset, file, filesystem)
         stored = metadata.schema.to_arrow_schema()
@@ -65,7 +69,11 @@ def read_footers(dataset: str, files: Sequence[PurePath], filesystem=None) -> Fo
         rows += metadata.num_rows
         nullable |= _nullable_columns(metadata)
         pieces += _pieces(file, metadata)
-    return Footers(reference[1].remove_metadata(), rows, frozenset(nullable), tuple(pieces), variants)
+        for column, values in maxima.items():
+            if values is not None:
+                maxima[column] = _newest_in(metadata, stored, column, values)
+    known = {column: max(values, default=None) for column, values in maxima.items() if values is not None}
+    return Footers(reference[1].remove_metadata(), rows, frozenset(nullable), tuple(pieces), variants, known)
 
 
 def _metadata(dataset: str, file: PurePath, filesystem) -> pq.FileMetaData:
@@ -148,3 +156,48 @@ def _pieces(file: PurePath, metadata: pq.FileMetaData) -> list[Piece]:
         size += row_group.total_byte_size
     pieces.append(Piece(file, tuple(current), rows, size))  # a file of no row groups is still one (empty) piece
     return pieces
+
+
+def _newest_in(metadata: pq.FileMetaData, stored: pa.Schema, column: str, values: list) -> list | None:
+    """`values` and the newest `column` of one file, from its row groups' max statistics, as the
+    column's own Arrow type gives it (its unit and time zone); None where the statistics cannot tell."""
+    import pyarrow as pa
+
+    leaf = _top_level_leaf(metadata, column) if column in stored.names else None  # not a nested leaf's path
+    physical = None if leaf is None else _physical_type(metadata.schema.column(leaf).logical_type.to_json())
+    if physical is None or not (pa.types.is_timestamp(stored.field(column).type)
+                                or pa.types.is_date(stored.field(column).type)):
+        return None  # an INT96 or plain integer column: its statistics say nothing of time
+    newest = None
+    for group in range(metadata.num_row_groups):
+        row_group = metadata.row_group(group)
+        stats = row_group.column(leaf).statistics
+        if row_group.num_rows == 0 or (stats is not None and stats.has_null_count
+                                       and stats.null_count == row_group.num_rows):
+            continue  # no value in it to be the newest
+        if stats is None or not stats.has_min_max:
+            return None
+        newest = stats.max_raw if newest is None else max(newest, stats.max_raw)
+    if newest is None:
+        return values
+    return [*values, pa.scalar(newest, physical).cast(stored.field(column).type).as_py()]
+
+
+def _physical_type(logical_json: str) -> pa.DataType | None:
+    """The Arrow type of a timestamp or date column's stored integers (Parquet's unit, UTC or not)."""
+    import json
+
+    import pyarrow as pa
+
+    logical = json.loads(logical_json)
+    if logical.get("Type") == "Date":
+        return pa.date32()
+    if logical.get("Type") != "Timestamp":
+        return None
+    unit = {"milliseconds": "ms", "microseconds": "us", "nanoseconds": "ns"}[logical["timeUnit"]]
+    return pa.timestamp(unit, tz="UTC" if logical["isAdjustedToUTC"] else None)
+
+
+def _top_level_leaf(metadata: pq.FileMetaData, column: str) -> int | None:
+    schema = metadata.schema
+    return next((i for i in range(len(schema)) if schema.column(i).path == column), None)

@@ -206,16 +206,32 @@ class ChecksFailed(DataError):
 
 class InputChecks:
     """The checks of external inputs, run once per run when a stage first reads the input, before that
-    stage's function starts, by that stage's engine; a failed error-level check fails the stage."""
+    stage's function starts: from the input's footers, before the stage's engine is needed, where they
+    answer every check (footerchecks), else by that stage's engine; a failed error-level check fails
+    the stage."""
 
     def __init__(self, pipeline: Pipeline, inputs) -> None:
         self.pipeline, self.inputs = pipeline, inputs
         self.checker = OutputChecks(pipeline, None)
         self._done: dict[str, list[Outcome]] = {}
 
+    def before_engine(self, datasets: list[str], records: dict[str, list[dict]], log: logging.Logger) -> None:
+        """The checks the footers answer, judged before the stage gets its engine."""
+        from .footerchecks import footer_outcomes
+
+        for dataset in datasets:
+            if dataset not in self._done:
+                outcomes = footer_outcomes(self.pipeline, self.inputs, dataset)
+                if outcomes is None:
+                    continue
+                self._done[dataset] = outcomes
+            self._conclude(dataset, records, log)
+
     def before_reading(self, datasets: list[str], backend, records: dict[str, list[dict]],
                        log: logging.Logger) -> None:
         for dataset in datasets:
+            if dataset in records:  # judged from its footers before the engine (before_engine)
+                continue
             checks = dataset_checks(self.pipeline, dataset) if self.pipeline.is_external(dataset) else []
             if not checks or self.pipeline.dataset(dataset).kind != "table":
                 continue
@@ -228,11 +244,15 @@ class InputChecks:
                 except Exception as exc:
                     raise DataError(f"the checks of input '{dataset}' could not run on {backend.name}: "
                                     f"{first_line(exc)}") from exc
-            outcomes = self._done[dataset]
-            records[dataset] = [o.record() for o in outcomes]
-            for outcome in outcomes:
-                if outcome.status != "passed":
-                    log.warning("check %s of input %s %s: %s", outcome.check, dataset, outcome.status, outcome.detail)
-            failed = [o for o in outcomes if o.status == "failed"]
-            if failed:
-                raise ChecksFailed(failed, outcomes)
+            self._conclude(dataset, records, log)
+
+    def _conclude(self, dataset: str, records: dict[str, list[dict]], log: logging.Logger) -> None:
+        """Record the input's outcomes on the stage, log what did not pass, raise when one failed."""
+        outcomes = self._done[dataset]
+        records[dataset] = [o.record() for o in outcomes]
+        for outcome in outcomes:
+            if outcome.status != "passed":
+                log.warning("check %s of input %s %s: %s", outcome.check, dataset, outcome.status, outcome.detail)
+        failed = [o for o in outcomes if o.status == "failed"]
+        if failed:
+            raise ChecksFailed(failed, outcomes)

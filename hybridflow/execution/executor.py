@@ -117,6 +117,7 @@ class StageExecutor:
         result, log = attempt.result, attempt.log
         spec = self.pipeline.stages[result.name]
         self.signals.check()  # a retry after the run was ended around a stuck try must start nothing
+        self.input_checks.before_engine(spec.inputs, result.checks, log)  # what footers answer needs no engine
         started_engines = set(self.engines.seconds)
         clock = time.monotonic()
         backend = self.engines.get(spec.backend)

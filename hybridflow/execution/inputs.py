@@ -12,6 +12,7 @@ from ..data.contract import check_schema, declared_schema
 from ..data.footers import Footers, read_footers
 from ..data.tables import TableSource, parquet_files
 from ..data.textfiles import input_schema, text_files
+from ..definition.datachecks import dataset_checks
 from ..definition.pipeline import Pipeline
 from ..errors import DataError, HybridflowError, first_line
 from ..store.catalog import Catalog, Version
@@ -108,7 +109,9 @@ class StageInputs:
             path = self.pipeline.external_path(dataset)
             filesystem = self.pipeline.filesystem_of(path)
             files = parquet_files(TableSource(dataset, (path,), store=self.pipeline.store_of(path)))
-            self._footers[dataset] = read_footers(dataset, files, filesystem)
+            # the newest values freshness checks ask for, where the statistics tell them (footerchecks)
+            newest = [c.columns[0] for c in dataset_checks(self.pipeline, dataset) if c.kind == "freshness"]
+            self._footers[dataset] = read_footers(dataset, files, filesystem, newest)
         return self._footers[dataset]
 
     def version_of(self, dataset: str) -> str:

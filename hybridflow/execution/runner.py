@@ -38,6 +38,7 @@ from . import planning
 from .enginepool import EnginePool
 from .events import RunEvents
 from .executor import StageExecutor
+from .footerchecks import engines_worth_starting
 from .inputs import StageInputs
 from .planner import SKIP, Decision, Planner
 from .provisioning import RunClusters, reap
@@ -245,7 +246,8 @@ class Runner:
         logs = live.run_dir / "logs"
         private_dir(logs)  # 0700: logs may quote data
         warnings = self._reap_clusters(clusters, logs / "cluster-reap.log")
-        ahead = self._engines_ahead()
+        # none for a stage whose input's footers already fail a check (footerchecks)
+        ahead = engines_worth_starting(self.pipeline, self.inputs, self.stages, self._engines_ahead(), self.keep_going)
         try:
             self._fetch_for_object_storage(ahead)
         except HybridflowError as exc:
