@@ -800,7 +800,8 @@ def _coalesced(frame, target_file_size: int):
     sorted_, estimate = _size_estimate(frame)
     if sorted_:
         return frame
-    return frame.coalesce(max(1, math.ceil(estimate / target_file_size)))
+    # a size Spark cannot estimate (a frame made from an RDD) is Long.MaxValue; coalesce takes a Java int
+    return frame.coalesce(min(max(1, math.ceil(estimate / target_file_size)), 2**31 - 1))
 
 
 def _size_estimate(frame) -> tuple[bool, int]:

@@ -53,6 +53,12 @@ STAGES = """
         return made
 
 
+    def from_rdd(made):  # ordinary PySpark: a frame of rows made on the driver, whose size Spark cannot tell
+        spark = made.sparkSession
+        rows = spark.sparkContext.parallelize([(i, helper(i)) for i in range(10)])
+        return spark.createDataFrame(rows, ["i", "j"])
+
+
     def _bump(part):
         return part.assign(b=helper(part["a"]))
 
@@ -102,6 +108,7 @@ PIPELINE = """
     stages:
       make: {backend: python, run: "mypkg.steps:make", outputs: [made]}
       etl: {backend: spark, run: "mypkg.steps:etl", inputs: [made], outputs: [rows]}
+      rdd: {backend: spark, run: "mypkg.steps:from_rdd", inputs: [made], outputs: [from_rdd]}
       features: {backend: dask, run: "mypkg.steps:features", inputs: [rows], outputs: [features]}
       score: {backend: ray, run: "mypkg.steps:score", inputs: [features], outputs: [scored]}
       again: {backend: dask, run: "mypkg.steps:again", inputs: [scored], outputs: [dasked]}
@@ -130,5 +137,7 @@ def test_stage_module_helpers_work_from_ray_and_dask_work_after_every_other_engi
     assert list(frame("scored")["c"]) == [2 * (v + 1) for v in range(100)]
     assert list(frame("rescored")["d"]) == [2 * (v + 1) + 1 for v in a]
     assert list(frame("rescored")["e"]) == [v + 1 for v in a]
+    from_rdd = read_arrow(catalog.current("from_rdd").source()).to_pandas().sort_values("i")
+    assert list(from_rdd["j"]) == [i + 1 for i in range(10)]
     tuned = read_arrow(catalog.current("tuned").source()).to_pandas()
     assert list(tuned["score"]) == [4950.0, 9900.0]
