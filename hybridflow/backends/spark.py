@@ -39,6 +39,7 @@ from ..data.textfiles import csv_header
 from ..errors import DataError, UnavailableError, first_line
 from ..settings import EngineSection, GpuMode, Params
 from . import ClusterLaunch, Engine, GpuPlugin, spark_host
+from .spark_lineage import listener_classpath, nested
 from .base import (
     Backend,
     case_collisions,
@@ -379,6 +380,10 @@ class SparkBackend(Backend):
         own = {k: str(v) for k, v in self.settings.conf.items()}
         s3 = spark_s3_conf(self.store, own, gpu_conf) if self.store is not None else {}
         conf = {**default_conf(self.master, self._driver or "127.0.0.1"), **gpu_conf, **s3, **own}
+        listener = listener_classpath(self.lineage)  # with lineage: the OpenLineage listener's jar
+        if listener:
+            conf["spark.driver.extraClassPath"] = ":".join(filter(None, [conf.get("spark.driver.extraClassPath"),
+                                                                          listener]))
         if self.settings.auth_secret:  # never in the conf of result_settings: a secret made per run
             conf.update(auth_conf(self.settings.auth_secret))
         conf.update(redaction_conf(conf, self.secrets))
@@ -490,6 +495,9 @@ class SparkBackend(Backend):
             self._first_job = first
         if self.gpu is not None and self.session is not None:
             self.session.conf.set("spark.rapids.sql.enabled", "true" if on_gpu else "false")
+
+    def stage_lineage(self, run_id: str, stage: str, log):
+        return nested(self.session, self.lineage, run_id, stage, log)
 
     def is_frame(self, value: Any) -> bool:
         from pyspark.sql import DataFrame

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from .. import processes, registry
 from ..backends.base import EngineOutput, TerminalStreams
+from ..backends.spark_lineage import SparkLineage
 from ..errors import first_line
 from ..reporting.timeline import CLUSTER_DOWN, CLUSTER_UP, ENGINE_START, ENGINE_STOP, Timeline
 from ..spec.pipeline import Pipeline
@@ -211,6 +212,7 @@ class EnginePool:
         engine = registry.create(name, settings, self.log_dir,
                                  gpu=self.gpu(name), secrets=[*self.pipeline.secrets, *made],
                                  store=self.pipeline.store if self.pipeline.uses_object_storage else None)
+        engine.lineage = SparkLineage.of(self.pipeline)  # Spark nests its own lineage under each stage's run
         self._started[name] = engine  # stopped at the end even if it only half started
         try:
             with self._launching(name), processes.launching_engine(), \
