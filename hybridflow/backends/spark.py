@@ -39,7 +39,6 @@ from ..data.textfiles import csv_header
 from ..errors import DataError, UnavailableError, first_line
 from ..settings import EngineSection, GpuMode, Params
 from . import ClusterLaunch, Engine, GpuPlugin, spark_host
-from .spark_lineage import listener_classpath, nested
 from .base import (
     Backend,
     case_collisions,
@@ -52,6 +51,7 @@ from .base import (
     split_host_port,
     versions_probe,
 )
+from .spark_lineage import listener_classpath, nested
 
 if TYPE_CHECKING:  # imported where used: validate and a skipped run never load it
     import pyarrow as pa

@@ -3,13 +3,12 @@ that stage's run, with the OpenLineage Spark listener (spark_lineage_jar.py fetc
 
 The listener reads its configuration once, when it is made: its parent cannot change afterwards,
 and Spark's job-local properties do not reach it. A session shared by several stages therefore gets
-one listener per stage: made with that stage's identity when the stage begins, registered on the
-running SparkContext, and removed when the stage's try ends, once Spark's listener bus has handed it
-every event of the stage's queries. Each listener names the stage's run as its application run
-(spark.openlineage.appName: pipeline.stage, applicationRunId: the stage's run id), so every query
-event's `parent` facet is the hybridflow stage run, and its root the pipeline run. The listener is
-registered after Spark's application started and removed before it ends: it sends no application
-events of its own, which would repeat hybridflow's for the same run.
+one listener per stage, made with that stage's run as its parent (spark.openlineage.parentJobName:
+pipeline.stage, parentRunId: the stage's run id; the root: the pipeline's run) when the stage's try
+begins, and removed when it ends, once Spark's listener bus has handed it every event of the
+stage's queries. Registered after Spark's application started, it is told that start (and later its
+end) directly, so each stage has a Spark application run of its own, job `pipeline_stage_spark` (the
+listener's spelling), child of the stage's run, and every query of the stage is a child of that.
 
 Events go where hybridflow's go: the same http URL, endpoint and API key (set on the listener's own
 copy of the session conf inside the JVM, never on a command line or in the session's conf), or the
@@ -20,11 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UnavailableError, first_line
-from ..tracking.runids import namespace_of, run_uuid
+from ..spec.lineageids import namespace_of, run_uuid
 
 log = logging.getLogger("hybridflow")
 
@@ -59,16 +59,17 @@ class SparkLineage:
         return cls(pipeline.name, namespace_of(pipeline), transport, spec.timeout)
 
     def listener_conf(self, run_id: str, stage: str) -> dict[str, str]:
-        """The listener's spark.openlineage.* settings for one stage of the run `run_id`."""
-        pipeline_run = run_uuid(self.namespace, self.pipeline, run_id)
-        parent = {"JobNamespace": self.namespace, "JobName": self.pipeline, "RunId": pipeline_run}
+        """The listener's spark.openlineage.* settings for one stage of the run `run_id`: the stage's run
+        is its parent, the pipeline's run its root."""
+        parent = {"JobNamespace": self.namespace, "JobName": f"{self.pipeline}.{stage}",
+                  "RunId": run_uuid(self.namespace, self.pipeline, run_id, stage)}
+        root = {"JobNamespace": self.namespace, "JobName": self.pipeline,
+                "RunId": run_uuid(self.namespace, self.pipeline, run_id)}
         conf = {
             "namespace": self.namespace,
-            "appName": f"{self.pipeline}.{stage}",  # the application run is the stage's run
-            "applicationRunId": run_uuid(self.namespace, self.pipeline, run_id, stage),
-            "jobName.replaceDotWithUnderscore": "false",  # pipeline.stage, as hybridflow names it
+            "appName": f"{self.pipeline}.{stage}.spark",  # Spark names its job pipeline_stage_spark
             **{f"parent{key}": value for key, value in parent.items()},
-            **{f"rootParent{key}": value for key, value in parent.items()},
+            **{f"rootParent{key}": value for key, value in root.items()},
             **{f"transport.{key}": value for key, value in self.transport.items()},
         }
         return {f"spark.openlineage.{key}": value for key, value in conf.items()}
@@ -100,12 +101,19 @@ def nested(session, lineage: SparkLineage | None, run_id: str, stage: str, stage
 
 
 def _listen(session, lineage: SparkLineage, run_id: str, stage: str, stage_log):
-    context = session.sparkContext._jsc.sc()
+    """The stage's listener, told that its application started (it sends the application run's START,
+    parent: the stage's run), then registered on the session's SparkContext."""
+    spark = session.sparkContext
+    context, jvm = spark._jsc.sc(), spark._jvm
     try:
         conf = context.conf().clone()  # the listener's own: the session's conf never holds the key
         for key, value in lineage.listener_conf(run_id, stage).items():
             conf.set(key, value)
-        listener = _listener_class(session.sparkContext._jvm)(conf)
+        listener = _jvm_class(jvm, LISTENER)(conf)
+        nothing = jvm.scala.Option.empty()
+        listener.onApplicationStart(jvm.org.apache.spark.scheduler.SparkListenerApplicationStart(
+            f"{lineage.pipeline}.{stage}", jvm.scala.Option.apply(spark.applicationId), _now(), spark.sparkUser(),
+            nothing, nothing, nothing))
         context.addSparkListener(listener)
     except Exception as exc:  # noqa: BLE001 - the listener is not on the classpath (it could not be fetched)
         stage_log.warning("Spark's own lineage is off for this stage: %s", first_line(exc))
@@ -113,21 +121,28 @@ def _listen(session, lineage: SparkLineage, run_id: str, stage: str, stage_log):
     return listener
 
 
-def _listener_class(jvm):
-    holder = jvm
-    for part in LISTENER.split("."):
-        holder = getattr(holder, part)
-    return holder
-
-
 def _stop_listening(session, listener, seconds: float, stage_log) -> None:
     """Remove the stage's listener once Spark's bus has handed it what the stage's queries posted (it
-    sends each event as it gets it), waiting at most `seconds`."""
-    context = session.sparkContext._jsc.sc()
+    sends each event as it gets it), waiting at most `seconds`; then its application run ends."""
+    spark = session.sparkContext
+    context, jvm = spark._jsc.sc(), spark._jvm
     try:
         context.listenerBus().waitUntilEmpty(int(seconds * 1000))
     except Exception as exc:  # noqa: BLE001 - a bus that did not drain in time: the rest of the events are lost
         stage_log.warning("Spark's own lineage: not every event went out in %.0f s (%s)", seconds, first_line(exc))
     with contextlib.suppress(Exception):
         context.removeSparkListener(listener)
+        listener.onApplicationEnd(jvm.org.apache.spark.scheduler.SparkListenerApplicationEnd(
+            _now(), jvm.scala.Option.empty()))
         listener.close()  # its client's connections
+
+
+def _jvm_class(jvm, name: str):
+    holder = jvm
+    for part in name.split("."):
+        holder = getattr(holder, part)
+    return holder
+
+
+def _now() -> int:
+    return int(time.time() * 1000)

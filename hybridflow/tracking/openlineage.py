@@ -31,9 +31,9 @@ from openlineage.client.facet_v2 import (
 )
 
 from ..results import Listener, RunResult, StageResult
+from ..spec.lineageids import namespace_of, run_uuid
 from . import quality
 from .datasets import TrackedDataset, read_versions, tracked, unpublished
-from .runids import namespace_of, run_uuid
 from .sender import Sender
 from .sourcecode import stage_source
 
