@@ -92,7 +92,9 @@ def listener_classpath(lineage: SparkLineage | None) -> str | None:
 @contextlib.contextmanager
 def nested(session, lineage: SparkLineage | None, run_id: str, stage: str, stage_log):
     """Spark's events of the queries run inside the block nested under the stage's run."""
-    listener = _listen(session, lineage, run_id, stage, stage_log) if lineage and session is not None else None
+    # a Spark Connect session has no JVM here: its server's own listener is the server's business
+    local = getattr(session, "_jsc", None) is not None
+    listener = _listen(session, lineage, run_id, stage, stage_log) if lineage and local else None
     try:
         yield
     finally:
@@ -103,9 +105,9 @@ def nested(session, lineage: SparkLineage | None, run_id: str, stage: str, stage
 def _listen(session, lineage: SparkLineage, run_id: str, stage: str, stage_log):
     """The stage's listener, told that its application started (it sends the application run's START,
     parent: the stage's run), then registered on the session's SparkContext."""
-    spark = session.sparkContext
-    context, jvm = spark._jsc.sc(), spark._jvm
     try:
+        spark = session.sparkContext
+        context, jvm = spark._jsc.sc(), spark._jvm
         conf = context.conf().clone()  # the listener's own: the session's conf never holds the key
         for key, value in lineage.listener_conf(run_id, stage).items():
             conf.set(key, value)

@@ -151,3 +151,13 @@ def test_without_the_listener_jar_the_run_goes_on_with_one_warning(project, rece
     assert len(warnings) == 1 and "cannot fetch the OpenLineage Spark listener" in warnings[0], done.stderr
     assert not [e for e in receiver.events if is_spark(e)]
     assert set(stage_runs(receiver.events)) == {"shop.make", "shop.enrich"}  # hybridflow's own still go out
+
+
+def test_with_a_file_transport_spark_appends_its_events_to_the_same_file(project):
+    done = run(project, "  transport: file\n  path: lineage/events.jsonl")
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in (project.root / "lineage" / "events.jsonl").read_text().splitlines()]
+    runs = stage_runs(events)
+    parents = {e["run"]["facets"]["parent"]["run"]["runId"] for e in events
+               if is_spark(e) and "." not in e["job"]["name"]}
+    assert set(runs) == {"shop.make", "shop.enrich"} and parents == set(runs.values())
