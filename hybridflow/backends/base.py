@@ -142,11 +142,18 @@ class Backend(ABC):
     # backends.create before start(); the engine is shared, so each stage then says its own device.
     gpu: Any = None
     stage_on_gpu: bool = False
+    lineage: Any = None  # where the run's OpenLineage events go (definition.lineageids.LineageTarget), or None
 
     def begin_stage(self, on_gpu: bool, params: dict[str, Any], log) -> None:
         """Called before each stage on this engine: whether this stage runs on the GPU (only ever true
         when the engine has GPU resources), its params, and its log."""
         self.stage_on_gpu = on_gpu
+
+    def stage_lineage(self, run_id: str, stage: str, log) -> contextlib.AbstractContextManager:
+        """Around a stage's try: the engine's own lineage events of the work it runs for the stage,
+        nested under the stage's OpenLineage run (Spark's listener; `lineage`, set when the pipeline
+        has `lineage:`). Nothing for engines without lineage of their own."""
+        return contextlib.nullcontext()
 
     def engine_work(self) -> int | None:
         """How many units of work the engine has run so far (Spark jobs, Dask task graphs, Ray Data

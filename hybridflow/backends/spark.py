@@ -52,6 +52,7 @@ from .base import (
     split_host_port,
     versions_probe,
 )
+from .spark_lineage import listener_classpath, nested
 
 if TYPE_CHECKING:  # imported where used: validate and a skipped run never load it
     import pyarrow as pa
@@ -380,6 +381,10 @@ class SparkBackend(Backend):
         own = {k: str(v) for k, v in self.settings.conf.items()}
         s3 = spark_s3_conf(self.store, own, gpu_conf) if self.store is not None else {}
         conf = {**default_conf(self.master, self._driver or "127.0.0.1"), **gpu_conf, **s3, **own}
+        listener = listener_classpath(self.lineage)  # with lineage: the OpenLineage listener's jar
+        if listener:
+            conf["spark.driver.extraClassPath"] = ":".join(filter(None, [conf.get("spark.driver.extraClassPath"),
+                                                                          listener]))
         if self.settings.auth_secret:  # never in the conf of result_settings: a secret made per run
             conf.update(auth_conf(self.settings.auth_secret))
         conf.update(redaction_conf(conf, self.secrets))
@@ -491,6 +496,9 @@ class SparkBackend(Backend):
             self._first_job = first
         if self.gpu is not None and self.session is not None:
             self.session.conf.set("spark.rapids.sql.enabled", "true" if on_gpu else "false")
+
+    def stage_lineage(self, run_id: str, stage: str, log):
+        return nested(self.session, self.lineage, run_id, stage, log)
 
     def is_frame(self, value: Any) -> bool:
         from pyspark.sql import DataFrame

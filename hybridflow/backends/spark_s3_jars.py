@@ -113,7 +113,7 @@ def ensure(version: str, repository: str, cache: Path, *, retries: int = 3, back
     stream = stream or sys.stderr
     try:
         cache.mkdir(parents=True, exist_ok=True)
-        with _locked(cache, stream):
+        with locked(cache, stream, "Spark's s3a jars"):
             jars = cached(folder)  # fetched by the process that held the lock
             if jars:
                 return jars
@@ -141,12 +141,13 @@ def _unavailable(exc: RepositoryError, version: str) -> UnavailableError:
 
 
 @contextlib.contextmanager
-def _locked(cache: Path, stream: TextIO):
+def locked(cache: Path, stream: TextIO, what: str):
+    """The cache's fetches one at a time, across processes: a second one waits, and says so."""
     with open(cache / ".lock", "a") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            print(f"spark_s3_jars: waiting for another process fetching Spark's s3a jars into {cache}",
+            print(f"hybridflow: waiting for another process fetching {what} into {cache}",
                   file=stream, flush=True)
             fcntl.flock(lock, fcntl.LOCK_EX)
         yield  # the lock goes with the file's closing

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from .. import processes, registry
 from ..backends.base import EngineOutput, TerminalStreams
+from ..definition.lineageids import LineageTarget
 from ..definition.pipeline import Pipeline
 from ..definition.sqlstage import is_sql
 from ..definition.stagecode import module_file
@@ -211,6 +212,7 @@ class EnginePool:
         engine = registry.create(name, settings, self.log_dir,
                                  gpu=self.gpu(name), secrets=[*self.pipeline.secrets, *made],
                                  store=self.pipeline.store if self.pipeline.uses_object_storage else None)
+        engine.lineage = LineageTarget.of(self.pipeline)  # an engine's own lineage nests under each stage
         self._started[name] = engine  # stopped at the end even if it only half started
         try:
             with self._launching(name), processes.launching_engine(), \

@@ -132,7 +132,8 @@ class StageExecutor:
         attempt.work = EngineWork(backend, result)
         decision = attempt.decision
         try:
-            with watched(backend, result), time_limit(spec.timeout, backend, result.name, self.end_run):
+            with backend.stage_lineage(attempt.run_id, result.name, log), watched(backend, result), \
+                    time_limit(spec.timeout, backend, result.name, self.end_run):
                 if decision.action == INCREMENTAL and not decision.changes.changed:
                     produced = {}  # partitions were only removed: nothing to compute
                 else:

@@ -12,8 +12,6 @@ run leaves is traceable to the run that made it."""
 
 from __future__ import annotations
 
-import os
-import uuid
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -32,13 +30,13 @@ from openlineage.client.facet_v2 import (
     tags_run,
 )
 
+from ..definition.lineageids import namespace_of, run_uuid
 from ..results import Listener, RunResult, StageResult
 from . import quality
 from .datasets import TrackedDataset, read_versions, tracked, unpublished
 from .sender import Sender
 from .sourcecode import stage_source
 
-DEFAULT_NAMESPACE = "hybridflow"
 INTEGRATION = "HYBRIDFLOW"
 _ENDED = {"done": RunState.COMPLETE, "failed": RunState.FAIL}
 
@@ -58,9 +56,8 @@ class LineageEvents(Listener):
     @classmethod
     def of(cls, pipeline, catalog, trigger: str = "manual") -> LineageEvents:
         spec = pipeline.spec.lineage
-        namespace = (spec and spec.namespace) or os.environ.get("OPENLINEAGE_NAMESPACE") or DEFAULT_NAMESPACE
         client = OpenLineageClient(transport=_transport(pipeline)) if spec else OpenLineageClient()
-        return cls(pipeline, catalog, client, namespace, trigger, spec.timeout if spec else 5.0)
+        return cls(pipeline, catalog, client, namespace_of(pipeline), trigger, spec.timeout if spec else 5.0)
 
     # -- the run's events (told in the run's thread; each event is made and sent in the sender's) --
 
@@ -167,10 +164,7 @@ class LineageEvents(Listener):
         return Job(namespace=self.namespace, name=f"{self.pipeline.name}.{stage}", facets=facets)
 
     def _uuid(self, run_id: str, stage: str | None = None) -> str:
-        """A run's id, the same for every event of it (OpenLineage wants a UUID, hybridflow's run ids
-        are not: the pipeline's run id is in its tags facet)."""
-        key = f"hybridflow:{self.namespace}:{self.pipeline.name}:{run_id}" + (f":{stage}" if stage else "")
-        return str(uuid.uuid5(uuid.NAMESPACE_URL, key))
+        return run_uuid(self.namespace, self.pipeline.name, run_id, stage)
 
     def _facets(self, dataset: TrackedDataset, checks: list[dict] | None = None) -> dict:
         """The dataset's facets; its data checks' are `checks` (a stage's own record of them) or, for a
