@@ -55,6 +55,7 @@ def held_engine():
 
 def pool(tmp_path, signals: SignalState) -> EnginePool:
     pipeline = SimpleNamespace(engine_settings=lambda name: None, secrets=(), stages={}, root=tmp_path, remote=None,
+                               spec=SimpleNamespace(lineage=None),
                                workdir=tmp_path, uses_object_storage=False, store=None)
     (tmp_path / "logs").mkdir(exist_ok=True)
     return EnginePool(pipeline, [], tmp_path / "logs", signals=signals)
