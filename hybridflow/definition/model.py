@@ -25,7 +25,7 @@ from pydantic import (
 from ..diagnostics import did_you_mean
 from ..registry import DEFAULT as DEFAULT_BACKEND
 from ..settings import ByteSize, GpuMode, Names, Params, Section, none_as_empty
-from .tracking import DatasetMlflowSpec, LineageSpec, MlflowSpec
+from .tracking import DatasetMlflowSpec, LineageSpec, MlflowSpec, http_url
 
 PIPELINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -194,16 +194,7 @@ class NotifySpec(Section):
     @field_validator("url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
-        from urllib.parse import urlsplit
-
-        if value is None:
-            return value
-        parts = urlsplit(value.strip())
-        if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
-            got = f"scheme '{parts.scheme}'" if parts.scheme else "no scheme"
-            raise ValueError(f"must be an http:// or https:// URL with a host ({got}), "
-                             "e.g. https://hooks.example.com/${env:HOOK_TOKEN}")
-        return value.strip()
+        return http_url(value, "https://hooks.example.com/${env:HOOK_TOKEN}")
 
     @field_validator("command")
     @classmethod

@@ -9,6 +9,19 @@ from pydantic import Field, field_validator, model_validator
 
 from ..settings import Section
 
+
+def http_url(value: str | None, example: str) -> str | None:
+    """`value` stripped, when it is an http(s) URL with a host; a ValueError showing `example` otherwise."""
+    from urllib.parse import urlsplit
+
+    if value is None:
+        return value
+    parts = urlsplit(value.strip())
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        got = f"scheme '{parts.scheme}'" if parts.scheme else "no scheme"
+        raise ValueError(f"must be an http:// or https:// URL with a host ({got}), e.g. {example}")
+    return value.strip()
+
 LINEAGE_TIMEOUT = 5.0  # seconds for each event sent over HTTP
 
 
@@ -29,14 +42,7 @@ class LineageSpec(Section):
     @field_validator("url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
-        from urllib.parse import urlsplit
-
-        if value is None:
-            return value
-        parts = urlsplit(value.strip())
-        if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
-            raise ValueError("must be an http:// or https:// URL with a host, e.g. http://marquez:5000")
-        return value.strip()
+        return http_url(value, "http://marquez:5000")
 
     @model_validator(mode="after")
     def _where(self) -> "LineageSpec":
