@@ -45,6 +45,10 @@ class ClusterLaunch:
     files: dict[str, str] = field(default_factory=dict)
     attach: dict[str, Any] = field(default_factory=dict)  # what the driver's settings get to attach with them
     secrets: tuple[str, ...] = ()  # the credentials' values: redacted wherever they could be written
+    # what the head's log says once it serves, and a worker's once it is part of the cluster: a start
+    # waits for it (one that exits before is started again, while up_timeout lasts); None: no wait
+    head_ready: str | None = None
+    joined: str | None = None
 
 
 @dataclass(frozen=True)

@@ -117,7 +117,7 @@ def cluster_launch(python: str, head: str, port: int | None, name: str, idle_tim
         files={"dask-ca.pem": made.tls_ca_file, "dask-cert.pem": made.tls_scheduler_cert,
                "dask-key.pem": made.tls_scheduler_key},
         attach={"tls": DaskTls(ca=made.tls_ca_file, cert=made.tls_client_cert, key=made.tls_client_key)},
-        secrets=(made.tls_client_key,))
+        secrets=(made.tls_client_key,), head_ready="Scheduler at:", joined="Registered to:")
 
 
 ENGINE = Engine(

@@ -46,6 +46,7 @@ from .base import (
     unwrap_error,
     versions_probe,
 )
+from .raynode import STARTED
 from .raytune import CALLBACKS_VARIABLE, TUNING, TrialCounter, with_callback
 
 if TYPE_CHECKING:  # imported where used: validate and a skipped run never load it
@@ -100,7 +101,8 @@ def cluster_launch(python: str, head: str, port: int | None, name: str, idle_tim
     return ClusterLaunch(f"{head}:{port}", port,
                          start(head, "--head", "--port", str(port), "--include-dashboard=false"),
                          lambda host: start(host, "--address", f"{head}:{port}"), grace=0.5,
-                         files={"ray-token": token}, attach={"auth_token": token}, secrets=(token,))
+                         files={"ray-token": token}, attach={"auth_token": token}, secrets=(token,),
+                         head_ready=STARTED, joined=STARTED)
 
 
 ENGINE = Engine(

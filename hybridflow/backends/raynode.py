@@ -45,7 +45,10 @@ class DriverNode:
         self.temp_dir = tempfile.mkdtemp(prefix="hybridflow-ray-node-")
         # Ray refuses to join a cluster where this is 0 (hybridflow sets it for a local instance)
         env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
-        command = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", "--address", address,
+        # ended with the thread that starts it (the engine's starter lives as long as its engine), also
+        # when the runner is killed -9: in a session of its own, nothing else would end it
+        dies_with_us = ["setpriv", "--pdeathsig", "TERM", "--"] if shutil.which("setpriv") else []
+        command = [*dies_with_us, sys.executable, "-m", "ray.scripts.scripts", "start", "--block", "--address", address,
                    "--node-ip-address", node_ip, "--num-cpus", "0", "--num-gpus", "0", "--disable-usage-stats",
                    "--temp-dir", self.temp_dir]
         self.log = log

@@ -129,7 +129,8 @@ def cluster_launch(python: str, head: str, port: int | None, name: str, idle_tim
         lambda host: spark_class("org.apache.spark.deploy.worker.Worker", f"spark://{head}:{port}",
                                  "--host", host, "--work-dir", f"{scratch}/spark-work"),
         files={"spark-auth.properties": "".join(f"{key}={value}\n" for key, value in auth_conf(secret).items())},
-        attach={"auth_secret": secret}, secrets=(secret,))
+        attach={"auth_secret": secret}, secrets=(secret,),
+        head_ready="Starting Spark master at", joined="Successfully registered with master")
 
 
 def auth_conf(secret: str) -> dict[str, str]:

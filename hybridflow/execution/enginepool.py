@@ -107,8 +107,9 @@ class EnginePool:
         self._background = list(self._early.values())
         # Where every engine starts on this machine, the others start under SCHED_IDLE beside the
         # first (see BACKGROUND_NICENESS), which then hardly slows it. Clusters brought up for the run
-        # start on their hosts at niceness 19 only, so they wait for the engine needed first among
-        # them, also behind a first stage on an in-process engine (docs/benchmarks.md, "Engine settings").
+        # keep their hosts' normal priority (a user cannot raise it again, and starved nodes were
+        # dropped by their heads), so they wait for the engine needed first among them, also behind a
+        # first stage on an in-process engine (docs/benchmarks.md, "Engine settings").
         clusters = any(cluster_spec(self.pipeline, name) is not None for name in todo)
         leader = self._early[todo[0]] if clusters else None
         for name, early in self._early.items():
@@ -130,9 +131,7 @@ class EnginePool:
             early.error = Terminated(self.signals.signum)
         else:
             try:
-                # behind the leader, its cluster must not slow the leader's stage either (the
-                # leader's own cluster runs at full priority on its hosts)
-                early.seconds = self._start_engine(name, behind=leader is not None, early=early)
+                early.seconds = self._start_engine(name, early=early)
             except BaseException as exc:  # handed to the stage that needs this engine
                 early.error = exc
         with early.lock:
@@ -194,10 +193,9 @@ class EnginePool:
     def _settings(self, name: str):
         return self.pipeline.engine_settings(name)
 
-    def _start_engine(self, name: str, behind: bool = False, early: EarlyStart | None = None) -> float:
+    def _start_engine(self, name: str, early: EarlyStart | None = None) -> float:
         """Create and start an engine (any thread); its seconds to start. A failed start stops it (and
-        takes down the cluster brought up for it). `behind`: started behind another engine's stage,
-        its cluster's processes run at a lower CPU priority on their hosts. `early`: told how far it got."""
+        takes down the cluster brought up for it). `early`: told how far it got."""
         early = early or EarlyStart()
         settings = self._settings(name)
         cluster = cluster_spec(self.pipeline, name)
@@ -205,7 +203,7 @@ class EnginePool:
         made: tuple[str, ...] = ()
         if cluster is not None:
             with self.timeline.span(CLUSTER_UP, detail=name) as facts:
-                brought = self.clusters.bring_up(name, cluster, niceness=BACKGROUND_NICENESS if behind else 0)
+                brought = self.clusters.bring_up(name, cluster)
                 facts["nodes"] = cluster_nodes(brought)
                 attach, made = self.clusters.credentials(name)  # the run's own, for its own cluster
                 settings = settings.attached_to(brought["address"], **attach)

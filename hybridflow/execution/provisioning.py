@@ -65,11 +65,10 @@ class RunClusters:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _beating: threading.Event | None = None
 
-    def bring_up(self, engine: str, spec, niceness: int = 0) -> dict[str, Any]:
+    def bring_up(self, engine: str, spec) -> dict[str, Any]:
         """Bring `engine`'s cluster up as `spec` (a settings.ClusterSection) says; what its `up` said
         ({"address": ..., and "hosts" or "nodes" where known}). Recorded in the workdir first; a
-        failed `up` is followed by `down`, so nothing is left behind. `niceness`: of the processes the
-        ssh provider starts (a command provider's `up` is the team's own)."""
+        failed `up` is followed by `down`, so nothing is left behind."""
         key = f"{self.run_id}-{engine}"
         record = {"run_id": self.run_id, "pipeline": self.pipeline.name, "engine": engine, "provider": spec.provider,
                   "name": cluster_name(self.pipeline.name, self.run_id, engine), "state": "starting",
@@ -87,7 +86,7 @@ class RunClusters:
                 with self._lock:
                     tethers = self.tethers.setdefault(engine, [])
                     self.launches[engine] = launch
-                cluster = ssh_up(engine, spec, record, self._log(engine), tethers, niceness, self.redact, launch)
+                cluster = ssh_up(engine, spec, record, self._log(engine), tethers, self.redact, launch)
             else:
                 outcome = run_command(spec.up, cluster_env(record), spec.up_timeout, self._log(engine), "up",
                                       self.pipeline.root, self.redact)

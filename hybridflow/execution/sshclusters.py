@@ -47,10 +47,13 @@ fi
 chmod 700 "$scratch"
 '''
 
-# what a host runs to end a cluster's processes: every one whose environment carries its name, TERM then KILL
+# what a host runs to end a cluster's processes: every one whose environment carries its name, and every
+# one with a file open in its folder (Ray's raylet starts its agents with an environment of its own), TERM then KILL
 _END = r'''name=%(name)s
+folder=%(scratch)s
 tagged() {  # one grep over every process's environment (NUL-separated): a loop of processes per pid was slow
-  grep -lxzF "HYBRIDFLOW_CLUSTER_NAME=$name" /proc/[0-9]*/environ 2>/dev/null | sed -e 's|^/proc/||' -e 's|/environ$||'
+  { grep -lxzF "HYBRIDFLOW_CLUSTER_NAME=$name" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3
+    find /proc/[0-9]*/fd -lname "$folder/*" 2>/dev/null | cut -d/ -f3; } | grep -vx "$$" | sort -u
 }
 pids=$(tagged)
 if [ -n "$pids" ]; then kill -TERM $pids 2>/dev/null || true; fi
@@ -58,7 +61,7 @@ for _ in $(seq %(tries)d); do pids=$(tagged); [ -z "$pids" ] && break; sleep 0.2
 if [ -n "$pids" ]; then kill -KILL $pids 2>/dev/null || true; fi
 '''
 # a teardown: the processes ended, then their logs printed, and the cluster's folder removed
-_SWEEP = _END + r'''scratch=%(scratch)s
+_SWEEP = _END + r'''scratch=$folder
 if [ -d "$scratch" ] && [ -O "$scratch" ] && [ ! -L "$scratch" ]; then
   for log in "$scratch"/*.log; do
     if [ -e "$log" ]; then echo "=== $(hostname): $log"; tail -c 200000 "$log"; fi
@@ -84,29 +87,27 @@ def scratch(name: str) -> str:
 
 
 def ssh_up(engine: str, spec, record: dict[str, Any], log_file: Path,
-           tethers: list[subprocess.Popen] | None = None, niceness: int = 0,
+           tethers: list[subprocess.Popen] | None = None,
            redact: Redact = _verbatim, launch=None) -> dict[str, Any]:
-    """Start the engine's head on the head host, wait until it answers, then its workers. `tethers`:
+    """Start the engine's head on the head host, wait until it answers, then its workers, and wait
+    until each has joined the cluster: a stage never waits for a worker that is not coming. `tethers`:
     where the hosts' tethers go, each started before anything else on its host (None: untethered).
-    `niceness`: the processes' CPU priority, lowered for a cluster brought up behind a running stage
-    (Dask's and Ray's clusters coming up took the Spark stage's read from 2.3 s to 9.4 s). `redact`:
-    what every line written to `log_file` passes through. `launch`: the engine's ClusterLaunch for
-    it (launch_for(); default a fresh one), whose credentials the driver attaches with."""
+    `redact`: what every line written to `log_file` passes through. `launch`: the engine's
+    ClusterLaunch for it (launch_for(); default a fresh one), whose credentials the driver attaches
+    with. The processes run at the hosts' normal priority: lowered, a user cannot raise it again, and
+    nodes starved by other work on their host were declared dead by their head."""
     launch = launch or launch_for(engine, spec, record["name"])
     redact = _with_secrets(redact, launch.secrets)
     deadline = time.monotonic() + spec.up_timeout
-    if niceness > 0:
-        launch = dataclasses.replace(launch, head=["nice", "-n", str(niceness), *launch.head],
-                                     worker=lambda host, of=launch.worker: ["nice", "-n", str(niceness), *of(host)])
     if tethers is not None:
         tethers += [_tether(spec, host.host, record["name"], launch, log_file) for host in spec.hosts]
-    start = _Start(engine, spec, record["name"], launch.files, log_file, redact)
-    head = start(spec.head, [*launch.head, *spec.head_args], "head")
-    _prove_head(engine, spec, record["name"], head, launch.port, deadline, log_file, redact)
+    start = _Start(engine, spec, record["name"], launch.files, log_file, redact, deadline)
+    start(spec.head, [*launch.head, *spec.head_args], "head", launch.head_ready,
+          proof=lambda pid: _prove_head(engine, spec, record["name"], pid, launch.port, deadline, log_file, redact))
     _wait_for_port(engine, spec.head, launch.port, deadline, log_file)
     with ThreadPoolExecutor(max_workers=len(spec.workers)) as pool:  # side by side; a failure is raised here
-        list(pool.map(lambda host: start(host, [*launch.worker(host), *spec.worker_args], f"worker-{host}"),
-                      spec.workers))
+        list(pool.map(lambda host: start(host, [*launch.worker(host), *spec.worker_args], f"worker-{host}",
+                                         launch.joined), spec.workers))
     return {"address": launch.address, "hosts": [h.host for h in spec.hosts]}
 
 
@@ -177,7 +178,8 @@ def _append(log_file: Path, text: str, redact: Redact) -> None:
 def _tether(spec, host: str, name: str, launch, log_file: Path) -> subprocess.Popen:
     import shlex
 
-    script = "cat > /dev/null\n" + _END % {"name": shlex.quote(name), "tries": _tries(launch.grace)}
+    script = "cat > /dev/null\n" + _END % {"name": shlex.quote(name), "scratch": shlex.quote(scratch(name)),
+                                          "tries": _tries(launch.grace)}
     command = _ssh_command(spec, host, ["-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4"])
     with open(log_file, "ab") as out:  # its end: `cat` returned on the host and the processes ended there
         out.write(f"--- tethered to {host}\n".encode())
@@ -188,7 +190,10 @@ def _tether(spec, host: str, name: str, launch, log_file: Path) -> subprocess.Po
 @dataclasses.dataclass
 class _Start:
     """Starts one of a cluster's processes on a host: its private folder made (or found this user's
-    own), the credentials written there, the process started with its output in a log there."""
+    own), the credentials written there, the process started with its output in a log there; then,
+    where the engine says what its log shows once it is up, waits for that line. A process that exits
+    before it is started again while `deadline` allows: starved by other work on its host, an engine's
+    own start-up timers run out (Ray gives a node 30 s to register with its head)."""
 
     engine: str
     spec: Any
@@ -196,9 +201,31 @@ class _Start:
     files: dict[str, str]
     log_file: Path
     redact: Redact
+    deadline: float
 
-    def __call__(self, host: str, argv: list[str], role: str) -> int:
-        """The process's id on the host."""
+    def __call__(self, host: str, argv: list[str], role: str, ready: str | None = None,
+                 proof: Callable[[int], None] | None = None) -> int:
+        """The process's id on the host, once `proof(pid)` passed and its log says `ready` (None: at once)."""
+        for attempt in range(1, _STARTS + 1):
+            pid = self._launch(host, argv, role)
+            if proof is not None:
+                proof(pid)
+            if ready is None:
+                return pid
+            outcome, said = self._wait_until_ready(host, pid, role, ready)
+            if outcome.returncode == 0:
+                return pid
+            what = f"the {self.engine} cluster's {role.split('-')[0]} on {host}"
+            if outcome.returncode == _EXITED and attempt < _STARTS and self.deadline - time.monotonic() > 5:
+                _append(self.log_file, f"--- {what} exited before it was up: starting it again\n", _verbatim)
+                continue
+            if outcome.returncode == _EXITED:
+                raise UnavailableError(f"{what} exited before it was up: {_telling(said)}", hint=f"see {self.log_file}")
+            raise UnavailableError(f"{what} was not up within {self.spec.up_timeout:g} s: {_telling(said)}",
+                                   hint=f"see {self.log_file}")
+        raise AssertionError("unreachable")
+
+    def _launch(self, host: str, argv: list[str], role: str) -> int:
         import shlex
 
         folder = scratch(self.name)
@@ -220,6 +247,32 @@ class _Start:
                                    hint=f"see {self.log_file}")
         started = [line.split()[1] for line in outcome.output.splitlines() if line.startswith("started ")]
         return int(started[-1]) if started and started[-1].isdigit() else 0
+
+    def _wait_until_ready(self, host: str, pid: int, role: str, ready: str) -> tuple[Outcome, list[str]]:
+        """On the host: until the process's log says `ready` (0), the process exited (_EXITED) or the
+        deadline passed; with the log's last lines when it is not ready."""
+        import shlex
+
+        script = _READY % {"pid": pid, "ready": shlex.quote(ready),
+                           "log": shlex.quote(f"{scratch(self.name)}/{role}.log"),
+                           "tries": max(1, round((self.deadline - time.monotonic()) / 0.2))}
+        outcome = _ssh_run(self.spec, host, script, max(1.0, self.deadline - time.monotonic()) + 10, self.name)
+        said = [self.redact(line) for line in outcome.output.splitlines() if line.strip()]
+        if outcome.returncode != 0:
+            _append(self.log_file, f"--- {role} on {host}, not up: {ended(outcome)}\n"
+                    + "".join(f"{line}\n" for line in said), _verbatim)
+        return outcome, said
+
+
+_STARTS = 3  # tries of a process that exits before it is up
+
+
+def _telling(said: list[str]) -> str:
+    """The line of a log's tail that says what went wrong: the last naming an error, else the last."""
+    import re
+
+    errors = [line for line in said if re.search(r"(Error|Exception|error:|refused|denied)", line)]
+    return first_line((errors or said)[-1]) if said else "it said nothing"
 
 
 def _prove_head(engine: str, spec, name: str, pid: int, port: int, deadline: float, log_file: Path,
@@ -251,6 +304,15 @@ def _prove_head(engine: str, spec, name: str, pid: int, port: int, deadline: flo
 
 
 _TAKEN, _EXITED = 3, 4
+# run on a process's host: until its log says it is up, while it lives
+_READY = r'''for _ in $(seq %(tries)d); do
+  if grep -qF -- %(ready)s %(log)s 2>/dev/null; then exit 0; fi
+  if ! kill -0 %(pid)d 2>/dev/null; then sleep 0.5; tail -n 20 %(log)s 2>/dev/null; exit 4; fi
+  sleep 0.2
+done
+tail -n 20 %(log)s 2>/dev/null
+exit 5
+'''
 # run on the head's host: the head process alive, and the holder of its port one of the cluster's processes
 _PROOF = r'''name=%(name)s
 for _ in $(seq %(tries)d); do

@@ -66,10 +66,10 @@ class WarmPool(EnginePool):
             self._streams.restore()
             self._streams = None
 
-    def _start_engine(self, name: str, behind: bool = False, early=None) -> float:
+    def _start_engine(self, name: str, early=None) -> float:
         self._started_with[name] = _settings(self.pipeline, name)  # what it starts with: compared later
         self._code[name] = self._code_digest(name)
-        return super()._start_engine(name, behind, early)
+        return super()._start_engine(name, early)
 
     def get(self, name: str):
         warm = name in self._started and name not in self._early  # not one this run is starting

@@ -188,14 +188,6 @@ def s3(hosts, tmp_path_factory):
     server.stop()
 
 
-def niceness(pid: int) -> int | None:
-    """A process's niceness, or None once it has ended."""
-    try:
-        return os.getpriority(os.PRIO_PROCESS, pid)
-    except ProcessLookupError:
-        return None
-
-
 def tagged(prefix: str) -> list[int]:
     """Processes on this machine (every host's: they share it) tagged with a cluster name starting so."""
     found = []
@@ -208,6 +200,16 @@ def tagged(prefix: str) -> list[int]:
         if state != "Z" and re.search(rb"(^|\0)HYBRIDFLOW_CLUSTER_NAME=" + re.escape(prefix.encode()), environ):
             found.append(int(pid))
     return found
+
+
+def holding(folders: list[str]) -> list[int]:
+    """Processes on this machine with a file open in one of `folders` (deleted since, or not)."""
+    found = []
+    for fd in Path("/proc").glob("[0-9]*/fd/*"):
+        with contextlib.suppress(OSError):
+            if any(os.readlink(fd).startswith(f"{folder}/") for folder in folders):
+                found.append(int(fd.parts[2]))
+    return sorted(set(found))
 
 
 def hf_env(s3: S3Server, private: Path) -> dict[str, str]:
@@ -325,6 +327,7 @@ def test_three_clusters_brought_up_over_ssh_give_the_embedded_answer_and_leave_n
 
     assert set(read_arrow(scaled.source()).column("spark_left").to_pylist()) == {0}  # Spark's cluster was gone
     assert tagged("hf-sshflow-") == []  # every cluster process, on every host, ended with the run
+    assert holding(list(stranger.folders)) == []  # those that drop the tag too (Ray's agents)
     assert not wrong_listeners(listeners, hosts), listeners
     logs = next((private / "cache").rglob("cluster-dask.log")).read_text()
     assert "distributed.scheduler" in logs and "=== " in logs  # the hosts' own logs came back with the run
@@ -392,8 +395,7 @@ def command_line(pid: int) -> bytes:
 
 
 def test_a_dask_cluster_nobody_uses_ends_itself_at_its_idle_timeout(hosts, sshd, tmp_path):
-    """No runner, no tether, no reaper: the scheduler's own timer ends it. (Brought up as behind a
-    running stage: its processes run at the lower CPU priority asked for.)"""
+    """No runner, no tether, no reaper: the scheduler's own timer ends it."""
     from hybridflow.execution.sshclusters import ssh_down, ssh_up
     from hybridflow.settings import ClusterSection
 
@@ -402,10 +404,9 @@ def test_a_dask_cluster_nobody_uses_ends_itself_at_its_idle_timeout(hosts, sshd,
                           worker_args=["--nthreads", "1"], idle_timeout=5)
     record = {"name": "hf-idle-test-dask", "run_id": "idle-test", "engine": "dask"}
     try:
-        ssh_up("dask", spec, record, tmp_path / "cluster.log", niceness=19)
+        ssh_up("dask", spec, record, tmp_path / "cluster.log")
         scheduler = [pid for pid in tagged("hf-idle-test-") if b"dask_scheduler" in command_line(pid)]
         assert scheduler
-        assert {niceness(pid) for pid in tagged("hf-idle-test-")} - {None} == {19}
         deadline = time.monotonic() + 60
         while any(Path(f"/proc/{pid}").exists() for pid in scheduler):
             assert time.monotonic() < deadline, "Dask's idle timeout did not end the scheduler"
@@ -413,6 +414,54 @@ def test_a_dask_cluster_nobody_uses_ends_itself_at_its_idle_timeout(hosts, sshd,
     finally:
         assert ssh_down(record, spec, tmp_path / "cluster.log") is None
     assert tagged("hf-idle-test-") == []
+
+
+# a head that serves on its port; a worker that exits the first time it starts on a host (an engine's own
+# start-up timer run out, as Ray's 30 s do on a host kept busy), then joins; one that never says it joined
+HEAD = ("import socket, sys, time; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+        "s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(); print('serving', flush=True); time.sleep(600)")
+FLAKY = 'if [ -e "$1" ]; then echo joined; exec sleep 600; fi; touch "$1"; echo "Exception: timed out" >&2; exit 3'
+SILENT = "exec sleep 600"
+
+
+def test_a_worker_that_exits_before_it_joined_is_started_again_and_one_that_never_joins_fails_naming_its_host(
+        hosts, sshd, tmp_path):
+    """The cluster is up only once every worker says it joined: a worker that exits first is started
+    again; one that is still not in at up_timeout fails the start, naming its host."""
+    from hybridflow.errors import UnavailableError
+    from hybridflow.execution.sshclusters import scratch, ssh_down, ssh_up
+    from hybridflow.registry import ClusterLaunch
+    from hybridflow.settings import ClusterSection
+
+    a, b, c = (hosts.hosts[name] for name in ("a", "b", "c"))
+
+    def up(name: str, worker: str, port: int) -> str:
+        spec = ClusterSection(provider="ssh", hosts=[{"host": a, "head": True}, {"host": b}, {"host": c}],
+                              user="root", key_file=str(sshd), python=sys.executable, ssh_options=CLIENT_OPTIONS,
+                              up_timeout=20)
+        launch = ClusterLaunch(f"{a}:{port}", port, [sys.executable, "-c", HEAD, a, str(port)],
+                               lambda host: ["bash", "-c", worker, "worker", f"{scratch(name)}/tried-{host}"],
+                               grace=0.5, head_ready="serving", joined="joined")
+        record = {"name": name, "run_id": name, "engine": "dask"}
+        try:
+            ssh_up("dask", spec, record, tmp_path / f"{name}.log", launch=launch)
+            return "up"
+        except UnavailableError as exc:
+            return str(exc)
+        finally:
+            assert ssh_down(record, spec, tmp_path / f"{name}.log") is None
+            assert tagged(name) == []
+
+    assert up("hf-flaky-1-dask", FLAKY, 8791) == "up"
+    log = (tmp_path / "hf-flaky-1-dask.log").read_text()
+    for host in (b, c):
+        assert log.count(f"worker on {host} exited before it was up: starting it again") == 1, log
+        assert "Exception: timed out" in log, log
+    clock = time.monotonic()
+    said = up("hf-silent-1-dask", SILENT, 8792)
+    assert said.startswith(f"the dask cluster's worker on {b} was not up within 20 s") or \
+        said.startswith(f"the dask cluster's worker on {c} was not up within 20 s"), said
+    assert time.monotonic() - clock < 60, said
 
 
 # a stranger's service (SO_REUSEADDR: an earlier test's connections to the port may linger in TIME_WAIT)
