@@ -157,6 +157,12 @@ def _check_datasets(p: Pipeline) -> list[Problem]:
             except ValueError as exc:
                 problems.append(p.source.problem(at + ("path",), f"dataset '{name}': {exc}"))
                 continue
+            store = p.store_uri.split("://", 1)[0]
+            if not ds.path.startswith(f"{store}://"):  # engines are handed the settings of one store
+                problems.append(p.source.problem(at + ("path",), f"dataset '{name}': a pipeline reaches one object "
+                                                 f"store, and this one's is {store}:// (its workdir, or its first "
+                                                 f"input there); copy the input into {store}://"))
+                continue
         if ds.path and not producer and name in consumed:
             problems += _missing_input(p, name)
         if not producer and name not in consumed:

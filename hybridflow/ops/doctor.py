@@ -325,17 +325,16 @@ def check_object_storage(target: Target) -> Iterable[Finding]:
     pipeline = target.pipeline
     if pipeline is None or not pipeline.uses_object_storage:
         return
-    from ..data.objectstore import ObjectStore
-    from ..data.storage import ObjectPath, is_object_uri, object_path
+    from ..data.storage import is_object_uri, object_path
 
     places = [pipeline.remote] if pipeline.remote is not None else []
     places += [object_path(ds.path) for ds in pipeline.spec.datasets.values() if is_object_uri(ds.path)]
-    objects = ObjectStore(pipeline.store)
-    where = pipeline.store.endpoint or "AWS S3"
+    objects = pipeline.store.objects()
+    where = pipeline.store.endpoint or pipeline.store.label
     answering = set()
     for bucket in sorted({place.bucket for place in places}):
         try:
-            objects.children(ObjectPath(bucket))
+            objects.children(type(places[0])(bucket))
         except HybridflowError as exc:
             yield Finding("object storage", "error", exc.message, exc.hint or "")
         else:

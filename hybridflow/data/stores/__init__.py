@@ -1,0 +1,44 @@
+"""The object stores a workdir or an input can live in, one module each, chosen by a URI's scheme.
+
+A store module holds what is particular to one store and nothing else: its ObjectPath subclass
+(PATH), its settings (SETTINGS: made with `.of(section, environ)` from the pipeline's storage:
+section over the store's standard variables), which give every engine its way in
+(`arrow_filesystem()`, `fsspec_filesystem()`, `polars_options()`, `spark_conf()`) and the client
+whose conditional writes commit (`objects()`: the methods of objectstore.ObjectStore). Modules are
+imported when a URI of theirs is first met, so naming a store costs no client library.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StoreKind:
+    scheme: str  # as URIs spell it: s3, gs
+    module: str  # the module under data/stores/ holding PATH and SETTINGS
+    misspellings: tuple[str, ...]  # schemes people write meaning this one (other tools' spellings)
+
+    def path_type(self) -> type:
+        return self._module().PATH
+
+    def settings_type(self) -> type:
+        return self._module().SETTINGS
+
+    def _module(self):
+        return importlib.import_module(f"{__name__}.{self.module}")
+
+
+KINDS = (StoreKind("s3", "s3", ("s3", "s3a", "s3n")),
+         StoreKind("gs", "gcs", ("gs", "gcs")))
+
+
+def kind_of(uri: str) -> StoreKind | None:
+    """The store an object-storage URI names (exactly spelt: 'scheme://'), or None."""
+    return next((kind for kind in KINDS if uri.startswith(f"{kind.scheme}://")), None)
+
+
+def meant_by(scheme: str) -> StoreKind | None:
+    """The store a URI scheme spelt some other way (S3:, s3a:, gcs:) most likely means."""
+    return next((kind for kind in KINDS if scheme.lower() in kind.misspellings), None)
