@@ -24,8 +24,8 @@ from .gcs import GcsPath, GcsSettings
 
 _SCOPE = "https://www.googleapis.com/auth/devstorage.read_write"
 _TIMEOUT = (10, 60)  # seconds to connect, to read an answer
-_HINT = ("set GOOGLE_APPLICATION_CREDENTIALS to a service account key allowed to use the bucket (or STORAGE_EMULATOR_HOST "
-         "to an emulator)")
+_HINT = ("set GOOGLE_APPLICATION_CREDENTIALS to a service account key allowed to use the bucket "
+         "(or STORAGE_EMULATOR_HOST to an emulator)")
 
 
 class GcsObjectStore:
