@@ -28,7 +28,7 @@ from hybridflow.backends import spark_s3_jars
 from tests.objectstore.test_s3_inputs import ENGINES, STAGES, WEEKS, expected_join, pipeline_text, put_week
 from tests.support.maven import repository_of, serving
 from tests.support.s3server import S3Endpoint, S3Server
-from tests.support.s3stores import every_store
+from tests.support.s3stores import every_cloud, every_store
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -48,18 +48,18 @@ def statuses(summary: str) -> dict[str, str]:
 
 
 def current_versions(s3: S3Endpoint, prefix: str) -> dict[str, str]:
-    body = s3.client().get_object(Bucket=prefix.split("/")[0], Key=prefix.split("/", 1)[1] + "/CURRENT")["Body"]
-    return json.loads(body.read())["datasets"]
+    return json.loads(s3.get_bytes(f"{prefix}/CURRENT"))["datasets"]
 
 
-@every_store
+@every_cloud
 def test_every_engine_publishes_to_s3_and_a_fresh_machine_skips_resumes_and_adds_partitions(project, s3, tmp_path):
     bucket = s3.bucket("lake-workdir")
     for week in WEEKS:
         put_week(s3, f"{bucket}/events", week)
     s3.put_bytes(f"{bucket}/customers.csv", b"customer,tier\nc0,1\nc1,2\nc2,3\n")
     project.stages(STAGES)
-    file = project.pipeline(pipeline_text(bucket).replace("workdir: .hf", f"workdir: s3://{bucket}/team"))
+    file = project.pipeline(pipeline_text(bucket, scheme=s3.scheme).replace("workdir: .hf",
+                                                                             f"workdir: {s3.scheme}://{bucket}/team"))
     first_machine = tmp_path / "machine-1"
 
     done = hf(project, s3, "run", "pipeline.yaml", cache=first_machine)
@@ -86,7 +86,7 @@ def test_every_engine_publishes_to_s3_and_a_fresh_machine_skips_resumes_and_adds
 
     # a new machine: nothing local; the runs are listed, every stage is skipped
     second_machine = tmp_path / "machine-2"
-    listed = hf(project, s3, "runs", "-w", f"s3://{bucket}/team", cache=second_machine)
+    listed = hf(project, s3, "runs", "-w", f"{s3.scheme}://{bucket}/team", cache=second_machine)
     assert listed.returncode == 0 and "success" in listed.stdout, listed.stdout + listed.stderr
     again = hf(project, s3, "run", "pipeline.yaml", cache=second_machine)
     assert again.returncode == 0, again.stdout + again.stderr
