@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ...errors import DataError, HybridflowError, StorageError, UnavailableError, store_error
+from ...installing import install_extras
 from .. import untrusted
 from ..objectstore import Conflict
 from .gcs import GcsPath, GcsSettings
@@ -37,12 +38,16 @@ class GcsObjectStore:
 
     @functools.cached_property
     def _session(self):
-        import google.auth
-        from google.auth.credentials import AnonymousCredentials
-        from google.auth.exceptions import DefaultCredentialsError
-        from google.auth.transport.requests import AuthorizedSession
-        from requests.adapters import HTTPAdapter
-        from urllib3.util.retry import Retry
+        try:
+            import google.auth
+            from google.auth.credentials import AnonymousCredentials
+            from google.auth.exceptions import DefaultCredentialsError
+            from google.auth.transport.requests import AuthorizedSession
+            from requests.adapters import HTTPAdapter
+            from urllib3.util.retry import Retry
+        except ImportError:
+            raise UnavailableError("a workdir in Google Cloud Storage needs google-auth and requests, which are not "
+                                   "installed", hint=install_extras("gcs")) from None
 
         if self.settings.endpoint:
             credentials = AnonymousCredentials()
