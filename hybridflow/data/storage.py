@@ -130,6 +130,13 @@ class StoreSettings:
         host = (urlsplit(self.endpoint or "").hostname or "").lower()
         return host.endswith((".amazonaws.com", ".amazonaws.com.cn"))
 
+    def reached(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """What tells the store these settings reach, and as whom, from another (doctor compares cron's
+        with the shell's): never a credential."""
+        return {"endpoint": self.endpoint or self.label, "region": self.region or "(none)",
+                "profile": environ.get("AWS_PROFILE") or "default",
+                "config file": environ.get("AWS_CONFIG_FILE") or "~/.aws/config"}
+
     def objects(self):
         """The store client a workdir here commits through (objectstore.ObjectStore, on boto3)."""
         from .objectstore import ObjectStore

@@ -19,6 +19,9 @@ class StoreKind:
     scheme: str  # as URIs spell it: s3, gs
     module: str  # the module under data/stores/ holding PATH and SETTINGS
     misspellings: tuple[str, ...]  # schemes people write meaning this one (other tools' spellings)
+    # the standard variables that decide which store a run reaches and how (never a secret's value:
+    # a key file's path at most), carried into cron's runs
+    variables: tuple[str, ...]
 
     def path_type(self) -> type:
         return self._module().PATH
@@ -30,8 +33,16 @@ class StoreKind:
         return importlib.import_module(f"{__name__}.{self.module}")
 
 
-KINDS = (StoreKind("s3", "s3", ("s3", "s3a", "s3n")),
-         StoreKind("gs", "gcs", ("gs", "gcs")))
+KINDS = (StoreKind("s3", "s3", ("s3", "s3a", "s3n"),
+                   ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE",
+                    "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE")),
+         StoreKind("gs", "gcs", ("gs", "gcs"),
+                   ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT")))
+
+
+def variables() -> tuple[str, ...]:
+    """Every store's standard variables."""
+    return tuple(name for kind in KINDS for name in kind.variables)
 
 
 def kind_of(uri: str) -> StoreKind | None:

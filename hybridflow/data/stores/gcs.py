@@ -48,6 +48,12 @@ class GcsSettings:
             endpoint = f"http://{endpoint}"
         return cls(endpoint.rstrip("/") if endpoint else None, environ.get("GOOGLE_CLOUD_PROJECT"))
 
+    def reached(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """What tells the store these settings reach, and as whom, from another: the key file's path,
+        never its content."""
+        return {"endpoint": self.endpoint or self.label, "project": self.project or "(none)",
+                "credentials file": environ.get("GOOGLE_APPLICATION_CREDENTIALS") or "(gcloud's default)"}
+
     def adopt_checksum_policy(self) -> None:
         """Nothing to adopt: GCS takes the checksums every client sends (S3's settings need this)."""
 
