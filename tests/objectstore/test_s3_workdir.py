@@ -132,7 +132,7 @@ def slow(b, gate="", seconds=0):
 
 SMALL = '''
 name: small
-workdir: s3://{bucket}/{prefix}
+workdir: {scheme}://{bucket}/{prefix}
 stages:
   make: {{run: "mypkg.steps:make", outputs: [a]}}
   check: {{run: "mypkg.steps:check", inputs: [a], outputs: [b]}}
@@ -142,14 +142,14 @@ stages:
 
 def small(project, s3: S3Endpoint, prefix: str) -> str:
     bucket = "small-workdirs"
-    if bucket not in [b["Name"] for b in s3.client().list_buckets()["Buckets"]]:
+    if bucket not in s3.bucket_names():
         s3.bucket(bucket)
     project.stages(FLAKY)
-    project.pipeline(SMALL.format(bucket=bucket, prefix=prefix))
+    project.pipeline(SMALL.format(bucket=bucket, prefix=prefix, scheme=s3.scheme))
     return f"{bucket}/{prefix}"
 
 
-@every_store
+@every_cloud
 def test_a_failed_run_is_resumed_from_another_machine(project, s3, tmp_path):
     small(project, s3, "resume")
     failed = hf(project, s3, "run", "pipeline.yaml", cache=tmp_path / "m1", env={"HF_FAIL_CHECK": "1"})
@@ -158,15 +158,16 @@ def test_a_failed_run_is_resumed_from_another_machine(project, s3, tmp_path):
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert statuses(resumed.stdout) == {"make": "skipped", "check": "done", "slow": "done"}, resumed.stdout
     # the report's line names the workdir in the store (not this machine's cache), and that opens it anywhere
-    assert "(hybridflow report -w s3://small-workdirs/resume --open opens it)" in resumed.stdout, resumed.stdout
-    reported = hf(project, s3, "report", "-w", "s3://small-workdirs/resume", cache=tmp_path / "m3")
+    workdir = f"{s3.scheme}://small-workdirs/resume"
+    assert f"(hybridflow report -w {workdir} --open opens it)" in resumed.stdout, resumed.stdout
+    reported = hf(project, s3, "report", "-w", workdir, cache=tmp_path / "m3")
     assert reported.returncode == 0 and Path(reported.stdout.strip()).is_file(), reported.stdout + reported.stderr
     # the store was proved to honour conditional writes before it was trusted, and the answer kept
-    kept = s3.client().get_object(Bucket="small-workdirs", Key="resume/.hybridflow/store-check.json")["Body"].read()
+    kept = s3.get_bytes("small-workdirs/resume/.hybridflow/store-check.json")
     assert json.loads(kept)[s3.endpoint]["honoured"] is True
 
 
-@every_store
+@every_cloud
 def test_two_runners_on_two_machines_never_run_the_pipeline_at_once(project, s3, tmp_path):
     small(project, s3, "lease")
     # the first run holds the lease until the test opens its gate (6 s of sleep could end before a slow
@@ -209,7 +210,8 @@ def racing(a):
     client.put_object(Bucket="{bucket}", Key="{key}", Body=body + b"\\n")  # same datasets, a new ETag
     return a.assign(b=a["a"] * 3)
 ''')
-    project.pipeline(SMALL.format(bucket=bucket, prefix="race").replace("mypkg.steps:check", "mypkg.steps:racing"))
+    project.pipeline(SMALL.format(bucket=bucket, prefix="race", scheme=s3.scheme).replace("mypkg.steps:check",
+                                                                                           "mypkg.steps:racing"))
     raced = hf(project, s3, "run", "pipeline.yaml", cache=tmp_path / "m1")
     assert raced.returncode == 75, raced.stdout + raced.stderr
     assert "another run committed" in raced.stdout + raced.stderr and "Traceback" not in raced.stderr
@@ -275,8 +277,8 @@ def dying(a):
     os.killpg({server.process.pid}, signal.SIGKILL)
     return a
 ''')
-        project.pipeline(SMALL.format(bucket="small-workdirs", prefix="dying").replace("mypkg.steps:check",
-                                                                                        "mypkg.steps:dying"))
+        small_text = SMALL.format(bucket="small-workdirs", prefix="dying", scheme="s3")
+        project.pipeline(small_text.replace("mypkg.steps:check", "mypkg.steps:dying"))
         done = hf(project, server, "run", "pipeline.yaml", cache=tmp_path / "m1")
         assert done.returncode == 69, done.stdout + done.stderr
         assert "does not answer" in done.stdout + done.stderr and "Traceback" not in done.stdout + done.stderr

@@ -100,6 +100,10 @@ class GcsServer:
         self._call("POST", "/storage/v1/b", json={"name": name})
         return name
 
+    def bucket_names(self) -> list[str]:
+        listed = self._call("GET", "/storage/v1/b", params={"project": "test"}).json()
+        return [b["name"] for b in listed.get("items", [])]
+
     def put_table(self, key: str, table: pa.Table) -> None:
         """A Parquet file at gs://key (bucket/...), written by pyarrow."""
         pq.write_table(table, key, filesystem=self.filesystem())

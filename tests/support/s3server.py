@@ -61,6 +61,9 @@ class S3Endpoint:
         bucket, _, name = key.partition("/")
         self.client().put_object(Bucket=bucket, Key=name, Body=data)
 
+    def bucket_names(self) -> list[str]:
+        return [b["Name"] for b in self.client().list_buckets()["Buckets"]]
+
     def get_bytes(self, key: str) -> bytes:
         bucket, _, name = key.partition("/")
         return self.client().get_object(Bucket=bucket, Key=name)["Body"].read()
