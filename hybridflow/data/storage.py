@@ -84,7 +84,7 @@ def uri_of(path: PurePath) -> str:
 
 
 def settings_for(uri_or_path: str | PurePath, section: Mapping[str, Any] | None = None,
-                 environ: Mapping[str, str] | None = None):
+                 environ: Mapping[str, str] | None = None) -> stores.Settings:
     """How to reach the store of an object-storage URI or ObjectPath: its store's settings (S3's:
     StoreSettings), from the pipeline's storage: section over that store's standard variables."""
     uri = uri_or_path.uri if isinstance(uri_or_path, ObjectPath) else uri_or_path

@@ -24,7 +24,8 @@ from .state import RunStore
 
 if TYPE_CHECKING:
     from ..data.objectstore import ObjectStore
-    from ..data.storage import ObjectPath, StoreSettings
+    from ..data.storage import ObjectPath
+    from ..data.stores import Settings
 
 
 class Workspace:
@@ -32,7 +33,7 @@ class Workspace:
     object storage or None, `settings` how that store is reached; `pipeline` the pipeline it is
     opened for (None: a workdir named alone, whose run records only are read)."""
 
-    def __init__(self, local: Path, remote: ObjectPath | None = None, settings: StoreSettings | None = None,
+    def __init__(self, local: Path, remote: ObjectPath | None = None, settings: Settings | None = None,
                  pipeline: Any = None) -> None:
         self.local, self.remote, self.settings, self.pipeline = local, remote, settings, pipeline
 

@@ -12,6 +12,24 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from typing import Any, Mapping, Protocol
+
+
+class Settings(Protocol):
+    """What a store module's SETTINGS give the code above them (S3's: storage.StoreSettings)."""
+
+    endpoint: str | None  # an emulator's or a compatible store's URL; None: the cloud's own
+    label: str  # the store's name where no endpoint names it ("AWS S3")
+
+    @classmethod
+    def of(cls, section: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> Settings: ...
+    def adopt_checksum_policy(self) -> None: ...  # before engines start workers (they inherit the environment)
+    def arrow_filesystem(self): ...  # pyarrow's filesystem: Python stages, Ray, footers, pandas
+    def fsspec_filesystem(self): ...  # fsspec's: DuckDB, Dask
+    def polars_options(self) -> dict[str, str]: ...  # Polars' storage_options
+    def spark_conf(self) -> dict[str, str]: ...  # Spark's Hadoop settings (UnavailableError: not reachable)
+    def objects(self): ...  # the client of a workdir's commits: objectstore.ObjectStore's methods
+    def reached(self, environ: Mapping[str, str]) -> dict[str, str]: ...  # which store, as whom (no secret)
 
 
 @dataclass(frozen=True)
