@@ -133,7 +133,7 @@ class Backend(ABC):
         """Engine objects exposed on ctx (ctx.spark, ctx.dask, ctx.ray)."""
         return {}
 
-    # The object store (a storage.StoreSettings) the pipeline reads or writes (s3:// inputs, a workdir
+    # The object store (a data.stores.Settings) the pipeline reads or writes (s3:// or gs:// inputs, a workdir
     # in object storage), for engines that must be set up for it when they start (Spark's s3a), or
     # None. Set by backends.create; each TableSource says how to reach its own files.
     store: Any = None

@@ -32,6 +32,8 @@ class Conflict(Exception):
 
 
 class ObjectStore:
+    wrong_tag = '"00000000000000000000000000000000"'  # the MD5 of no object a probe writes
+
     def __init__(self, settings: StoreSettings) -> None:
         self.settings = settings
         self.filesystem = settings.arrow_filesystem()
@@ -211,7 +213,7 @@ class ObjectStore:
     def listing(self, prefix: ObjectPath) -> list[tuple[ObjectPath, int, str]]:
         """(object, size, ETag) of every object under `prefix`, at any depth, sorted: what a listing
         says of each object, so that describing what an engine wrote costs no request per file."""
-        return sorted((ObjectPath(f"{prefix.bucket}/{o['Key']}"), o["Size"], o["ETag"].strip('"'))
+        return sorted((type(prefix)(f"{prefix.bucket}/{o['Key']}"), o["Size"], o["ETag"].strip('"'))
                       for page in self._pages(prefix) for o in page.get("Contents", [])
                       if not o["Key"].endswith("/"))
 

@@ -1,12 +1,14 @@
-"""Where data lives when it is not on this machine's disk: object storage (S3 and S3-compatible
-stores), named by s3:// URIs, and the one set of settings every engine is given to reach it.
+"""Where data lives when it is not on this machine's disk: object storage, named by URIs whose scheme
+picks the store (s3:// for S3 and S3-compatible stores, gs:// for Google Cloud Storage: data/stores/),
+and the one set of settings every engine is given to reach it.
 
-A file in object storage is an ObjectPath ("bucket/key", pyarrow's spelling); a local file stays a
-pathlib.Path. The helpers here take either, with the filesystem to reach an ObjectPath, so that the
-code above them has one path for both: list a dataset's files, tell a file from a prefix, open a
-file, and name a file's content (size and ETag: a remote file is never read to fingerprint it).
+A file in object storage is an ObjectPath ("bucket/key", pyarrow's spelling, which knows its scheme);
+a local file stays a pathlib.Path. The helpers here take either, with the filesystem to reach an
+ObjectPath, so that the code above them has one path for both: list a dataset's files, tell a file
+from a prefix, open a file, and name a file's content (size and ETag: a remote file is never read to
+fingerprint it).
 
-Endpoint, region and credentials come from the standard AWS variables and profile; the pipeline
+S3's endpoint, region and credentials come from the standard AWS variables and profile; the pipeline
 file's `storage:` section overrides endpoint, region and addressing. pyarrow does not read
 AWS_ENDPOINT_URL by itself, and Spark reads none of them, so each engine is handed the same values
 from StoreSettings. Credentials are never copied into engine settings that engines record (Spark's
@@ -22,21 +24,23 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath, PurePosixPath
 from typing import Any, Mapping
 
-SCHEMES = ("s3://",)  # engines are handed their own spelling (Spark's s3a://) by hybridflow
+from . import stores
+
 # what a path written as a URI looks like: a scheme, a colon, then a slash or nothing (not C:\ nor a:b)
 _URI_LIKE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):(/*)(.*)$", re.DOTALL)
-_S3_SPELLINGS = ("s3", "s3a", "s3n")
 # the AWS SDKs' shared settings for flexible checksums (boto3 and pyarrow's C++ SDK read both)
 CHECKSUM_VARIABLES = ("AWS_REQUEST_CHECKSUM_CALCULATION", "AWS_RESPONSE_CHECKSUM_VALIDATION")
 
 
 class ObjectPath(PurePosixPath):
-    """A file or prefix in object storage, as "bucket/key/..."; paths derived from it (/, parent)
-    are ObjectPaths too."""
+    """A file or prefix in S3, as "bucket/key/..."; paths derived from it (/, parent) are ObjectPaths
+    too. Another store's paths are a subclass naming its scheme (stores.gcs.GcsPath)."""
+
+    scheme = "s3"
 
     @property
     def uri(self) -> str:
-        return f"s3://{self}"
+        return f"{self.scheme}://{self}"
 
     @property
     def bucket(self) -> str:
@@ -44,43 +48,54 @@ class ObjectPath(PurePosixPath):
 
 
 def is_object_uri(text: str | os.PathLike | None) -> bool:
-    return isinstance(text, str) and text.startswith(SCHEMES)
+    return isinstance(text, str) and stores.kind_of(text) is not None
 
 
 def scheme_problem(text: str | os.PathLike | None) -> str | None:
-    """What is wrong with the scheme of a path written as a URI (None: an s3:// URI, or a local path):
-    `S3://`, `s3:/bucket`, `s3a://`, `gs://` or `file:/x` would otherwise be a local folder named
+    """What is wrong with the scheme of a path written as a URI (None: a store's URI, or a local path):
+    `S3://`, `s3:/bucket`, `s3a://`, `gcs://` or `file:/x` would otherwise be a local folder named
     after it, and two hosts would each keep a workdir (and a lock) of their own."""
     found = _URI_LIKE.match(text) if isinstance(text, str) else None
     if found is None or is_object_uri(text):
         return None
     scheme, slashes, rest = found.groups()
-    if not slashes and scheme.lower() not in _S3_SPELLINGS:
+    meant = stores.meant_by(scheme)
+    if not slashes and meant is None:
         return None  # a local name holding a colon ("raw:2024")
-    if scheme.lower() in _S3_SPELLINGS:
-        return f"'{text}' is not an s3:// URI (did you mean 's3://{rest.lstrip('/')}'?)"
+    if meant is not None:
+        return f"'{text}' is not an {meant.scheme}:// URI (did you mean '{meant.scheme}://{rest.lstrip('/')}'?)"
     if scheme.lower() == "file":
         return f"'{text}' is a file: URI; write the path itself (did you mean '/{rest.lstrip('/')}'?)"
     return (f"'{text}': the scheme {scheme}:// is not supported; object storage is named s3://BUCKET/PREFIX "
-            "(any S3-compatible store, through storage: endpoint)")
+            "(any S3-compatible store, through storage: endpoint) or gs://BUCKET/PREFIX (Google Cloud Storage)")
 
 
 def object_path(uri: str) -> ObjectPath:
-    """s3://bucket/key as an ObjectPath."""
-    rest = uri.split("://", 1)[1]
+    """scheme://bucket/key as the ObjectPath of that scheme's store."""
+    scheme, rest = uri.split("://", 1)
     if not rest.strip("/") or rest.startswith("/"):
-        raise ValueError(f"'{uri}' names no bucket (write s3://BUCKET/PREFIX)")
-    return ObjectPath(rest.strip("/"))
+        raise ValueError(f"'{uri}' names no bucket (write {scheme}://BUCKET/PREFIX)")
+    return stores.kind_of(uri).path_type()(rest.strip("/"))
 
 
 def uri_of(path: PurePath) -> str:
-    """How engines that take URIs (Polars, DuckDB) name a file: s3://bucket/key, or the local path."""
+    """How engines that take URIs (Polars, DuckDB) name a file: scheme://bucket/key, or the local path."""
     return path.uri if isinstance(path, ObjectPath) else str(path)
+
+
+def settings_for(uri_or_path: str | PurePath, section: Mapping[str, Any] | None = None,
+                 environ: Mapping[str, str] | None = None) -> stores.Settings:
+    """How to reach the store of an object-storage URI or ObjectPath: its store's settings (S3's:
+    StoreSettings), from the pipeline's storage: section over that store's standard variables."""
+    uri = uri_or_path.uri if isinstance(uri_or_path, ObjectPath) else uri_or_path
+    return stores.kind_of(uri).settings_type().of(section, environ)
 
 
 @dataclass(frozen=True)
 class StoreSettings:
-    """How to reach the object store: the pipeline's storage: section over the AWS variables."""
+    """How to reach S3: the pipeline's storage: section over the AWS variables."""
+
+    label = "AWS S3"  # what the store is called where no endpoint names it
 
     endpoint: str | None = None  # http(s)://host:port of an S3-compatible store; None: AWS itself
     region: str | None = None
@@ -114,6 +129,19 @@ class StoreSettings:
 
         host = (urlsplit(self.endpoint or "").hostname or "").lower()
         return host.endswith((".amazonaws.com", ".amazonaws.com.cn"))
+
+    def reached(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """What tells the store these settings reach, and as whom, from another (doctor compares cron's
+        with the shell's): never a credential."""
+        return {"endpoint": self.endpoint or self.label, "region": self.region or "(none)",
+                "profile": environ.get("AWS_PROFILE") or "default",
+                "config file": environ.get("AWS_CONFIG_FILE") or "~/.aws/config"}
+
+    def objects(self):
+        """The store client a workdir here commits through (objectstore.ObjectStore, on boto3)."""
+        from .objectstore import ObjectStore
+
+        return ObjectStore(self)
 
     @property
     def plain_http(self) -> bool:
@@ -216,7 +244,7 @@ def files_under(path: PurePath, filesystem=None) -> list[PurePath]:
     if info.type == pafs.FileType.NotFound:
         return []
     found = _call(path, lambda: filesystem.get_file_info(pafs.FileSelector(str(path), recursive=True)))
-    return sorted(ObjectPath(i.path) for i in found if i.type == pafs.FileType.File)
+    return sorted(type(path)(i.path) for i in found if i.type == pafs.FileType.File)
 
 
 def data_files(path: PurePath, filesystem=None) -> list[PurePath]:
@@ -268,7 +296,7 @@ def content_tag(path: ObjectPath, filesystem) -> str:
     of the parts' MD5s otherwise), which changes whenever the object is written again."""
     with open_input(path, filesystem) as handle:
         metadata = handle.metadata()
-    tag = metadata.get("ETag") or metadata.get(b"ETag")
+    tag = metadata.get("ETag") or metadata.get(b"ETag") or metadata.get(b"etag")  # GCS spells it so
     if tag is None:  # a store that sends none: the size and time of the last write stand in
         return f"{metadata.get(b'Content-Length')}@{metadata.get(b'Last-Modified')}"
     return (tag.decode() if isinstance(tag, bytes) else tag).strip('"')

@@ -17,7 +17,8 @@ from ..settings import TARGET_FILE_SIZE
 from . import storage
 from .contract import check_schema, standard_schema
 from .footers import Piece
-from .storage import StoreSettings, uri_of
+from .storage import uri_of
+from .stores import Settings
 
 if TYPE_CHECKING:  # imported where used: validate and a skipped run never load it
     import pyarrow as pa
@@ -37,7 +38,7 @@ class TableSource:
     schema: pa.Schema | None = None  # the declared or recorded schema, applied on read
     partition_by: tuple[str, ...] = ()  # Hive-style partition columns, their values in the file paths
     base: PurePath | None = None  # the directory the partition paths start from
-    store: StoreSettings | None = None  # how to reach files in object storage (storage.ObjectPath); None: local
+    store: Settings | None = None  # how to reach files in object storage (storage.ObjectPath); None: local
 
     @property
     def filesystem(self):

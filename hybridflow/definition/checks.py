@@ -151,12 +151,10 @@ def _check_datasets(p: Pipeline) -> list[Problem]:
         if wrong is not None:
             problems.append(p.source.problem(at + ("path",), f"dataset '{name}': {wrong}"))
             continue
-        if is_object_uri(ds.path):
-            try:
-                object_path(ds.path)
-            except ValueError as exc:
-                problems.append(p.source.problem(at + ("path",), f"dataset '{name}': {exc}"))
-                continue
+        wrong = _object_uri_problem(p, ds.path)
+        if wrong is not None:
+            problems.append(p.source.problem(at + ("path",), f"dataset '{name}': {wrong}"))
+            continue
         if ds.path and not producer and name in consumed:
             problems += _missing_input(p, name)
         if not producer and name not in consumed:
@@ -164,6 +162,22 @@ def _check_datasets(p: Pipeline) -> list[Problem]:
                                              severity="warning", at_key=True))
         problems += _footer_problems(p, name, ds)
     return problems
+
+
+def _object_uri_problem(p: Pipeline, path: str | None) -> str | None:
+    """What is wrong with an object-storage URI (None: nothing, or not one): no bucket, or another
+    store than the pipeline's (engines are handed the settings of one store)."""
+    if not is_object_uri(path):
+        return None
+    try:
+        object_path(path)
+    except ValueError as exc:
+        return str(exc)
+    store = p.store_uri.split("://", 1)[0]
+    if not path.startswith(f"{store}://"):
+        return (f"a pipeline reaches one object store, and this one's is {store}:// (its workdir, or its first "
+                f"input there); copy the input into {store}://")
+    return None
 
 
 def _schema_problems(p: Pipeline, name: str, ds) -> list[Problem]:

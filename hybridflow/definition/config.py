@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ..data import localcache
-from ..data.storage import ObjectPath, StoreSettings, is_object_uri, object_path, scheme_problem
+from ..data.storage import ObjectPath, is_object_uri, object_path, scheme_problem, settings_for
 from ..diagnostics import Problem, did_you_mean, errors_in
 from ..errors import ConfigError, counted
 from . import runvalues
@@ -98,7 +98,7 @@ def _workdir(spec, root: Path, environ, source: SourceMap) -> tuple[Path | None,
                    else source.problem(("workdir",), str(exc)))
         return None, None, problem
     section = spec.storage.model_dump(exclude_none=True) if spec.storage else None
-    return local_cache(remote, environ, StoreSettings.of(section, environ).endpoint), remote, None
+    return local_cache(remote, environ, settings_for(remote, section, environ).endpoint), remote, None
 
 
 def local_cache(remote: ObjectPath, environ, endpoint: str | None = None) -> Path:

@@ -10,7 +10,8 @@ from functools import cached_property
 from pathlib import Path, PurePath
 from typing import Any
 
-from ..data.storage import ObjectPath, StoreSettings, is_object_uri, object_path
+from ..data.storage import ObjectPath, is_object_uri, object_path, settings_for
+from ..data.stores import Settings
 from . import runvalues
 from .dag import Dag
 from .model import DatasetSpec, PipelineSpec, StageSpec
@@ -82,19 +83,26 @@ class Pipeline:
         return object_path(path) if is_object_uri(path) else (self.root / path).resolve()
 
     @cached_property
-    def store(self) -> StoreSettings:
-        """How this pipeline reaches object storage: its storage: section over the AWS variables."""
+    def store(self) -> Settings:
+        """How this pipeline reaches object storage: the store its workdir (else its first input in
+        object storage) names, with its storage: section over that store's standard variables."""
         section = self.spec.storage.model_dump(exclude_none=True) if self.spec.storage else None
-        settings = StoreSettings.of(section)
+        settings = settings_for(self.store_uri, section)
         settings.adopt_checksum_policy()  # before any engine starts its workers (they inherit it)
         return settings
+
+    @property
+    def store_uri(self) -> str:
+        """The object-storage URI whose store the pipeline reaches (s3:// when it names none)."""
+        named = [ds.path for ds in self.spec.datasets.values() if is_object_uri(ds.path)]
+        return self.remote.uri if self.remote is not None else named[0] if named else "s3://"
 
     @property
     def uses_object_storage(self) -> bool:
         """The workdir, or an input a stage reads, is in object storage."""
         return self.remote is not None or any(is_object_uri(ds.path) for ds in self.spec.datasets.values())
 
-    def store_of(self, path: PurePath) -> StoreSettings | None:
+    def store_of(self, path: PurePath) -> Settings | None:
         """How to reach `path`: None for a local path."""
         return self.store if isinstance(path, ObjectPath) else None
 

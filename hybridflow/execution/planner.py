@@ -218,9 +218,9 @@ def _shared_key(pipeline: Pipeline):
     """The fingerprint key of a workdir in object storage, <workdir>/.fingerprint-key: made by the first
     machine that needs one (create-only), so fingerprints of secret params agree on every machine."""
     def agree(mine: str) -> str:
-        from ..data.objectstore import Conflict, ObjectStore
+        from ..data.objectstore import Conflict
 
-        objects, path = ObjectStore(pipeline.store), pipeline.remote / ".fingerprint-key"
+        objects, path = pipeline.store.objects(), pipeline.remote / ".fingerprint-key"
         found, _ = objects.read_json(path)
         if found is None:
             try:

@@ -214,7 +214,7 @@ def check_cron_store(target: Target) -> Iterable[Finding]:
     in the crontab, in /etc/environment). Two stores would be two workdirs, each with a lease of its own."""
     if not target.scheduled or not target.pipeline.uses_object_storage:
         return
-    from ..data.storage import StoreSettings
+    from ..data.storage import settings_for
     from . import schedule
 
     try:
@@ -226,10 +226,7 @@ def check_cron_store(target: Target) -> Iterable[Finding]:
     section = storage.model_dump(exclude_none=True) if storage else None
 
     def reached(environ: Mapping[str, str]) -> dict[str, str]:
-        settings = StoreSettings.of(section, environ)
-        return {"endpoint": settings.endpoint or "AWS S3", "region": settings.region or "(none)",
-                "profile": environ.get("AWS_PROFILE") or "default",
-                "config file": environ.get("AWS_CONFIG_FILE") or "~/.aws/config"}
+        return settings_for(target.pipeline.store_uri, section, environ).reached(environ)
 
     here, there = reached(shell), reached(cron)
     differ = [f"{what} {there[what]} (this shell: {here[what]})" for what in here if here[what] != there[what]]
@@ -325,17 +322,16 @@ def check_object_storage(target: Target) -> Iterable[Finding]:
     pipeline = target.pipeline
     if pipeline is None or not pipeline.uses_object_storage:
         return
-    from ..data.objectstore import ObjectStore
-    from ..data.storage import ObjectPath, is_object_uri, object_path
+    from ..data.storage import is_object_uri, object_path
 
     places = [pipeline.remote] if pipeline.remote is not None else []
     places += [object_path(ds.path) for ds in pipeline.spec.datasets.values() if is_object_uri(ds.path)]
-    objects = ObjectStore(pipeline.store)
-    where = pipeline.store.endpoint or "AWS S3"
+    objects = pipeline.store.objects()
+    where = pipeline.store.endpoint or pipeline.store.label
     answering = set()
     for bucket in sorted({place.bucket for place in places}):
         try:
-            objects.children(ObjectPath(bucket))
+            objects.children(type(places[0])(bucket))
         except HybridflowError as exc:
             yield Finding("object storage", "error", exc.message, exc.hint or "")
         else:
@@ -345,7 +341,7 @@ def check_object_storage(target: Target) -> Iterable[Finding]:
         yield _conditional_writes(objects, pipeline.remote)
     for name in sorted(target.backends):
         check = engines()[name].object_storage_check
-        if check is None:
+        if check is None or not pipeline.store_uri.startswith("s3://"):  # the engines' checks are of s3://
             continue
         try:
             found = check()

@@ -19,6 +19,7 @@ from datetime import datetime, timedelta, timezone, tzinfo
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+from ..data import stores
 from ..definition.pipeline import Pipeline
 from ..errors import ConfigError, UsageError
 from . import crontab
@@ -26,9 +27,9 @@ from .crontab import Entry
 
 CRON_GIVES = ("HOME", "LOGNAME", "SHELL", "PATH")  # what cron itself sets for every job
 # which store a run reaches, and how: carried into the cron line. Never the keys or a session token,
-# which would sit in the crontab and in `ps`: cron's runs read them from AWS_PROFILE's files
-STORE_VARIABLES = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE",
-                   "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE")
+# which would sit in the crontab and in `ps`: cron's runs read them from AWS_PROFILE's files (or the
+# key file GOOGLE_APPLICATION_CREDENTIALS names)
+STORE_VARIABLES = stores.variables()
 SYSTEM_ENVIRONMENT = Path("/etc/environment")  # read for cron jobs too, through pam_env
 _CRON_ESCAPE = "\\%"  # cron turns a bare % into a newline
 # one field as Debian's cron reads it: numbers, *, ranges, steps, lists, three-letter names

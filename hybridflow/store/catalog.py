@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ..data.contract import check_schema, schema_to_dict
 from ..data.durable import fsync_path
 from ..data.hashing import file_digests
-from ..data.storage import StoreSettings
+from ..data.stores import Settings
 from ..data.tables import TableSource, partition_values
 from ..errors import DataError, vanished
 from . import faults
@@ -54,7 +54,7 @@ class Version:
     id: str
     directory: PurePath  # a local Path, or an ObjectPath in a workdir in object storage
     manifest: dict[str, Any]
-    store: StoreSettings | None = None  # how to reach an ObjectPath directory
+    store: Settings | None = None  # how to reach an ObjectPath directory
 
     @property
     def files(self) -> tuple[PurePath, ...]:

@@ -20,13 +20,12 @@ from ..errors import UnavailableError
 
 FOLDER = ".hybridflow"
 RESULT = "store-check.json"
-WRONG_ETAG = '"00000000000000000000000000000000"'  # the MD5 of no object a probe writes
 
 _trusted: set[tuple[str, str]] = set()  # (endpoint, workdir) proved in this process
 
 
 def endpoint_of(objects: ObjectStore) -> str:
-    return objects.settings.endpoint or "AWS S3"
+    return objects.settings.endpoint or objects.settings.label
 
 
 def require_trusted(objects: ObjectStore, workdir: ObjectPath) -> None:
@@ -55,7 +54,7 @@ def probe(objects: ObjectStore, workdir: ObjectPath) -> list[str]:
         for condition, attempt in (("If-None-Match: * (a second create-only write succeeded)",
                                     lambda: objects.write_json(path, {"probe": 2}, create_only=True)),
                                    ("If-Match (a compare-and-swap with a wrong ETag succeeded)",
-                                    lambda: objects.write_json(path, {"probe": 3}, if_match=WRONG_ETAG))):
+                                    lambda: objects.write_json(path, {"probe": 3}, if_match=objects.wrong_tag))):
             try:
                 attempt()
             except Conflict:

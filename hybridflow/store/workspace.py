@@ -24,7 +24,8 @@ from .state import RunStore
 
 if TYPE_CHECKING:
     from ..data.objectstore import ObjectStore
-    from ..data.storage import ObjectPath, StoreSettings
+    from ..data.storage import ObjectPath
+    from ..data.stores import Settings
 
 
 class Workspace:
@@ -32,7 +33,7 @@ class Workspace:
     object storage or None, `settings` how that store is reached; `pipeline` the pipeline it is
     opened for (None: a workdir named alone, whose run records only are read)."""
 
-    def __init__(self, local: Path, remote: ObjectPath | None = None, settings: StoreSettings | None = None,
+    def __init__(self, local: Path, remote: ObjectPath | None = None, settings: Settings | None = None,
                  pipeline: Any = None) -> None:
         self.local, self.remote, self.settings, self.pipeline = local, remote, settings, pipeline
 
@@ -45,22 +46,20 @@ class Workspace:
     @classmethod
     def named(cls, workdir: str) -> Workspace:
         """A workdir named alone (`hybridflow runs -w ...`): a folder here, or an object-storage URI
-        reached with the AWS variables."""
-        from ..data.storage import StoreSettings, is_object_uri, object_path
+        reached with its store's standard variables."""
+        from ..data.storage import is_object_uri, object_path, settings_for
         from ..definition.config import local_cache
 
         if not is_object_uri(workdir):
             return cls(Path(workdir))
         remote = object_path(workdir)
-        settings = StoreSettings.of()
+        settings = settings_for(remote)
         return cls(local_cache(remote, os.environ, settings.endpoint), remote, settings)
 
     @functools.cached_property
     def objects(self) -> ObjectStore:
         """The one store client of a workdir in object storage, made when first needed."""
-        from ..data.objectstore import ObjectStore
-
-        return ObjectStore(self.settings)
+        return self.settings.objects()
 
     @property
     def home(self) -> Path:

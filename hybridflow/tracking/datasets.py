@@ -34,7 +34,7 @@ class TrackedDataset:
 def location(path: PurePath) -> tuple[str, str]:
     """(namespace, name) of a local path or an object in object storage."""
     if isinstance(path, ObjectPath):
-        return f"s3://{path.bucket}", "/".join(path.parts[1:]) or "/"
+        return f"{path.scheme}://{path.bucket}", "/".join(path.parts[1:]) or "/"
     return "file", str(path)
 
 

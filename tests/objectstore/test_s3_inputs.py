@@ -75,7 +75,7 @@ def weekly(events):
 '''
 
 
-def pipeline_text(prefix: str, engines=ENGINES) -> str:
+def pipeline_text(prefix: str, engines=ENGINES, scheme: str = "s3") -> str:
     stages = "\n".join(f"""  {engine}_join:
     run: mypkg.steps:{'on_pandas' if engine == 'python' else 'on_' + engine}
     backend: {engine}
@@ -90,11 +90,11 @@ backends:
   ray: {{num_cpus: 1}}
 datasets:
   events:
-    path: s3://{prefix}/events
+    path: {scheme}://{prefix}/events
     partition_by: [week]
     schema: {{customer: string, amount: double, ts: "timestamp[us]", note: string, week: date32}}
   customers:
-    path: s3://{prefix}/customers.csv
+    path: {scheme}://{prefix}/customers.csv
     format: csv
     schema: {{customer: string, tier: int64}}
   weekly_totals:

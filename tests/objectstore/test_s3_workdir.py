@@ -28,7 +28,7 @@ from hybridflow.backends import spark_s3_jars
 from tests.objectstore.test_s3_inputs import ENGINES, STAGES, WEEKS, expected_join, pipeline_text, put_week
 from tests.support.maven import repository_of, serving
 from tests.support.s3server import S3Endpoint, S3Server
-from tests.support.s3stores import every_store
+from tests.support.s3stores import every_cloud, every_store
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -48,18 +48,18 @@ def statuses(summary: str) -> dict[str, str]:
 
 
 def current_versions(s3: S3Endpoint, prefix: str) -> dict[str, str]:
-    body = s3.client().get_object(Bucket=prefix.split("/")[0], Key=prefix.split("/", 1)[1] + "/CURRENT")["Body"]
-    return json.loads(body.read())["datasets"]
+    return json.loads(s3.get_bytes(f"{prefix}/CURRENT"))["datasets"]
 
 
-@every_store
+@every_cloud
 def test_every_engine_publishes_to_s3_and_a_fresh_machine_skips_resumes_and_adds_partitions(project, s3, tmp_path):
     bucket = s3.bucket("lake-workdir")
     for week in WEEKS:
         put_week(s3, f"{bucket}/events", week)
     s3.put_bytes(f"{bucket}/customers.csv", b"customer,tier\nc0,1\nc1,2\nc2,3\n")
     project.stages(STAGES)
-    file = project.pipeline(pipeline_text(bucket).replace("workdir: .hf", f"workdir: s3://{bucket}/team"))
+    file = project.pipeline(pipeline_text(bucket, scheme=s3.scheme).replace("workdir: .hf",
+                                                                             f"workdir: {s3.scheme}://{bucket}/team"))
     first_machine = tmp_path / "machine-1"
 
     done = hf(project, s3, "run", "pipeline.yaml", cache=first_machine)
@@ -86,7 +86,7 @@ def test_every_engine_publishes_to_s3_and_a_fresh_machine_skips_resumes_and_adds
 
     # a new machine: nothing local; the runs are listed, every stage is skipped
     second_machine = tmp_path / "machine-2"
-    listed = hf(project, s3, "runs", "-w", f"s3://{bucket}/team", cache=second_machine)
+    listed = hf(project, s3, "runs", "-w", f"{s3.scheme}://{bucket}/team", cache=second_machine)
     assert listed.returncode == 0 and "success" in listed.stdout, listed.stdout + listed.stderr
     again = hf(project, s3, "run", "pipeline.yaml", cache=second_machine)
     assert again.returncode == 0, again.stdout + again.stderr
@@ -132,7 +132,7 @@ def slow(b, gate="", seconds=0):
 
 SMALL = '''
 name: small
-workdir: s3://{bucket}/{prefix}
+workdir: {scheme}://{bucket}/{prefix}
 stages:
   make: {{run: "mypkg.steps:make", outputs: [a]}}
   check: {{run: "mypkg.steps:check", inputs: [a], outputs: [b]}}
@@ -142,14 +142,14 @@ stages:
 
 def small(project, s3: S3Endpoint, prefix: str) -> str:
     bucket = "small-workdirs"
-    if bucket not in [b["Name"] for b in s3.client().list_buckets()["Buckets"]]:
+    if bucket not in s3.bucket_names():
         s3.bucket(bucket)
     project.stages(FLAKY)
-    project.pipeline(SMALL.format(bucket=bucket, prefix=prefix))
+    project.pipeline(SMALL.format(bucket=bucket, prefix=prefix, scheme=s3.scheme))
     return f"{bucket}/{prefix}"
 
 
-@every_store
+@every_cloud
 def test_a_failed_run_is_resumed_from_another_machine(project, s3, tmp_path):
     small(project, s3, "resume")
     failed = hf(project, s3, "run", "pipeline.yaml", cache=tmp_path / "m1", env={"HF_FAIL_CHECK": "1"})
@@ -158,15 +158,16 @@ def test_a_failed_run_is_resumed_from_another_machine(project, s3, tmp_path):
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert statuses(resumed.stdout) == {"make": "skipped", "check": "done", "slow": "done"}, resumed.stdout
     # the report's line names the workdir in the store (not this machine's cache), and that opens it anywhere
-    assert "(hybridflow report -w s3://small-workdirs/resume --open opens it)" in resumed.stdout, resumed.stdout
-    reported = hf(project, s3, "report", "-w", "s3://small-workdirs/resume", cache=tmp_path / "m3")
+    workdir = f"{s3.scheme}://small-workdirs/resume"
+    assert f"(hybridflow report -w {workdir} --open opens it)" in resumed.stdout, resumed.stdout
+    reported = hf(project, s3, "report", "-w", workdir, cache=tmp_path / "m3")
     assert reported.returncode == 0 and Path(reported.stdout.strip()).is_file(), reported.stdout + reported.stderr
     # the store was proved to honour conditional writes before it was trusted, and the answer kept
-    kept = s3.client().get_object(Bucket="small-workdirs", Key="resume/.hybridflow/store-check.json")["Body"].read()
+    kept = s3.get_bytes("small-workdirs/resume/.hybridflow/store-check.json")
     assert json.loads(kept)[s3.endpoint]["honoured"] is True
 
 
-@every_store
+@every_cloud
 def test_two_runners_on_two_machines_never_run_the_pipeline_at_once(project, s3, tmp_path):
     small(project, s3, "lease")
     # the first run holds the lease until the test opens its gate (6 s of sleep could end before a slow
@@ -209,7 +210,8 @@ def racing(a):
     client.put_object(Bucket="{bucket}", Key="{key}", Body=body + b"\\n")  # same datasets, a new ETag
     return a.assign(b=a["a"] * 3)
 ''')
-    project.pipeline(SMALL.format(bucket=bucket, prefix="race").replace("mypkg.steps:check", "mypkg.steps:racing"))
+    project.pipeline(SMALL.format(bucket=bucket, prefix="race", scheme=s3.scheme).replace("mypkg.steps:check",
+                                                                                           "mypkg.steps:racing"))
     raced = hf(project, s3, "run", "pipeline.yaml", cache=tmp_path / "m1")
     assert raced.returncode == 75, raced.stdout + raced.stderr
     assert "another run committed" in raced.stdout + raced.stderr and "Traceback" not in raced.stderr
@@ -275,8 +277,8 @@ def dying(a):
     os.killpg({server.process.pid}, signal.SIGKILL)
     return a
 ''')
-        project.pipeline(SMALL.format(bucket="small-workdirs", prefix="dying").replace("mypkg.steps:check",
-                                                                                        "mypkg.steps:dying"))
+        small_text = SMALL.format(bucket="small-workdirs", prefix="dying", scheme="s3")
+        project.pipeline(small_text.replace("mypkg.steps:check", "mypkg.steps:dying"))
         done = hf(project, server, "run", "pipeline.yaml", cache=tmp_path / "m1")
         assert done.returncode == 69, done.stdout + done.stderr
         assert "does not answer" in done.stdout + done.stderr and "Traceback" not in done.stdout + done.stderr

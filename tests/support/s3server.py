@@ -25,6 +25,7 @@ class S3Endpoint:
     tests do with it through boto3 and pyarrow (never through hybridflow)."""
 
     name = "s3"
+    scheme = "s3"  # how URIs name it
     endpoint: str
     access_key: str
     secret_key: str
@@ -59,6 +60,13 @@ class S3Endpoint:
     def put_bytes(self, key: str, data: bytes) -> None:
         bucket, _, name = key.partition("/")
         self.client().put_object(Bucket=bucket, Key=name, Body=data)
+
+    def bucket_names(self) -> list[str]:
+        return [b["Name"] for b in self.client().list_buckets()["Buckets"]]
+
+    def get_bytes(self, key: str) -> bytes:
+        bucket, _, name = key.partition("/")
+        return self.client().get_object(Bucket=bucket, Key=name)["Body"].read()
 
     def keys(self, prefix: str) -> list[str]:
         bucket, _, rest = prefix.partition("/")

@@ -61,12 +61,13 @@ def test_ci_run_passes_on_arguments_and_fails_when_pytest_fails_or_collects_noth
             assert "pytest collected no tests (arguments: -m not cron)" in done.stderr
     calls = (root / ".venv" / "bin" / "calls").read_text().splitlines()
     # the existing virtualenv is reused (no python3 on PATH to make another); pip runs every time, from its
-    # cache, and so do the fetcher of Spark's s3a jars and the build of versitygw (no-ops once cached)
-    assert calls[:5] == ["-m pip install --disable-pip-version-check --quiet -e .[test]",
+    # cache, and so do the fetcher of Spark's s3a jars and the builds of versitygw and fake-gcs-server (no-ops
+    # once cached)
+    assert calls[:6] == ["-m pip install --disable-pip-version-check --quiet -e .[test]",
                          "-m hybridflow.backends.spark_s3_jars", "-m hybridflow.backends.spark_lineage_jar",
-                         "-m tests.support.versitygw",
+                         "-m tests.support.versitygw", "-m tests.support.gcsserver",
                          "-m pytest tests -n 0 --durations=40 -m not cron"]  # every tier, serially
-    assert len(calls) == 20
+    assert len(calls) == 24
 
 
 def test_ci_run_runs_only_the_tests_named_where_a_path_or_node_id_is_given(tmp_path):

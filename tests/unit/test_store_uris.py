@@ -9,7 +9,7 @@ from hybridflow.definition.config import check_file, load_pipeline
 from hybridflow.errors import ConfigError, ExitCode
 
 PIPELINE = """name: p
-workdir: {workdir}
+workdir: "{workdir}"
 datasets:
   raw: {{path: "{path}"}}
 stages:
@@ -30,7 +30,9 @@ def write(tmp_path, workdir: str = ".hf", path: str = "s3://lake/raw"):
     ("s3a://team-bucket/wd", "did you mean 's3://team-bucket/wd'?"),
     ("s3:team-bucket/wd", "did you mean 's3://team-bucket/wd'?"),
     ("file:/srv/wd", "did you mean '/srv/wd'?"),
-    ("gs://team-bucket/wd", "gs:// is not supported"),
+    ("gcs://team-bucket/wd", "did you mean 'gs://team-bucket/wd'?"),
+    ("GS://team-bucket/wd", "did you mean 'gs://team-bucket/wd'?"),
+    ("az://team-bucket/wd", "az:// is not supported"),
 ])
 def test_a_workdir_with_a_wrong_scheme_is_a_located_config_error(tmp_path, given, hint):
     with pytest.raises(ConfigError) as raised:
@@ -48,7 +50,7 @@ def test_the_workdir_variable_is_checked_too(tmp_path):
 
 
 @pytest.mark.parametrize(("given", "hint"), [("S3://lake/raw", "did you mean 's3://lake/raw'?"),
-                                             ("gs://lake/raw", "gs:// is not supported")])
+                                             ("az://lake/raw", "az:// is not supported")])
 def test_a_dataset_path_with_a_wrong_scheme_is_a_located_config_error(tmp_path, given, hint):
     _, problems = check_file(write(tmp_path, path=given), environ={})
     errors = [str(p) for p in problems if p.severity == "error"]
@@ -69,3 +71,33 @@ def test_the_same_bucket_on_another_store_has_a_cache_of_its_own(tmp_path):
     other = cache({"HYBRIDFLOW_CACHE": str(tmp_path / "c"), "AWS_ENDPOINT_URL": "http://127.0.0.1:9100"})
     assert len({aws, minio, other}) == 3  # run records or staging of one store are never taken for another's
     assert aws == cache({"HYBRIDFLOW_CACHE": str(tmp_path / "c")})  # and each store's is the same every time
+
+
+def test_a_gs_workdir_is_google_cloud_storage_reached_as_the_emulator_variable_says(tmp_path):
+    from hybridflow.data.stores.gcs import GcsPath, GcsSettings
+
+    pipeline = load_pipeline(write(tmp_path, workdir="gs://team-bucket/wd", path="gs://lake/raw"),
+                             environ={"STORAGE_EMULATOR_HOST": "127.0.0.1:4443"})
+    assert isinstance(pipeline.remote, GcsPath) and pipeline.remote.uri == "gs://team-bucket/wd"
+    assert (pipeline.remote / "p" / "CURRENT").uri == "gs://team-bucket/wd/p/CURRENT"
+    assert isinstance(pipeline.external_path("raw"), GcsPath)
+    assert GcsSettings.of(None, {"STORAGE_EMULATOR_HOST": "127.0.0.1:4443"}).endpoint == "http://127.0.0.1:4443"
+    assert GcsSettings.of(None, {}).endpoint is None and GcsSettings.of(None, {}).polars_options() == {}
+    _, problems = check_file(write(tmp_path, workdir="gs://team-bucket/wd", path="gs://lake/raw"), environ={})
+    assert [p for p in problems if p.severity == "error"] == []
+
+
+def test_an_input_in_another_store_than_the_workdirs_is_a_located_config_error(tmp_path):
+    _, problems = check_file(write(tmp_path, workdir="s3://team-bucket/wd", path="gs://lake/raw"), environ={})
+    errors = [str(p) for p in problems if p.severity == "error"]
+    assert len(errors) == 1 and ":4:" in errors[0], errors
+    assert "a pipeline reaches one object store, and this one's is s3://" in errors[0], errors
+
+
+def test_a_gs_path_survives_pickling_to_workers_as_a_gs_path():
+    import pickle
+
+    from hybridflow.data.storage import object_path
+
+    path = pickle.loads(pickle.dumps(object_path("gs://lake/a/b.parquet").parent))
+    assert path.uri == "gs://lake/a" and object_path("s3://lake/a").uri == "s3://lake/a"
