@@ -21,8 +21,8 @@ side by side. Every output of (a) is compared with (b)'s: decimals, dates, integ
 exactly, doubles to 1e-9 relative. `--cold` gives every `hybridflow run` an empty machine's cache
 (HYBRIDFLOW_CACHE, a fresh folder each run): a first run on a new machine, which parses its queries
 and hashes its raw inputs, against a warm-up that left them known. `--spark` also runs the same .sql
-files with `backend: spark` once (about 25 s) and compares its outputs too. Wrap it in `flock /tmp/hf-heavy.lock` on a shared
-machine.
+files with `backend: spark` once (about 25 s) and compares its outputs too. Wrap it in
+`flock /tmp/hf-heavy.lock` on a shared machine.
 
     python scripts/bench_small_data.py                  # scale 1, 3 rounds
     python scripts/bench_small_data.py --scale 0.1      # quicker
