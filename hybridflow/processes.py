@@ -29,21 +29,66 @@ def _parents() -> dict[int, int]:
     return parents
 
 
+def _children_files() -> bool:
+    """Whether the kernel lists each thread's children (/proc/<pid>/task/<tid>/children): reading a few
+    of those is far cheaper than every process's stat on a busy machine."""
+    return os.path.exists(f"/proc/self/task/{threading.get_native_id()}/children")
+
+
+_CHILDREN_FILES = _children_files()
+
+
+def _children_of(pid: int) -> set[int]:
+    """The live (not zombie) children of `pid`, from its threads' children files."""
+    found: set[int] = set()
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:  # ended meanwhile
+        return found
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as listed:
+                found.update(int(child) for child in listed.read().split())
+        except (OSError, ValueError):  # the thread ended meanwhile
+            continue
+    return {child for child in found if _alive(child)}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _under(roots: set[int], parents: dict[int, int] | None = None) -> set[int]:
+    """Everything below `roots` (not the roots): from the children files, or from `parents` (a
+    whole-system scan) where the kernel has none."""
+    found, frontier = set(), set(roots)
+    while frontier:
+        if parents is None and _CHILDREN_FILES:
+            below = set().union(*(_children_of(pid) for pid in frontier))
+        else:
+            parents = parents if parents is not None else _parents()
+            below = {pid for pid, parent in parents.items() if parent in frontier}
+        frontier = below - found - roots
+        found |= frontier
+    return found
+
+
 def children() -> set[int]:
     """Process ids of this process's live children."""
     me = os.getpid()
+    if _CHILDREN_FILES:
+        return _children_of(me)
     return {pid for pid, parent in _parents().items() if parent == me}
 
 
 def descendants() -> set[int]:
     """Children, their children, and so on: everything this process started that still runs
     under it (an engine's JVM, Ray's daemons and workers, Dask's worker processes)."""
-    parents = _parents()
-    found, frontier = set(), {os.getpid()}
-    while frontier:
-        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
+    return _under({os.getpid()})
 
 
 def end(pids: set[int]) -> None:
@@ -147,15 +192,9 @@ def left_behind(before: set[int]) -> set[int]:
     A process that has ended is left alone: reaping it would take its exit status from whoever
     waits for it (an engine's Popen)."""
     with _starting:
-        parents = _parents()
-    me = os.getpid()
-    found = {pid for pid, parent in parents.items() if parent == me} - before - _engine_processes - _spawned_workers
+        found = children() - before - _engine_processes - _spawned_workers
     found = {pid for pid in found if b"multiprocessing" not in _cmdline(pid) and not _of_a_cluster(pid)}
-    frontier = set(found)
-    while frontier:
-        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
+    return found | _under(found)
 
 
 def _of_a_cluster(pid: int) -> bool:

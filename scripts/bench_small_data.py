@@ -18,13 +18,16 @@ written). Rounds alternate which goes first; prints every round and the median r
 against the target of 1.5x. `--compare DIR` also times, in the same rounds, `hybridflow run` with
 the hybridflow package of another source tree (an older commit's `git archive`): before and after,
 side by side. Every output of (a) is compared with (b)'s: decimals, dates, integers and strings
-exactly, doubles to 1e-9 relative. `--spark` also runs the same .sql files with `backend: spark`
-once (about 25 s) and compares its outputs too. Wrap it in `flock /tmp/hf-heavy.lock` on a shared
-machine.
+exactly, doubles to 1e-9 relative. `--cold` gives every `hybridflow run` an empty machine's cache
+(HYBRIDFLOW_CACHE, a fresh folder each run): a first run on a new machine, which parses its queries
+and hashes its raw inputs, against a warm-up that left them known. `--spark` also runs the same .sql
+files with `backend: spark` once (about 25 s) and compares its outputs too. Wrap it in
+`flock /tmp/hf-heavy.lock` on a shared machine.
 
     python scripts/bench_small_data.py                  # scale 1, 3 rounds
     python scripts/bench_small_data.py --scale 0.1      # quicker
     python scripts/bench_small_data.py --rounds 5 --spark
+    python scripts/bench_small_data.py --cold           # as a first run on a new machine
     python scripts/bench_small_data.py --compare /tmp/before   # git archive <commit> hybridflow | tar -x -C ...
 """
 
@@ -140,19 +143,26 @@ def run_duckdb_alone(root: Path, data: Path, out: Path) -> float:
     return timed([sys.executable, "-c", script], root)
 
 
+COLD = False  # --cold: every `hybridflow run` with an empty machine's cache
+
+
 def run_hybridflow(root: Path, backend: str, code: Path = REPO) -> float:
-    """`hybridflow run` as a user types it, in a fresh workdir, with the hybridflow package under `code`."""
+    """`hybridflow run` as a user types it, in a fresh workdir, with the hybridflow package under `code`
+    (with --cold, and an empty machine's cache)."""
     shutil.rmtree(root / workdir_of(backend), ignore_errors=True)
     command = shutil.which("hybridflow", path=str(Path(sys.executable).parent))
     command = [command] if command else [sys.executable, "-m", "hybridflow.cli"]
-    return timed([*command, "run", f"{backend}.yaml"], root, code)
+    cache = root.parent / "machine-cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    return timed([*command, "run", f"{backend}.yaml"], root, code, {"HYBRIDFLOW_CACHE": str(cache)} if COLD else {})
 
 
-def timed(command: list[str], cwd: Path, code: Path = REPO) -> float:
+def timed(command: list[str], cwd: Path, code: Path = REPO, extra: dict[str, str] | None = None) -> float:
     # as installed: bytecode written once and kept (a shell's PYTHONDONTWRITEBYTECODE would make every
     # run compile the package again)
     env = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(code), os.environ.get("PYTHONPATH")]))
+    env.update(extra or {})
     clock = time.perf_counter()
     done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - clock
@@ -228,17 +238,22 @@ def main() -> None:
     parser.add_argument("--data", type=Path, help="where the TPC-H tables are (default: a cache under the "
                                                   "temporary folder, generated once)")
     parser.add_argument("--spark", action="store_true", help="also run the same .sql files on Spark, once")
+    parser.add_argument("--cold", action="store_true", help="every hybridflow run with an empty machine's cache "
+                                                            "(HYBRIDFLOW_CACHE), as a first run on a new machine")
     parser.add_argument("--compare", type=Path, help="a source tree holding another hybridflow package, timed "
                                                      "in the same rounds (before/after)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     args = parser.parse_args()
+    global COLD
+    COLD = args.cold
     cache = Path(tempfile.gettempdir()) / "hybridflow-bench" / f"tpch-sf{args.scale:g}"
     data = generate((args.data or cache).resolve(), args.scale, TABLES)
     scratch = Path(tempfile.mkdtemp(prefix="hybridflow-bench-small-"))
     root = scratch / "project"
     try:
         write_project(root, data)
-        print(f"TPC-H scale {args.scale:g} ({data}), six SQL stages, {args.rounds} rounds", flush=True)
+        print(f"TPC-H scale {args.scale:g} ({data}), six SQL stages, {args.rounds} rounds"
+              f"{', an empty machine cache for each hybridflow run' if COLD else ''}", flush=True)
         times = rounds(root, data, scratch, args.rounds, args.compare.resolve() if args.compare else None)
         run_hybridflow(root, "duckdb")  # this tree's outputs are the ones compared
         problems = compare(scratch / "alone", root, "duckdb")

@@ -259,7 +259,7 @@ class DuckDBBackend(Backend):
                 raise
             raise known from exc
         respell_partition_directories(directory, partition_by)
-        return arrow_schema(relation)
+        return (None if partition_by else footer_schema(directory)) or arrow_schema(relation)
 
 
     # data checks (checkplan): one aggregate query over the relation
@@ -401,6 +401,16 @@ def arrow_schema(relation) -> pa.Schema:
     finally:
         reader.read_all()  # the connection holds one open result at a time: drain it
         reader.close()
+
+
+def footer_schema(directory: Path) -> pa.Schema | None:
+    """The schema of an unpartitioned output DuckDB just wrote, from its first file's footer (None when
+    it wrote none): what the output's manifest records from the footers anyway, read in a few KB where
+    arrow_schema would bind and run the stage's query plan once more."""
+    import pyarrow.parquet as pq
+
+    first = min(directory.glob("*.parquet"), default=None)
+    return None if first is None else standard_schema(pq.read_schema(first).remove_metadata())
 
 
 def respell_partition_directories(directory: Path, partition_by: tuple[str, ...]) -> None:

@@ -36,7 +36,17 @@ def status_colour(status: str) -> str:
 
 
 def plotly_script() -> str:
-    """Plotly's JavaScript bundle, as shipped inside the installed Python package."""
+    """Plotly's JavaScript bundle, as shipped inside the installed Python package: read from its
+    package_data folder, found without importing plotly (about 20 ms at the end of every run),
+    else through plotly's own get_plotlyjs."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("plotly")
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        bundle = Path(folder) / "package_data" / "plotly.min.js"
+        if bundle.is_file():
+            return bundle.read_text(encoding="utf-8")
     try:
         from plotly.offline import get_plotlyjs
     except ImportError as exc:
