@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import textwrap
 from pathlib import Path
 
@@ -94,7 +95,7 @@ TESTS = Path(__file__).resolve().parent
 def pytest_collection_modifyitems(config, items):
     strays = set()
     for item in items:
-        tier = Path(str(item.path)).resolve().relative_to(TESTS).parts[0]
+        tier = _tier(item)
         if tier not in TIERS:
             strays.add(item.nodeid.split("::")[0])
             continue
@@ -104,6 +105,11 @@ def pytest_collection_modifyitems(config, items):
     if strays:
         raise pytest.UsageError(f"test modules outside a tier folder: {', '.join(sorted(strays))}; move each into "
                                 f"the folder of what it needs: {', '.join(f'tests/{t}/' for t in TIERS)}")
+    lane = config.getoption("lane")
+    if lane is not None:
+        kept = [item for item in items if _lane(item) == lane]
+        config.hook.pytest_deselected(items=[item for item in items if _lane(item) != lane])
+        items[:] = kept
 
 
 def _side_by_side_group(item, tier: str) -> str:
@@ -111,11 +117,46 @@ def _side_by_side_group(item, tier: str) -> str:
     those that share what a machine has one of (the user's crontab and the cron daemon; the network
     namespaces' bridge and subnet of the cluster tier), and each module's own tests, so that a
     module's fixtures (an S3 server, started engines) are made once."""
-    if tier == "cron" or "saved_crontab" in getattr(item, "fixturenames", ()):
+    if tier == "cron" or "saved_crontab" in getattr(item, "fixturenames", ()) or item.get_closest_marker("crontab"):
         return "crontab"
     if tier == "clusters":
         return "network-namespaces"
     return item.nodeid.split("::")[0]
+
+
+# `bash .ci/run` runs the suite in two pytest processes side by side (`--lane`): the crontab lane, whose
+# tests mostly wait for the cron daemon's minute ticks, and the main lane, every other test one at a
+# time. The crontab lane holds every test of the "crontab" group, so what a machine has one of (the
+# user's crontab, the cron daemon) is never used by both at once.
+LANES = ("crontab", "main")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--lane", choices=LANES, default=None,
+                     help="run only one lane of `bash .ci/run`: crontab (the tests that touch the crontab or the "
+                          "cron daemon) or main (every other test)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "crontab: uses the user's crontab or the cron daemon (or what doctor takes "
+                                       "for it): runs in the crontab group and lane, never beside another such test")
+    if config.getoption("lane") == "crontab":
+        # .ci/run's background lane (SIGINT ignored, as for any background job of a script) is stopped with
+        # SIGTERM when .ci/run is: it ends as on Ctrl-C, its fixtures stopping the cron daemon they
+        # started and putting the crontab back
+        signal.signal(signal.SIGTERM, _interrupted)
+
+
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _lane(item) -> str:
+    return "crontab" if _side_by_side_group(item, _tier(item)) == "crontab" else "main"
+
+
+def _tier(item) -> str:
+    return Path(str(item.path)).resolve().relative_to(TESTS).parts[0]
 
 
 @pytest.fixture(scope="session")
