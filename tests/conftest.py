@@ -176,12 +176,3 @@ def _in_lane(config, items) -> None:
 
 def _tier(item) -> str:
     return Path(str(item.path)).resolve().relative_to(TESTS).parts[0]
-
-
-@pytest.fixture(scope="session")
-def embedded_answer(tmp_path_factory) -> list[tuple]:
-    """The multi-host pipeline's answer on embedded engines (tests/clusters/test_multihost.py), for the tests
-    that run it on clusters on other hosts."""
-    from tests.clusters.test_multihost import embedded_run
-
-    return embedded_run(tmp_path_factory)
