@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import textwrap
 from pathlib import Path
 
@@ -94,7 +95,7 @@ TESTS = Path(__file__).resolve().parent
 def pytest_collection_modifyitems(config, items):
     strays = set()
     for item in items:
-        tier = Path(str(item.path)).resolve().relative_to(TESTS).parts[0]
+        tier = _tier(item)
         if tier not in TIERS:
             strays.add(item.nodeid.split("::")[0])
             continue
@@ -104,6 +105,7 @@ def pytest_collection_modifyitems(config, items):
     if strays:
         raise pytest.UsageError(f"test modules outside a tier folder: {', '.join(sorted(strays))}; move each into "
                                 f"the folder of what it needs: {', '.join(f'tests/{t}/' for t in TIERS)}")
+    _in_lane(config, items)
 
 
 def _side_by_side_group(item, tier: str) -> str:
@@ -111,17 +113,66 @@ def _side_by_side_group(item, tier: str) -> str:
     those that share what a machine has one of (the user's crontab and the cron daemon; the network
     namespaces' bridge and subnet of the cluster tier), and each module's own tests, so that a
     module's fixtures (an S3 server, started engines) are made once."""
-    if tier == "cron" or "saved_crontab" in getattr(item, "fixturenames", ()):
+    if tier == "cron" or "saved_crontab" in getattr(item, "fixturenames", ()) or item.get_closest_marker("crontab"):
         return "crontab"
     if tier == "clusters":
         return "network-namespaces"
     return item.nodeid.split("::")[0]
 
 
-@pytest.fixture(scope="session")
-def embedded_answer(tmp_path_factory) -> list[tuple]:
-    """The multi-host pipeline's answer on embedded engines (tests/clusters/test_multihost.py), for the tests
-    that run it on clusters on other hosts."""
-    from tests.clusters.test_multihost import embedded_run
+# `bash .ci/run` runs the suite in three pytest processes side by side (`--lane`), each one test at a time:
+# - crontab: the "crontab" group, in the background: its tests mostly wait for the cron daemon's minute
+#   ticks, and what they share (the user's crontab, the cron daemon) is then never used by two at once;
+# - light: the tiers that start no engine, server or cluster (unit, runs, docs), in the background at a
+#   lower CPU priority, on what the main lane leaves idle;
+# - main: every engine, cluster and object-store test, in the foreground, never beside another such
+#   test (a starved cluster or engine start is what makes those flaky); the cluster tier last, once
+#   the light lane is likely done.
+LANES = {"crontab": ("cron",), "light": ("unit", "runs", "docs"), "main": ("engines", "objectstore", "clusters")}
+BACKGROUND_LANES = ("crontab", "light")
 
-    return embedded_run(tmp_path_factory)
+
+def pytest_addoption(parser):
+    parser.addoption("--lane", choices=tuple(LANES), default=None,
+                     help="run only one lane of `bash .ci/run`: crontab (the tests that touch the crontab or the "
+                          "cron daemon), light (the other tests of tests/unit, tests/runs, tests/docs) or main "
+                          "(the other tests of tests/engines, tests/objectstore, tests/clusters)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "crontab: uses the user's crontab or the cron daemon (or what doctor takes "
+                                       "for it): runs in the crontab group and lane, never beside another such test")
+    if config.getoption("lane") in BACKGROUND_LANES:
+        # a background job of a script starts with SIGINT ignored, and so would every process its tests
+        # start: Ctrl-C (or .ci/run's SIGTERM when it is stopped) ends the lane as Ctrl-C ends a pytest
+        # in the foreground, once, its fixtures then stopping what they started (a cron daemon)
+        signal.signal(signal.SIGINT, _interrupted)
+        signal.signal(signal.SIGTERM, _interrupted)
+
+
+def _interrupted(signum, frame):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second signal must not cut the fixtures' teardown short
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+def _lane(item) -> str:
+    tier = _tier(item)
+    if _side_by_side_group(item, tier) == "crontab":
+        return "crontab"
+    return next(lane for lane, tiers in LANES.items() if tier in tiers)
+
+
+def _in_lane(config, items) -> None:
+    """Only the tests of `--lane`, if given; in the main lane the cluster tier last (a stable sort: each
+    module's tests stay together, so its fixtures are made once)."""
+    lane = config.getoption("lane")
+    if lane is None:
+        return
+    kept = [item for item in items if _lane(item) == lane]
+    config.hook.pytest_deselected(items=[item for item in items if _lane(item) != lane])
+    items[:] = sorted(kept, key=lambda item: LANES[lane].index(_tier(item)) if _tier(item) in LANES[lane] else -1)
+
+
+def _tier(item) -> str:
+    return Path(str(item.path)).resolve().relative_to(TESTS).parts[0]

@@ -272,7 +272,7 @@ def command_lines(seen: set[bytes], over: threading.Event) -> None:
 
 
 def test_three_clusters_brought_up_over_ssh_give_the_embedded_answer_and_leave_nothing(
-        hosts, sshd, s3, private, embedded_answer, monkeypatch):
+        hosts, sshd, s3, private, monkeypatch):
     project = Project(private / "flow")
     project.stages(STAGES)
     bucket = s3.bucket("sshflow")
@@ -322,7 +322,7 @@ def test_three_clusters_brought_up_over_ssh_give_the_embedded_answer_and_leave_n
     catalog = ObjectCatalog(private / "cache" / "sshflow", ObjectPath(f"{bucket}/wd/sshflow"),
                             ObjectStore(StoreSettings.of()))
     scaled = catalog.current("scaled")
-    assert outputs(scaled) == embedded_answer
+    assert outputs(scaled) == multihost.EMBEDDED_ANSWER
     from hybridflow.data.tables import read_arrow
 
     assert set(read_arrow(scaled.source()).column("spark_left").to_pylist()) == {0}  # Spark's cluster was gone

@@ -4,6 +4,7 @@ running them until it is released (several minutes: cron fires on minute boundar
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -105,6 +106,16 @@ def wait_for(store: RunStore, log: Path, found) -> dict:
     pytest.fail(f"cron made no such run within {WAIT}s; {log}: {log.read_text() if log.exists() else '(none)'}")
 
 
+def notified(path: Path) -> dict:
+    """The summary the notifier wrote: it runs once the run's record is final, so it may come after it."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError):  # not there yet, or not yet written whole
+            return json.loads(path.read_text())
+        time.sleep(0.5)
+    pytest.fail(f"no notification in {path} within {WAIT}s")
+
+
 def test_a_tick_missed_while_cron_was_stopped_is_caught_up(project, cron):
     project.stages(STAGES)
     path = project.pipeline(every_minute("weekly"))
@@ -150,7 +161,7 @@ def test_a_held_schedule_records_its_ticks_until_released(project, cron):
     held = wait_for(store, log, lambda r: r["status"] == "held")
     assert held["error"] == f"held: run {broken['run_id']} failed on {broken['started_at'][:16].replace('T', ' ')}"
     assert store.stages(held["run_id"]) == []  # nothing ran
-    summary = json.loads((project.root / "notified-held.json").read_text())
+    summary = notified(project.root / "notified-held.json")
     assert summary["status"] == "held" and summary["error"] == held["error"]
     assert [r["status"] for r in store.runs() if r["status"] not in ("held",)] == ["failed"]  # no run went ahead
     (project.root / "FAIL").unlink()

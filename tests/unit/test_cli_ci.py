@@ -45,7 +45,7 @@ def fake_checkout(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     (python.parent / "activate").write_text(f'PATH="{python.parent}:$PATH"\nexport PATH\n')  # as venv's does
     tools = tmp_path / "bin"
     tools.mkdir()
-    for tool in ("id", "dirname", "sh", "cat"):
+    for tool in ("id", "dirname", "sh", "cat", "rm", "nice"):
         os.symlink(shutil.which(tool), tools / tool)
     return root, {"PATH": str(tools), "HOME": str(tmp_path)}
 
@@ -63,11 +63,34 @@ def test_ci_run_passes_on_arguments_and_fails_when_pytest_fails_or_collects_noth
     # the existing virtualenv is reused (no python3 on PATH to make another); pip runs every time, from its
     # cache, and so do the fetcher of Spark's s3a jars and the builds of versitygw and fake-gcs-server (no-ops
     # once cached)
-    assert calls[:6] == ["-m pip install --disable-pip-version-check --quiet -e .[test]",
+    assert calls[:5] == ["-m pip install --disable-pip-version-check --quiet -e .[test]",
                          "-m hybridflow.backends.spark_s3_jars", "-m hybridflow.backends.spark_lineage_jar",
-                         "-m tests.support.versitygw", "-m tests.support.gcsserver",
-                         "-m pytest tests -n 0 --durations=40 -m not cron"]  # every tier, serially
-    assert len(calls) == 24
+                         "-m tests.support.versitygw", "-m tests.support.gcsserver"]
+    # every tier, in three lanes side by side, each one test at a time
+    assert sorted(calls[5:8]) == ["-m pytest tests -n 0 --lane crontab --durations=10 -m not cron",
+                                  "-m pytest tests -n 0 --lane light --durations=10 -m not cron",
+                                  "-m pytest tests -n 0 --lane main --durations=40 -m not cron"]
+    assert len(calls) == 32
+
+
+def test_ci_run_fails_when_any_lane_fails_and_when_none_has_a_test(tmp_path):
+    root, env = fake_checkout(tmp_path)
+    python = root / ".venv" / "bin" / "python"
+    # each lane's pytest says it ran, and exits with $FAKE_<LANE>_EXIT
+    python.write_text(python.read_text().replace(
+        '[ "$2" = pytest ] && exit "$FAKE_PYTEST_EXIT"',
+        'lane="${*#*--lane }"; lane="${lane%% *}"\n'
+        '[ "$2" = pytest ] && echo "the $lane lane ran" && eval exit "\\$FAKE_${lane}_EXIT"'))
+    outcomes = {(0, 0, 0): 0, (0, 1, 0): 1, (0, 0, 2): 2, (1, 0, 0): 1, (2, 1, 0): 2, (5, 0, 0): 0, (0, 5, 5): 0,
+                (5, 5, 1): 1, (5, 1, 5): 1, (1, 5, 5): 1, (5, 5, 5): 5}
+    for (main, crontab, light), expected in outcomes.items():
+        done = subprocess.run(["/bin/bash", str(root / ".ci" / "run")], capture_output=True, text=True, timeout=120,
+                              env={**env, "FAKE_main_EXIT": str(main), "FAKE_crontab_EXIT": str(crontab),
+                                   "FAKE_light_EXIT": str(light)})
+        assert done.returncode == expected, (main, crontab, light, done.stderr)
+        for lane in ("main", "crontab", "light"):  # every lane's output is shown
+            assert f"the {lane} lane ran" in done.stdout, done.stdout
+        assert ("pytest collected no tests" in done.stderr) == (expected == 5), done.stderr
 
 
 def test_ci_run_runs_only_the_tests_named_where_a_path_or_node_id_is_given(tmp_path):
@@ -79,8 +102,10 @@ def test_ci_run_runs_only_the_tests_named_where_a_path_or_node_id_is_given(tmp_p
                               env={**env, "FAKE_PYTEST_EXIT": "0"}, timeout=120, cwd=root)
         assert done.returncode == 0, done.stderr
     calls = [c for c in (root / ".venv" / "bin" / "calls").read_text().splitlines() if c.startswith("-m pytest")]
-    assert calls == ["-m pytest -n 0 --durations=40 tests/unit",
-                     "-m pytest -n 0 --durations=40 -x tests/unit/test_one.py::test_it"]
+    lanes = [f"-m pytest -n 0 --lane {lane} --durations={shown}" for lane, shown in (("crontab", 10), ("light", 10),
+                                                                                      ("main", 40))]
+    assert sorted(calls) == sorted([f"{lane} tests/unit" for lane in lanes] +
+                                   [f"{lane} -x tests/unit/test_one.py::test_it" for lane in lanes])
 
 
 def test_the_session_ends_with_every_skipped_test_and_why(tmp_path):

@@ -127,6 +127,7 @@ def test_workdir_is_checked_at_its_nearest_existing_parent(project):
     assert (workdir.status, workdir.detail) == ("error", f"{project.root / 'state'} is not a directory")
 
 
+@pytest.mark.crontab  # a process named cron: what the cron tests see as a cron daemon already running
 def test_cron_daemon_is_found_in_proc_and_a_zombie_is_not(tmp_path):
     before = doctor.cron_daemon()
     fake = tmp_path / "cron"  # a process named cron: what /proc shows for the real daemon
