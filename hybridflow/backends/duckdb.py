@@ -269,17 +269,14 @@ class DuckDBBackend(Backend):
         return self.read(source)
 
     def check_measure(self, frame, plan) -> dict[str, Any]:
-        # A unique check's keys that each rise above the row's before (lag over the scan, streamed) are
-        # distinct: counted by hashing (COUNT DISTINCT, most of the checks' cost) only where they do not.
+        # A unique check's keys that each rise above the row's before (lag over the scan, streamed, in a
+        # query of their own: a streamed window runs on one thread) are distinct: counted by hashing
+        # (COUNT DISTINCT, most of the checks' cost) only where they do not.
         rising = [m for m in plan.measures if m.op == "distinct" and _ordered_types(frame, m.columns)]
-        if not rising:
-            return plan.values_of(frame.aggregate(", ".join(plan.sql_aggregates("duckdb"))).fetchall()[0])
-        lags = [f"lag({_key(m.columns)}) OVER () AS {_previous(m)}" for m in rising]
-        lagged = frame.project(", ".join([column_list(frame.columns), *lags]))
-        aggregates = [f"{_unproven(m) if m in rising else plan.sql_aggregate(m, 'duckdb')} AS {m.alias}"
-                      for m in plan.measures]
-        values = plan.values_of(lagged.aggregate(", ".join(aggregates)).fetchall()[0])
-        unproven = [m for m in rising if values[m.alias]]
+        aggregates = ["NULL" if m in rising else plan.sql_aggregate(m, "duckdb") for m in plan.measures]
+        values = plan.values_of(frame.aggregate(", ".join(f"{a} AS {m.alias}" for a, m in
+                                                          zip(aggregates, plan.measures))).fetchall()[0])
+        unproven = [m for m in rising if _unproven_rows(frame, m.columns)]
         counted = frame.aggregate(", ".join(f"{plan.sql_aggregate(m, 'duckdb')} AS {m.alias}" for m in unproven)) \
             .fetchall()[0] if unproven else ()
         return values | {m.alias: values[ROWS] for m in rising} | \
@@ -314,19 +311,19 @@ def _ordered_types(frame, columns: tuple[str, ...]) -> bool:
     return all(column in kinds and kinds[column].id in ORDERED_TYPES for column in columns)
 
 
-def _key(columns: tuple[str, ...]) -> str:
-    return f"row({column_list(columns)})"
-
-
-def _previous(measure) -> str:
-    return quote(f"hf_previous_{measure.alias}")
-
-
-def _unproven(measure) -> str:
-    """The rows whose key is not proven distinct: a NULL in it, or not above the key of the row before."""
-    nulls = " OR ".join(f"{quote(c)} IS NULL" for c in measure.columns)
-    return (f"count(*) FILTER (WHERE {nulls} OR ({_previous(measure)} IS NOT NULL AND "
-            f"NOT ({_key(measure.columns)} > {_previous(measure)})))")
+def _unproven_rows(frame, columns: tuple[str, ...]) -> int:
+    """Rows with a NULL in the key, or whose key is not above the previous row's (compared column after
+    column): 0 proves every key distinct."""
+    previous = {c: quote(f"hf_previous_{i}") for i, c in enumerate(columns)}
+    lagged = frame.project(", ".join([column_list(columns), *(f"lag({quote(c)}) OVER () AS {previous[c]}"
+                                                             for c in columns)]))
+    above = None
+    for column in reversed(columns):
+        greater = f"{quote(column)} > {previous[column]}"
+        above = greater if above is None else f"({greater} OR ({quote(column)} = {previous[column]} AND {above}))"
+    nulls = " OR ".join(f"{quote(c)} IS NULL" for c in columns)
+    return lagged.aggregate(f"count(*) FILTER (WHERE {nulls} OR ({previous[columns[0]]} IS NOT NULL "
+                            f"AND NOT {above}))").fetchall()[0][0]
 
 
 SESSION = ("SET TimeZone = 'UTC'",  # TIMESTAMPTZ reaches Arrow as UTC, as on disk, whatever the machine's zone
