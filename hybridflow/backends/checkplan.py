@@ -55,7 +55,12 @@ class CheckPlan:
 
     def sql_aggregates(self, dialect: str) -> list[str]:
         """`expression AS alias` for each measure, in `dialect` (spark, duckdb)."""
-        return [f"{_sql_measure(m, dialect)} AS {m.alias}" for m in self.measures]
+        return [f"{self.sql_aggregate(m, dialect)} AS {m.alias}" for m in self.measures]
+
+    @staticmethod
+    def sql_aggregate(measure: Measure, dialect: str) -> str:
+        """One measure's aggregate expression, in `dialect`."""
+        return _sql_measure(measure, dialect)
 
     def values_of(self, row) -> dict[str, Any]:
         """The measures from a row of values in the order of `measures` (an empty table sums to NULL)."""

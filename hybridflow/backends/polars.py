@@ -60,7 +60,7 @@ from ..data.tables import (
 from ..errors import DataError, HybridflowError, StageError, first_line
 from ..settings import ByteSize, EngineSection, GpuMode
 from . import Engine, gpu
-from .base import Backend
+from .base import Backend, measured_or_none
 from .stagelog import private_dir
 
 if TYPE_CHECKING:  # imported where used: validate and a skipped run never load it
@@ -291,10 +291,10 @@ class PolarsBackend(Backend):
         return self.read(source)
 
     def check_measure(self, frame, plan) -> dict[str, Any]:
-        return plan.values_of(frame.lazy().select(_check_expressions(plan)).collect().row(0))
+        return plan.values_of(frame.lazy().select(check_expressions(plan)).collect().row(0))
 
     def check_measure_groups(self, frame, plan) -> dict[tuple, dict[str, Any]]:
-        rows = frame.lazy().group_by(list(plan.group_by)).agg(_check_expressions(plan)).collect().rows()
+        rows = frame.lazy().group_by(list(plan.group_by)).agg(check_expressions(plan)).collect().rows()
         return plan.grouped_values(rows)
 
     def check_split(self, frame, plan, checks) -> tuple[Any, Any]:
@@ -319,6 +319,21 @@ class PolarsBackend(Backend):
 
     def write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...],
                     target_file_size: int) -> pa.Schema:
+        return self._write_files(frame, directory, partition_by, target_file_size)[0]
+
+    def write_measured(self, frame: Any, directory: Path, partition_by: tuple[str, ...],  # noqa: PLR0913 - Backend's
+                       target_file_size: int, plan) -> tuple[pa.Schema, dict[str, Any] | None]:
+        # a lazy output's sink and its checks' aggregate are one query of the query process, sharing
+        # the stage's rows (collect_all); a frame in memory is measured there (partitioned outputs are
+        # read back: their partition values come from the paths)
+        if partition_by:
+            return super().write_measured(frame, directory, partition_by, target_file_size, plan)
+        schema, measured = self._write_files(frame, directory, (), target_file_size, plan)
+        self.write_schema_file(directory, schema, ())
+        return schema, measured
+
+    def _write_files(self, frame: Any, directory: Path, partition_by: tuple[str, ...],  # noqa: PLR0913 - write_measured's
+                     target_file_size: int, plan=None) -> tuple[pa.Schema, dict[str, Any] | None]:
         import pyarrow as pa
 
         pl = self.pl
@@ -331,14 +346,36 @@ class PolarsBackend(Backend):
                             hint="add it in the stage, or fix the dataset's partition_by")
         lazy, schema = self._standardised(frame.lazy())
         stored = pa.schema([field for field in schema if field.name not in partition_by])
+        measured = None
         if isinstance(frame, pl.DataFrame):  # in memory already: its rows per file are measured exactly
             self._sink(lazy, directory, partition_by, stored, rows=_rows_per_file(pl, frame, target_file_size),
                        in_memory=True)
+            if plan is not None:
+                measured = measured_or_none(lambda: self.check_measure(lazy, plan))
         else:
-            self._sink(lazy, directory, partition_by, stored, memory=target_file_size * MEMORY_PER_PARQUET_BYTE)
+            memory = target_file_size * MEMORY_PER_PARQUET_BYTE
+            if plan is None:
+                self._sink(lazy, directory, partition_by, stored, memory=memory)
+            else:
+                measured = self._sink_measured(lazy, directory, stored, memory, plan)
             self._split_oversized(directory, stored, target_file_size)
         respell_partition_directories(directory, partition_by)
-        return standard_schema(schema)
+        return standard_schema(schema), measured
+
+    def _sink_measured(self, lazy, directory: Path, stored: pa.Schema, memory: int, plan) -> dict[str, Any] | None:
+        """The sink and the checks' aggregate (its row to a file of its own) run as one query, or, where
+        that query fails (a check Polars cannot evaluate, as much as the stage), the sink alone: the
+        checks then measure the files, and say what failed as a check's failure, not the write's."""
+        from .polarschecks import measured_aggregate, read_measured
+
+        with measured_aggregate(self.pl, lazy, plan) as (aggregate, row_file):
+            try:
+                self._sink(lazy, directory, (), stored, memory=memory, also=aggregate)
+            except self.pl.exceptions.PolarsError:
+                shutil.rmtree(directory, ignore_errors=True)
+                self._sink(lazy, directory, (), stored, memory=memory)
+                return None
+            return measured_or_none(lambda: read_measured(self, directory, stored, plan, row_file))
 
     def _standardised(self, lazy) -> tuple[Any, pa.Schema]:
         """The output with each column in its standard form, and the Arrow schema its files get."""
@@ -357,10 +394,11 @@ class PolarsBackend(Backend):
             fields.append(pa.field(field.name, _as_read(field.type, read[0]) if same else field.type))
         return lazy, pa.schema(fields)
 
-    def _sink(self, lazy, directory: Path, partition_by: tuple[str, ...], stored: pa.Schema,
-              rows: int | None = None, memory: int | None = None, in_memory: bool = False) -> None:
+    def _sink(self, lazy, directory: Path, partition_by: tuple[str, ...], stored: pa.Schema,  # noqa: PLR0913
+              rows: int | None = None, memory: int | None = None, in_memory: bool = False, also=None) -> None:
         """Polars' streaming Parquet sink: files of at most `rows` rows or about `memory` bytes in
-        memory, under Hive-style directories when partitioned (partition columns only in the paths)."""
+        memory, under Hive-style directories when partitioned (partition columns only in the paths);
+        `also`: another sink of the same rows, run in the same query (Polars computes them once)."""
         pl = self.pl
         with _quiet(pl):
             target = pl.PartitionBy(str(directory), key=list(partition_by) or None,
@@ -368,6 +406,8 @@ class PolarsBackend(Backend):
                                     max_rows_per_file=rows, approximate_bytes_per_file=memory)
             query = lazy.sink_parquet(target, compression="snappy", arrow_schema=stored, mkdir=True, lazy=True,
                                       metadata=_arrow_schema_metadata(standard_schema(stored)))
+        if also is not None:
+            query = pl.collect_all([query, also], lazy=True)
         self._run(query, in_memory)
 
     def _split_oversized(self, directory: Path, stored: pa.Schema, target_file_size: int) -> None:
@@ -583,7 +623,7 @@ def _in_own_words(exc: BaseException) -> HybridflowError | None:
     return None
 
 
-def _check_expressions(plan) -> list:
+def check_expressions(plan) -> list:
     """One Polars expression per measure of a check plan (checkplan), in the plan's order."""
     import polars as pl
 

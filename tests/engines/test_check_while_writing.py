@@ -1,6 +1,7 @@
 """Checks measured while an output is written (python's Arrow table, Dask's kept partitions, Ray's
-materialized blocks, Spark's observed write job) agree exactly with the same checks measured over
-the files written, on tables with planted defects, with keys in order and out of order."""
+materialized blocks, Spark's observed write job, Polars' query that sinks it) agree exactly with the
+same checks measured over the files written, on tables with planted defects, with keys in order and
+out of order."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from hybridflow.definition.datachecks import read_checks
 from hybridflow.settings import TARGET_FILE_SIZE
 from tests.support.engines import start_engines
 
-MEASURING = ("python", "spark", "dask", "ray")  # the engines that measure while writing
+MEASURING = ("python", "spark", "dask", "ray", "polars")  # the engines that measure while writing
 CHECKS = [{"not_null": ["customer", "week"]}, {"unique": ["customer", "week"]},
           {"range": {"column": "events", "min": 0, "max": 100}},
           {"accepted_values": {"column": "plan", "values": ["free", "pro"]}},
