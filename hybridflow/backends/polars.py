@@ -368,6 +368,9 @@ class PolarsBackend(Backend):
         checks then measure the files, and say what failed as a check's failure, not the write's."""
         from .polarschecks import measured_aggregate, read_measured
 
+        # one evaluation for both sinks: without it Polars runs the stage twice, and a stage that is not
+        # the same each time (a sample, a random column) would be measured on rows other than those written
+        lazy = lazy.cache()
         with measured_aggregate(self.pl, lazy, plan) as (aggregate, row_file):
             try:
                 self._sink(lazy, directory, (), stored, memory=memory, also=aggregate)

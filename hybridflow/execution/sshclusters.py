@@ -307,7 +307,11 @@ _TAKEN, _EXITED = 3, 4
 # run on a process's host: until its log says it is up, while it lives
 _READY = r'''for _ in $(seq %(tries)d); do
   if grep -qF -- %(ready)s %(log)s 2>/dev/null; then exit 0; fi
-  if ! kill -0 %(pid)d 2>/dev/null; then sleep 0.5; tail -n 20 %(log)s 2>/dev/null; exit 4; fi
+  if ! kill -0 %(pid)d 2>/dev/null; then
+    # what it started goes with it (setsid made it its group's leader): a fresh start meets none of it
+    if [ %(pid)d -gt 1 ]; then kill -TERM -- -%(pid)d 2>/dev/null; fi
+    sleep 0.5; tail -n 20 %(log)s 2>/dev/null; exit 4
+  fi
   sleep 0.2
 done
 tail -n 20 %(log)s 2>/dev/null

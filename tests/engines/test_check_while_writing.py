@@ -76,3 +76,28 @@ def test_measures_taken_while_writing_equal_those_of_the_files(started, tmp_path
     distinct = len({(r["customer"], r["week"]) for r in data.to_pylist()})
     unique = next(c for c in checks if c.kind == "unique")
     assert measured[plan.alias[unique.name]] == distinct
+
+
+def test_polars_measures_the_rows_it_writes_when_the_stage_differs_each_time_it_runs(started, tmp_path,
+                                                                                   tmp_path_factory):
+    """A stage whose rows are not the same from one evaluation to the next (a sample with replacement):
+    the measures taken while writing are those of the rows written, not of a second evaluation."""
+    import polars as pl
+
+    if "polars" not in started:
+        started.update(start_engines(tmp_path_factory.mktemp("engine-logs"), ["polars"]))
+    backend = started["polars"]
+    data = table(list(range(2000)))
+    (tmp_path / "input").mkdir()
+    pq.write_table(data, tmp_path / "input" / "part-0.parquet")
+    checks, problems = read_checks(CHECKS, "weeks")
+    assert not problems
+    plan = CheckPlan(checks)
+    (tmp_path / "out").mkdir()
+    frame = backend.read(TableSource("input", (tmp_path / "input",), "parquet", data.schema, (), tmp_path / "input"))
+    sampled = frame.select(pl.all().sample(n=2000, with_replacement=True))
+    schema, measured = backend.write_measured(sampled, tmp_path / "out", (), TARGET_FILE_SIZE, plan)
+    from_files = backend.check_measure(
+        backend.check_frame(TableSource("weeks", (tmp_path / "out",), "parquet", schema, (), tmp_path / "out")), plan)
+    assert measured is not None
+    assert measured == from_files
