@@ -15,49 +15,19 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tests.support.gotools import GoTool
 from tests.support.s3server import free_port, stop_group, wait_for_port
 
-MODULE = "github.com/fsouza/fake-gcs-server"
-VERSION = "v1.56.1"
-CACHE_VARIABLE = "HYBRIDFLOW_TOOLS"
-
-
-def binary() -> Path:
-    root = Path(os.environ.get(CACHE_VARIABLE) or Path.home() / ".cache" / "hybridflow" / "tools")
-    return root / f"fake-gcs-server-{VERSION}" / "fake-gcs-server"
-
-
-def missing_reason() -> str | None:
-    """Why the server cannot run here (None: it can)."""
-    if binary().is_file():
-        return None
-    return f"fake-gcs-server {VERSION} is not built at {binary()} (run: python -m tests.support.gcsserver; needs Go)"
-
-
-def install() -> Path:
-    """Build the binary unless it is there (idempotent); put in place only once whole."""
-    target = binary()
-    if target.is_file():
-        return target
-    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").is_file() else None)
-    if go is None:
-        raise RuntimeError("the Go toolchain is not installed: fake-gcs-server cannot be built")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
-        env = {**os.environ, "GOBIN": scratch, "GOFLAGS": "-buildvcs=false"}
-        subprocess.run([go, "install", f"{MODULE}@{VERSION}"], env=env, check=True, cwd=scratch)
-        os.replace(Path(scratch) / "fake-gcs-server", target)
-    return target
+TOOL = GoTool("fake-gcs-server", "github.com/fsouza/fake-gcs-server", "v1.56.1", "tests.support.gcsserver")
+binary, missing_reason, install = TOOL.binary, TOOL.missing_reason, TOOL.install
 
 
 class GcsServer:

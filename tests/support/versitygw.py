@@ -13,45 +13,15 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
+from tests.support.gotools import GoTool
 from tests.support.s3server import REGION, S3Endpoint, free_port, stop_group, wait_for_port
 
-MODULE = "github.com/versity/versitygw/cmd/versitygw"
-VERSION = "v1.8.0"
-CACHE_VARIABLE = "HYBRIDFLOW_TOOLS"
-
-
-def binary() -> Path:
-    root = Path(os.environ.get(CACHE_VARIABLE) or Path.home() / ".cache" / "hybridflow" / "tools")
-    return root / f"versitygw-{VERSION}" / "versitygw"
-
-
-def missing_reason() -> str | None:
-    """Why the server cannot run here (None: it can)."""
-    if binary().is_file():
-        return None
-    return f"versitygw {VERSION} is not built at {binary()} (run: python -m tests.support.versitygw; needs Go)"
-
-
-def install() -> Path:
-    """Build the binary unless it is there (idempotent); put in place only once whole."""
-    target = binary()
-    if target.is_file():
-        return target
-    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").is_file() else None)
-    if go is None:
-        raise RuntimeError("the Go toolchain is not installed: versitygw cannot be built")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
-        env = {**os.environ, "GOBIN": scratch, "GOFLAGS": "-buildvcs=false"}
-        subprocess.run([go, "install", f"{MODULE}@{VERSION}"], env=env, check=True, cwd=scratch)
-        os.replace(Path(scratch) / "versitygw", target)
-    return target
+TOOL = GoTool("versitygw", "github.com/versity/versitygw/cmd/versitygw", "v1.8.0", "tests.support.versitygw")
+binary, missing_reason, install = TOOL.binary, TOOL.missing_reason, TOOL.install
 
 
 class VersityServer(S3Endpoint):
