@@ -44,6 +44,22 @@ TABLES = {
 }
 
 
+def written_and_measured(backend, tmp_path, data: pa.Table, stage=lambda frame: frame):
+    """`data` read by `backend`, passed through `stage` and written measuring CHECKS: (the checks, their
+    plan, the measures taken while writing, the same measures over the files written)."""
+    (tmp_path / "input").mkdir()
+    pq.write_table(data, tmp_path / "input" / "part-0.parquet")
+    checks, problems = read_checks(CHECKS, "weeks")
+    assert not problems
+    plan = CheckPlan(checks)
+    (tmp_path / "out").mkdir()
+    frame = backend.read(TableSource("input", (tmp_path / "input",), "parquet", data.schema, (), tmp_path / "input"))
+    schema, measured = backend.write_measured(stage(frame), tmp_path / "out", (), TARGET_FILE_SIZE, plan)
+    from_files = backend.check_measure(
+        backend.check_frame(TableSource("weeks", (tmp_path / "out",), "parquet", schema, (), tmp_path / "out")), plan)
+    return checks, plan, measured, from_files
+
+
 @pytest.fixture(scope="module")
 def started(tmp_path_factory):
     running: dict = {}
@@ -59,18 +75,8 @@ def started(tmp_path_factory):
 def test_measures_taken_while_writing_equal_those_of_the_files(started, tmp_path, tmp_path_factory, name, kind):
     if name not in started:
         started.update(start_engines(tmp_path_factory.mktemp("engine-logs"), [name]))
-    backend = started[name]
     data = TABLES[kind]
-    (tmp_path / "input").mkdir()
-    pq.write_table(data, tmp_path / "input" / "part-0.parquet")
-    checks, problems = read_checks(CHECKS, "weeks")
-    assert not problems
-    plan = CheckPlan(checks)
-    (tmp_path / "out").mkdir()
-    frame = backend.read(TableSource("input", (tmp_path / "input",), "parquet", data.schema, (), tmp_path / "input"))
-    schema, measured = backend.write_measured(frame, tmp_path / "out", (), TARGET_FILE_SIZE, plan)
-    from_files = backend.check_measure(
-        backend.check_frame(TableSource("weeks", (tmp_path / "out",), "parquet", schema, (), tmp_path / "out")), plan)
+    checks, plan, measured, from_files = written_and_measured(started[name], tmp_path, data)
     assert measured is not None
     assert measured == from_files
     distinct = len({(r["customer"], r["week"]) for r in data.to_pylist()})
@@ -86,18 +92,8 @@ def test_polars_measures_the_rows_it_writes_when_the_stage_differs_each_time_it_
 
     if "polars" not in started:
         started.update(start_engines(tmp_path_factory.mktemp("engine-logs"), ["polars"]))
-    backend = started["polars"]
-    data = table(list(range(2000)))
-    (tmp_path / "input").mkdir()
-    pq.write_table(data, tmp_path / "input" / "part-0.parquet")
-    checks, problems = read_checks(CHECKS, "weeks")
-    assert not problems
-    plan = CheckPlan(checks)
-    (tmp_path / "out").mkdir()
-    frame = backend.read(TableSource("input", (tmp_path / "input",), "parquet", data.schema, (), tmp_path / "input"))
-    sampled = frame.select(pl.all().sample(n=2000, with_replacement=True))
-    schema, measured = backend.write_measured(sampled, tmp_path / "out", (), TARGET_FILE_SIZE, plan)
-    from_files = backend.check_measure(
-        backend.check_frame(TableSource("weeks", (tmp_path / "out",), "parquet", schema, (), tmp_path / "out")), plan)
+    _, _, measured, from_files = written_and_measured(
+        started["polars"], tmp_path, table(list(range(2000))),
+        stage=lambda frame: frame.select(pl.all().sample(n=2000, with_replacement=True)))
     assert measured is not None
     assert measured == from_files
