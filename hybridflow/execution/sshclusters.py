@@ -207,16 +207,23 @@ class _Start:
                  proof: Callable[[int], None] | None = None) -> int:
         """The process's id on the host, once `proof(pid)` passed and its log says `ready` (None: at once)."""
         for attempt in range(1, _STARTS + 1):
+            again = attempt < _STARTS and self.deadline - time.monotonic() > 5
+            what = f"the {self.engine} cluster's {role.split('-')[0]} on {host}"
             pid = self._launch(host, argv, role)
             if proof is not None:
-                proof(pid)
+                try:
+                    proof(pid)
+                except _ExitedAtOnce:
+                    if not again:
+                        raise
+                    _append(self.log_file, f"--- {what} exited at once: starting it again\n", _verbatim)
+                    continue
             if ready is None:
                 return pid
             outcome, said = self._wait_until_ready(host, pid, role, ready)
             if outcome.returncode == 0:
                 return pid
-            what = f"the {self.engine} cluster's {role.split('-')[0]} on {host}"
-            if outcome.returncode == _EXITED and attempt < _STARTS and self.deadline - time.monotonic() > 5:
+            if outcome.returncode == _EXITED and again:
                 _append(self.log_file, f"--- {what} exited before it was up: starting it again\n", _verbatim)
                 continue
             if outcome.returncode == _EXITED:
@@ -297,10 +304,15 @@ def _prove_head(engine: str, spec, name: str, pid: int, port: int, deadline: flo
                                f"not of this cluster (another run's cluster, or another service)",
                                hint=f"free the port, or set backends.{engine}.cluster.head_port to a free one")
     if outcome.returncode == _EXITED:
-        raise UnavailableError(f"the {engine} cluster's head on {spec.head} exited at once: "
+        raise _ExitedAtOnce(f"the {engine} cluster's head on {spec.head} exited at once: "
                                f"{first_line(said[-1]) if said else 'it said nothing'}", hint=f"see {log_file}")
     raise UnavailableError(f"the {engine} cluster's head on {spec.head} did not answer on port {port} within "
                            f"{spec.up_timeout:g} s", hint=f"see {log_file}")
+
+
+class _ExitedAtOnce(UnavailableError):
+    """The head exited before it held its port: a wrong `python:`, or a port its last holder had not
+    yet let go of (a cluster ending as this one starts); started again while tries last."""
 
 
 _TAKEN, _EXITED = 3, 4
@@ -317,19 +329,21 @@ done
 tail -n 20 %(log)s 2>/dev/null
 exit 5
 '''
-# run on the head's host: the head process alive, and the holder of its port one of the cluster's processes
+# run on the head's host: the head process alive, and the holder of its port one of the cluster's processes;
+# a holder whose environment reads empty is ending (its memory goes before its sockets): waited for
 _PROOF = r'''name=%(name)s
+holders=
 for _ in $(seq %(tries)d); do
   holders=$(ss -Hltnp "sport = :%(port)d" 2>/dev/null)
   if [ -n "$holders" ]; then
     for holder in $(echo "$holders" | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u); do
       if grep -qxzF "HYBRIDFLOW_CLUSTER_NAME=$name" /proc/"$holder"/environ 2>/dev/null; then exit 0; fi
+      if [ -n "$(head -c 1 /proc/"$holder"/environ 2>/dev/null)" ]; then echo "$holders"; exit 3; fi
     done
-    echo "$holders"; exit 3
-  fi
-  if ! kill -0 %(pid)d 2>/dev/null; then tail -n 20 %(log)s 2>/dev/null; exit 4; fi
+  elif ! kill -0 %(pid)d 2>/dev/null; then tail -n 20 %(log)s 2>/dev/null; exit 4; fi
   sleep 0.2
 done
+if [ -n "$holders" ]; then echo "$holders"; exit 3; fi
 exit 5
 '''
 

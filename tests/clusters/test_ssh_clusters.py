@@ -375,6 +375,9 @@ def test_after_a_kill_9_the_tethers_end_every_cluster_and_the_reaper_its_records
     while tagged("hf-sshkill-"):
         assert time.monotonic() < deadline, [command_line(pid)[:80] for pid in tagged("hf-sshkill-")]
         time.sleep(0.5)
+    while held := listening(hosts, "a", (8786, 7077)):  # and their ports let go (an ending process's last step)
+        assert time.monotonic() < deadline, held
+        time.sleep(0.5)
 
     listed = run_cli(project, "clusters", "list", "pipeline.yaml", env=hf_env(s3, private))[0]
     assert "dask" in listed.stdout and "spark" in listed.stdout, listed.stdout  # the records stay for the reaper
@@ -384,6 +387,12 @@ def test_after_a_kill_9_the_tethers_end_every_cluster_and_the_reaper_its_records
     assert s3.keys(f"{bucket}/wd/sshkill/clusters/") == []
     logs = next((private / "cache").rglob("cluster-spark.log")).read_text()  # the reaper brought the logs back
     assert "deploy.master.Master" in logs, logs
+
+
+def listening(hosts: Topology, host: str, ports: tuple[int, ...]) -> str:
+    """What listens on `ports` on the host, as `ss` tells it (empty: nothing)."""
+    shown = hosts.run(host, ["ss", "-Hltnp"], capture_output=True, text=True, check=True).stdout
+    return "".join(line + "\n" for line in shown.splitlines() if any(f":{port} " in line for port in ports))
 
 
 def command_line(pid: int) -> bytes:
@@ -515,3 +524,36 @@ def test_a_head_that_cannot_be_the_clusters_own_fails_at_once_and_is_never_attac
         shutil.rmtree(taken)
     assert "is not a folder of this user's own" in said, said
     assert tagged("hf-wrongpython-") == tagged("hf-porttaken-") == tagged("hf-otheruser-") == []
+
+
+# a listener with no environment at all: what the head's host shows of a process that is ending (its
+# memory, and so its environment, gone before its sockets close), here for 4 s
+ENDING = ("import socket, sys, time; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+          "s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(); print('holding', flush=True); time.sleep(4)")
+
+
+def test_a_head_port_still_held_by_an_ending_process_is_waited_for_then_the_head_started_again(
+        hosts, sshd, tmp_path):
+    """The last cluster's head ending as the next one starts (a killed run's, torn down by its tether):
+    its port is waited for, and the head that could not bind it started again; not refused as a stranger's."""
+    from hybridflow.execution.sshclusters import ssh_down, ssh_up
+    from hybridflow.settings import ClusterSection
+
+    a = hosts.hosts["a"]
+    ending = hosts.launch("a", ["env", "-i", sys.executable, "-c", ENDING, a, "8786"], tmp_path / "ending.log")
+    spec = ClusterSection(provider="ssh", hosts=[{"host": a, "head": True}], user="root", key_file=str(sshd),
+                          python=sys.executable, ssh_options=CLIENT_OPTIONS, up_timeout=60)
+    record = {"name": "hf-ending-1-dask", "run_id": "ending-1", "engine": "dask"}
+    try:
+        deadline = time.monotonic() + 30
+        while not port_open(a, 8786):
+            assert time.monotonic() < deadline and ending.poll() is None, (tmp_path / "ending.log").read_text()
+            time.sleep(0.2)
+        up = ssh_up("dask", spec, record, tmp_path / "cluster.log")
+        assert ending.poll() is not None  # up only after the ending holder let its port go
+        assert up["address"].endswith(f"{a}:8786"), up
+        assert [pid for pid in tagged("hf-ending-1-") if b"dask_scheduler" in command_line(pid)]
+    finally:
+        hosts.stop([ending])
+        assert ssh_down(record, spec, tmp_path / "cluster.log") is None
+    assert tagged("hf-ending-1-") == []
