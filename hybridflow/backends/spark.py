@@ -39,19 +39,18 @@ from ..data.textfiles import csv_header
 from ..errors import DataError, UnavailableError, first_line
 from ..settings import EngineSection, GpuMode, Params
 from . import ClusterLaunch, Engine, GpuPlugin, spark_host
-from .base import (
-    Backend,
-    case_collisions,
+from .base import Backend, measured_or_none
+from .clusterchecks import (
     check_reachable,
-    code_archive,
     driver_address,
-    engine_output_stream,
-    measured_or_none,
     require_same_versions,
     require_shared_workdir,
     split_host_port,
     versions_probe,
 )
+from .engineoutput import engine_output_stream
+from .framerules import case_collisions
+from .shippedcode import code_archive
 from .spark_lineage import listener_classpath, nested
 
 if TYPE_CHECKING:  # imported where used: validate and a skipped run never load it

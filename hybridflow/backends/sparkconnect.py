@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import UnavailableError, first_line
-from .base import check_reachable, code_archive, split_host_port
+from .clusterchecks import check_reachable, split_host_port
+from .shippedcode import code_archive
 from .spark import SparkBackend
 
 log = logging.getLogger("hybridflow")
