@@ -3,7 +3,7 @@ tests/engines/spark/test_contract.py)."""
 
 from __future__ import annotations
 
-from hybridflow.backends.spark import DRIVER_JIT, SparkBackend, SparkSettings
+from hybridflow.backends.spark.backend import DRIVER_JIT, SparkBackend, SparkSettings
 
 
 def driver_options(settings: SparkSettings, tmp_path) -> list[str]:

@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from ..data.durable import fsync_path
-from ..errors import ExitCode, UnavailableError
-from ..installing import install_extras
-from .maven import CENTRAL, Artifact, Repository, RepositoryError, compile_dependencies
+from ...data.durable import fsync_path
+from ...errors import ExitCode, UnavailableError
+from ...installing import install_extras
+from ..maven import CENTRAL, Artifact, Repository, RepositoryError, compile_dependencies
 
 REPOSITORY_VARIABLE = "HYBRIDFLOW_MAVEN_REPOSITORY"  # a Maven mirror's root URL (a user:token@ in it is kept secret)
 CACHE_VARIABLE = "HYBRIDFLOW_JARS"  # the cache's root

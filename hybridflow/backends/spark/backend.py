@@ -31,16 +31,16 @@ from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 from pydantic import Field, model_validator
 
-from .. import processes
-from ..data.footers import read_footers
-from ..data.storage import ObjectPath
-from ..data.tables import TableSource, parquet_files
-from ..data.textfiles import csv_header
-from ..errors import DataError, UnavailableError, first_line
-from ..settings import EngineSection, GpuMode, Params
-from . import ClusterLaunch, Engine, GpuPlugin, spark_host
-from .base import Backend, measured_or_none
-from .clusterchecks import (
+from ... import processes
+from ...data.footers import read_footers
+from ...data.storage import ObjectPath
+from ...data.tables import TableSource, parquet_files
+from ...data.textfiles import csv_header
+from ...errors import DataError, UnavailableError, first_line
+from ...settings import EngineSection, GpuMode, Params
+from .. import ClusterLaunch, Engine, GpuPlugin
+from ..base import Backend, measured_or_none
+from ..clusterchecks import (
     check_reachable,
     driver_address,
     require_same_versions,
@@ -48,10 +48,11 @@ from .clusterchecks import (
     split_host_port,
     versions_probe,
 )
-from .engineoutput import engine_output_stream
-from .framerules import case_collisions
-from .shippedcode import code_archive
-from .spark_lineage import listener_classpath, nested
+from ..engineoutput import engine_output_stream
+from ..framerules import case_collisions
+from ..shippedcode import code_archive
+from . import host
+from .lineage import listener_classpath, nested
 
 if TYPE_CHECKING:  # imported where used: validate and a skipped run never load it
     import pyarrow as pa
@@ -142,9 +143,9 @@ ENGINE = Engine(
     name="spark", module=__name__, example=(EXAMPLE_STAGE, "in_cents"),
     settings=SparkSettings, description="Spark: a local session or a cluster's master",
     frame_types="pyspark.sql.DataFrame", requires=("pyspark",), extra="spark", distributions=("pyspark",),
-    doctor=spark_host.doctor_checks, environment=("JAVA_HOME",),
+    doctor=host.doctor_checks, environment=("JAVA_HOME",),
     gpu=True, gpu_plugin=GpuPlugin("Spark RAPIDS jar", "the RAPIDS Accelerator jar for Spark",
-                                   spark_host.find_rapids_jar, spark_host.JAR_HINT),
+                                   host.find_rapids_jar, host.JAR_HINT),
     attached=_attached, sql_dialect="spark",
     result_settings=lambda settings: {"spark_conf": dict(settings.conf)},
     unrepresentable=lambda schema: unrepresentable(schema),
@@ -247,7 +248,7 @@ def redact_event_logs(directory: Path, app_id: str, secrets) -> None:
     """Spark redacts conf values (see redaction_conf) but not what a failed task's error or a query
     plan quotes; an uncompressed event log of this application is rewritten with the secrets
     replaced, atomically. A compressed one is left as it is (the README says so)."""
-    from ..definition.pipeline import REDACTED
+    from ...definition.pipeline import REDACTED
 
     needles = sorted({v for value in secrets for v in (value, json.dumps(value)[1:-1])}, key=len, reverse=True)
     for path in sorted(directory.glob(f"*{app_id}*")):
@@ -286,9 +287,9 @@ def _names_hadoop_aws(own: dict[str, str]) -> bool:
 def _s3_jars():
     """The s3a jars' fetcher, imported when a run reaches object storage: it brings http, ssl and xml
     (10 ms), which every other command (validate, a local run) loads the Spark engine's module without."""
-    from . import spark_s3_jars
+    from . import s3_jars
 
-    return spark_s3_jars
+    return s3_jars
 
 
 def _fetch_s3_jars(settings) -> None:
@@ -558,7 +559,7 @@ class SparkBackend(Backend):
     def check_split(self, frame, plan, checks) -> tuple[Any, Any]:
         from pyspark.sql import functions as F
 
-        from ..definition.datachecks import CHECK_COLUMN
+        from ...definition.datachecks import CHECK_COLUMN
 
         labelled = frame.withColumn(CHECK_COLUMN, F.expr(plan.sql_label(checks, "spark")))
         return (labelled.filter(F.col(CHECK_COLUMN).isNull()).drop(CHECK_COLUMN),
@@ -897,7 +898,7 @@ def unrepresentable(schema: pa.Schema) -> list[str]:
 
 def create(settings, log_dir: Path) -> SparkBackend:
     if settings is not None and settings.remote:
-        from .sparkconnect import SparkConnectBackend
+        from .connect import SparkConnectBackend
 
         return SparkConnectBackend(settings, log_dir)
     return SparkBackend(settings, log_dir)

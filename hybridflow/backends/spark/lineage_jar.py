@@ -16,10 +16,10 @@ import tempfile
 from pathlib import Path
 from typing import TextIO
 
-from ..data.durable import fsync_path
-from ..errors import ExitCode, UnavailableError
-from .maven import Artifact, Repository, RepositoryError
-from .spark_s3_jars import REPOSITORY_VARIABLE, cache_root, locked, repository_url
+from ...data.durable import fsync_path
+from ...errors import ExitCode, UnavailableError
+from ..maven import Artifact, Repository, RepositoryError
+from .s3_jars import REPOSITORY_VARIABLE, cache_root, locked, repository_url
 
 VERSION = "1.53.0"  # the newest on Maven Central with a Scala 2.13 build for Spark 4 (checked 2026-11)
 JAR_VARIABLE = "HYBRIDFLOW_SPARK_LINEAGE_JAR"  # a listener jar fetched elsewhere
