@@ -25,7 +25,7 @@ from hybridflow import backends  # noqa: E402
 from hybridflow.backends.dask import DaskSettings  # noqa: E402
 from hybridflow.backends.engineoutput import process_output_to  # noqa: E402
 from hybridflow.backends.ray import RaySettings  # noqa: E402
-from hybridflow.backends.spark.backend import SparkSettings  # noqa: E402
+from hybridflow.backends.spark.declaration import SparkSettings  # noqa: E402
 from hybridflow.definition.config import load_pipeline  # noqa: E402
 from hybridflow.execution.runner import Runner  # noqa: E402
 

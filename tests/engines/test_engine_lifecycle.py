@@ -13,7 +13,7 @@ from hybridflow import backends
 from hybridflow.backends.dask import DaskSettings
 from hybridflow.backends.engineoutput import process_output_to
 from hybridflow.backends.ray import RaySettings
-from hybridflow.backends.spark.backend import SparkSettings
+from hybridflow.backends.spark.declaration import SparkSettings
 from hybridflow.definition.config import check_file
 from hybridflow.errors import UnavailableError
 from hybridflow.installing import install_extras

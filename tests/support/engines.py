@@ -12,7 +12,7 @@ from hybridflow.backends.duckdb import DuckDBSettings
 from hybridflow.backends.engineoutput import process_output_to
 from hybridflow.backends.polars import PolarsSettings
 from hybridflow.backends.ray import RaySettings
-from hybridflow.backends.spark.backend import SparkSettings
+from hybridflow.backends.spark.declaration import SparkSettings
 
 ENGINES = ("python", "spark", "dask", "ray", "duckdb", "polars")
 TEST_SETTINGS = {
