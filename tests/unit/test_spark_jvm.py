@@ -28,3 +28,15 @@ def test_the_pipelines_own_jit_flags_come_after_ours_so_they_win(tmp_path):
     # the executors' options are the cluster's concern: only the driver's change
     conf = session_conf(SparkBackend(SparkSettings(master="local[2]"), tmp_path))
     assert "Tier4" not in conf["spark.executor.extraJavaOptions"]
+
+
+def test_the_registry_makes_spark_backends_from_the_engines_declaration(tmp_path):
+    """The declaration imports the backend only when a run creates one: classic and Spark Connect alike
+    (neither starts a JVM or a session here)."""
+    from hybridflow import registry
+    from hybridflow.backends.spark.connect import SparkConnectBackend
+
+    classic = registry.create("spark", SparkSettings(master="local[2]"), tmp_path)
+    connect = registry.create("spark", SparkSettings(remote="sc://127.0.0.1:15002"), tmp_path)
+    assert type(classic) is SparkBackend and classic.session is None
+    assert type(connect) is SparkConnectBackend and connect.master == "sc://127.0.0.1:15002"

@@ -81,8 +81,11 @@ ENGINE = Engine(
 
 
 def create(settings, log_dir: Path) -> SparkBackend:
+    """The session's backend, imported here: a run that creates one is the first to need it."""
     if settings is not None and settings.remote:
         from .connect import SparkConnectBackend
 
         return SparkConnectBackend(settings, log_dir)
+    from .backend import SparkBackend
+
     return SparkBackend(settings, log_dir)
