@@ -410,5 +410,3 @@ def spark_progress(job: int, stages: int, done: int, total: int) -> str:
     """'job 3 · tasks 120/200', naming the number of stages when several run at once."""
     running = f" · {stages} stages" if stages > 1 else ""
     return f"job {max(job, 1)}{running} · tasks {done}/{total}"
-
-
