@@ -51,7 +51,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from hybridflow import backends
-from hybridflow.backends.base import process_output_to
+from hybridflow.backends.engineoutput import process_output_to
 from hybridflow.data.contract import schema_differences
 from hybridflow.data.tables import HIVE_NULL, TableSource, read_arrow, write_arrow
 from hybridflow.errors import DataError

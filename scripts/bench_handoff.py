@@ -42,9 +42,10 @@ import pyarrow.parquet as pq
 from hybridflow import backends
 from hybridflow.backends.dask import DaskSettings
 from hybridflow.backends.duckdb import DuckDBSettings
+from hybridflow.backends.engineoutput import process_output_to
 from hybridflow.backends.polars import PolarsSettings
 from hybridflow.backends.ray import RaySettings
-from hybridflow.backends.spark import SparkSettings
+from hybridflow.backends.spark.declaration import SparkSettings
 from hybridflow.data.storage import StoreSettings, object_path
 from hybridflow.data.tables import TableSource, write_arrow
 
@@ -284,7 +285,7 @@ def main() -> None:
         for name in args.engines.split(","):
             engine = backends.create(name, SETTINGS[name], scratch,
                                      store=StoreSettings.of() if remote is not None else None)
-            with backends.base.process_output_to(scratch / "engines.log"):
+            with process_output_to(scratch / "engines.log"):
                 start_s, _ = timed(engine.start)
             try:
                 figures, floor = bench(name, engine, source, scratch, remote, args.rounds)

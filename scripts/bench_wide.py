@@ -23,8 +23,9 @@ sys.path.insert(0, str(REPO))
 
 from hybridflow import backends  # noqa: E402
 from hybridflow.backends.dask import DaskSettings  # noqa: E402
+from hybridflow.backends.engineoutput import process_output_to  # noqa: E402
 from hybridflow.backends.ray import RaySettings  # noqa: E402
-from hybridflow.backends.spark import SparkSettings  # noqa: E402
+from hybridflow.backends.spark.declaration import SparkSettings  # noqa: E402
 from hybridflow.definition.config import load_pipeline  # noqa: E402
 from hybridflow.execution.runner import Runner  # noqa: E402
 
@@ -48,7 +49,7 @@ def main() -> None:
     engines = {}
     for name in names:
         engine = backends.create(name, SETTINGS[name], root / "logs")
-        with backends.base.process_output_to(root / "logs" / "engines.log"):
+        with process_output_to(root / "logs" / "engines.log"):
             engine.start([root / "mypkg"])
         engines[name] = engine
     print(f"{'engine':8} {'columns':>8} {'seconds':>8} {'s per 1k columns':>17}")

@@ -1,5 +1,5 @@
-"""The engines: one module each (python, spark, dask, ray, duckdb, polars), each declaring its
-`ENGINE` and a Backend (base.py) that starts the engine and moves data. The registry that finds
+"""The engines: one module each (python, dask, ray, duckdb, polars; spark a package of its own), each
+declaring its `ENGINE` and a Backend (base.py) that starts the engine and moves data. The registry that finds
 them, and another package's engine through the `hybridflow.backends` entry point group, is
 hybridflow.registry; its names are here too, where an engine's module imports them:
 

@@ -38,19 +38,18 @@ from ..data.tables import (
 from ..errors import DataError, UnavailableError
 from ..settings import EngineSection, GpuMode, Section
 from . import ClusterLaunch, Engine
-from .base import (
-    Backend,
+from .base import Backend, measured_or_none
+from .clusterchecks import (
     check_reachable,
-    code_archive,
     driver_address,
-    engine_output_stream,
-    index_as_columns,
-    measured_or_none,
     require_same_versions,
     require_shared_workdir,
     split_host_port,
     versions_probe,
 )
+from .engineoutput import engine_output_stream
+from .framerules import index_as_columns
+from .shippedcode import code_archive
 
 if TYPE_CHECKING:  # imported where used: validate and a skipped run never load it
     import pyarrow as pa

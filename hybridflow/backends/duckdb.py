@@ -44,8 +44,9 @@ from ..data.tables import (
 from ..errors import DataError, HybridflowError, StageError, UnavailableError, first_line
 from ..settings import ByteSize, EngineSection
 from . import Engine
-from .base import Backend, case_collisions
+from .base import Backend
 from .checkplan import ROWS
+from .framerules import case_collisions
 from .stagelog import private_dir
 
 if TYPE_CHECKING:  # imported where used: validate and a skipped run never load it

@@ -109,7 +109,7 @@ def empty_frame(schema: pa.Schema, nullable: Collection[str]) -> pd.DataFrame:
 def to_arrow(frame: pd.DataFrame) -> pa.Table:
     """A pandas frame as an Arrow table of standard types (pandas' `str` becomes string, not
     large_string); an index is dropped or kept by the rule every engine shares."""
-    from .base import index_as_columns
+    from .framerules import index_as_columns
 
     frame = index_as_columns(frame)
     duplicated = frame.columns[frame.columns.duplicated()].tolist()

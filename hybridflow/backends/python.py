@@ -18,7 +18,8 @@ from ..data.tables import TableSource, read_arrow, standard_types, write_arrow
 from ..errors import DataError
 from ..settings import EngineSection, GpuMode
 from . import Engine, gpu
-from .base import Backend, index_as_columns, measured_or_none
+from .base import Backend, measured_or_none
+from .framerules import index_as_columns
 
 if TYPE_CHECKING:  # imported where used: validate and a skipped run never load it
     import pyarrow as pa

@@ -34,18 +34,17 @@ from ..data.tables import SAMPLE_ROWS, TableSource, parquet_files, respell_parti
 from ..errors import ConfigError, DataError, HybridflowError, UnavailableError, first_line
 from ..settings import TARGET_FILE_SIZE, EngineSection, GpuMode, Params
 from . import ClusterLaunch, Engine
-from .base import (
-    Backend,
+from .base import Backend, measured_or_none
+from .clusterchecks import (
     check_reachable,
     driver_address,
-    engine_output_stream,
-    measured_or_none,
     require_same_versions,
     require_shared_workdir,
     split_host_port,
-    unwrap_error,
     versions_probe,
 )
+from .engineerrors import unwrap_error
+from .engineoutput import engine_output_stream
 from .raynode import STARTED
 from .raytune import CALLBACKS_VARIABLE, TUNING, TrialCounter, with_callback
 

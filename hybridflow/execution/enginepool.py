@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import processes, registry
-from ..backends.base import EngineOutput, TerminalStreams
+from ..backends.engineoutput import EngineOutput, TerminalStreams
 from ..definition.lineageids import LineageTarget
 from ..definition.pipeline import Pipeline
 from ..definition.sqlstage import is_sql

@@ -7,7 +7,7 @@ import re
 import traceback
 from pathlib import Path
 
-from ..backends.base import ENGINE_PACKAGES, ENGINE_WRAPPERS, is_engine_error, unwrap_error
+from ..backends.engineerrors import ENGINE_PACKAGES, ENGINE_WRAPPERS, is_engine_error, unwrap_error
 from ..errors import one_line_of
 
 

@@ -9,7 +9,7 @@ import logging
 import traceback
 from pathlib import Path
 
-from ..backends.base import unwrap_error
+from ..backends.engineerrors import unwrap_error
 from ..data.tables import TableSource
 from ..definition.pipeline import Pipeline
 from ..errors import DataError, HybridflowError, StageError, is_out_of_space, out_of_space

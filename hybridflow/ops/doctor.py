@@ -297,7 +297,7 @@ def _shared_with(name: str, settings, target: Target) -> Finding:
     import tempfile
 
     from .. import registry
-    from ..backends.base import process_output_to
+    from ..backends.engineoutput import process_output_to
 
     check = f"{name} cluster"
     with tempfile.TemporaryDirectory(prefix="hybridflow-doctor-") as scratch:

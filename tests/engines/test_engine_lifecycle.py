@@ -11,8 +11,9 @@ import pytest
 
 from hybridflow import backends
 from hybridflow.backends.dask import DaskSettings
+from hybridflow.backends.engineoutput import process_output_to
 from hybridflow.backends.ray import RaySettings
-from hybridflow.backends.spark import SparkSettings
+from hybridflow.backends.spark.declaration import SparkSettings
 from hybridflow.definition.config import check_file
 from hybridflow.errors import UnavailableError
 from hybridflow.installing import install_extras
@@ -23,7 +24,7 @@ from tests.support.engines import TEST_SETTINGS, child_pids
 def test_stop_ends_every_process_the_engine_started_and_is_safe_twice(tmp_path, name):
     before, threads_before = child_pids(), set(threading.enumerate())
     engine = backends.create(name, TEST_SETTINGS[name], tmp_path)
-    with backends.base.process_output_to(tmp_path / "engines.log"):
+    with process_output_to(tmp_path / "engines.log"):
         engine.start()
     assert child_pids() - before, f"{name} started no process?"
     engine.stop()
@@ -75,7 +76,7 @@ def test_rays_session_directory_is_private_and_removed_at_stop(tmp_path):
     from pathlib import Path
 
     engine = backends.create("ray", TEST_SETTINGS["ray"], tmp_path)
-    with backends.base.process_output_to(tmp_path / "engines.log"):
+    with process_output_to(tmp_path / "engines.log"):
         engine.start()
     try:
         ray = engine.ray

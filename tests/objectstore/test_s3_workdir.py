@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 import hybridflow
-from hybridflow.backends import spark_s3_jars
+from hybridflow.backends.spark import s3_jars
 from tests.objectstore.test_s3_inputs import ENGINES, STAGES, WEEKS, expected_join, pipeline_text, put_week
 from tests.support.maven import repository_of, serving
 from tests.support.s3server import S3Endpoint, S3Server
@@ -310,8 +310,8 @@ def test_secret_params_and_logs_agree_across_machines(project, s3, tmp_path):
 @pytest.fixture
 def maven():
     """A Maven repository on 127.0.0.1 holding the real s3a jars (those this machine fetched for CI)."""
-    version = spark_s3_jars.hadoop_version()
-    real = spark_s3_jars.ensure(version, spark_s3_jars.repository_url(), spark_s3_jars.cache_root())
+    version = s3_jars.hadoop_version()
+    real = s3_jars.ensure(version, s3_jars.repository_url(), s3_jars.cache_root())
     with serving(repository_of(real, version)) as server:
         server.jars = real
         yield server
@@ -325,7 +325,7 @@ def test_the_weekly_retrain_on_s3_from_fresh_machines_skips_everything_then_runs
     the real jars), before its engines start, and says so on the terminal."""
     repo = Path(__file__).resolve().parents[2]
     bucket = s3.bucket("retrain-workdir")
-    version, real = spark_s3_jars.hadoop_version(), maven.jars
+    version, real = s3_jars.hadoop_version(), maven.jars
     jars = tmp_path / "jars"  # empty: this machine has never fetched them
 
     def clone(name: str) -> Path:
@@ -338,9 +338,9 @@ def test_the_weekly_retrain_on_s3_from_fresh_machines_skips_everything_then_runs
 
     def retrain(project: Path, *args: str) -> subprocess.CompletedProcess:
         environ = {**os.environ, **s3.env(), "HYBRIDFLOW_CACHE": str(project / ".cache"),
-                   "HYBRIDFLOW_WORKDIR": f"s3://{bucket}/team", spark_s3_jars.CACHE_VARIABLE: str(jars),
-                   spark_s3_jars.REPOSITORY_VARIABLE: maven.url}
-        environ.pop(spark_s3_jars.FOLDER_VARIABLE, None)
+                   "HYBRIDFLOW_WORKDIR": f"s3://{bucket}/team", s3_jars.CACHE_VARIABLE: str(jars),
+                   s3_jars.REPOSITORY_VARIABLE: maven.url}
+        environ.pop(s3_jars.FOLDER_VARIABLE, None)
         return subprocess.run([sys.executable, "-m", "hybridflow.cli", "run", "configs/weekly_retrain.yaml",
                                "--param", "num_samples=2", *args], cwd=project, env=environ, capture_output=True,
                               text=True, timeout=900)

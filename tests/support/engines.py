@@ -9,9 +9,10 @@ from pathlib import Path
 from hybridflow import backends
 from hybridflow.backends.dask import DaskSettings
 from hybridflow.backends.duckdb import DuckDBSettings
+from hybridflow.backends.engineoutput import process_output_to
 from hybridflow.backends.polars import PolarsSettings
 from hybridflow.backends.ray import RaySettings
-from hybridflow.backends.spark import SparkSettings
+from hybridflow.backends.spark.declaration import SparkSettings
 
 ENGINES = ("python", "spark", "dask", "ray", "duckdb", "polars")
 TEST_SETTINGS = {
@@ -30,7 +31,7 @@ def start_engines(log_dir: Path, names=ENGINES, code=(), store=None) -> dict:
     try:
         for name in names:
             engine = backends.create(name, TEST_SETTINGS[name], log_dir, store=store)
-            with backends.base.process_output_to(log_dir / "engines.log"):
+            with process_output_to(log_dir / "engines.log"):
                 engine.start(code)
             started[name] = engine
     except BaseException:

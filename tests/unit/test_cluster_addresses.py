@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from hybridflow.backends.base import (
+from hybridflow.backends.clusterchecks import (
     check_reachable,
     driver_address,
     is_loopback_host,

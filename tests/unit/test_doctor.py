@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow.backends import spark_host
+from hybridflow.backends.spark import host
 from hybridflow.definition.config import load_pipeline
 from hybridflow.errors import ExitCode
 from hybridflow.installing import install_extras
@@ -98,7 +98,7 @@ def test_java_older_than_17_is_an_error(engines, tmp_path):
     [java] = doctor.check_engines(Target(engines, {"JAVA_HOME": str(home)}))
     assert (java.status, java.detail) == ("error", f"Java 11 at {fake}; Spark needs 17 or later")
     fake.write_text('#!/bin/sh\necho \'java version "1.8.0_392"\' >&2\n')
-    assert spark_host.java_version(str(fake), {}) == 8
+    assert host.java_version(str(fake), {}) == 8
 
 
 def test_real_java_is_accepted(engines):

@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow.backends import gpu, spark_host
+from hybridflow.backends import gpu
 from hybridflow.backends.dask import DaskSettings, gpu_cluster_options
 from hybridflow.backends.ray import RayBackend, RaySettings, gpu_init_options, gpus_per_trial
-from hybridflow.backends.spark import SparkSettings, gpu_operators, spark_gpu_conf
+from hybridflow.backends.spark import host
+from hybridflow.backends.spark.declaration import SparkSettings
+from hybridflow.backends.spark.rapids import gpu_operators, spark_gpu_conf
 from hybridflow.definition.config import load_pipeline
 from hybridflow.errors import ConfigError, ExitCode, UnavailableError
 from hybridflow.execution.runner import Runner
@@ -98,7 +100,7 @@ def test_failing_or_missing_nvidia_smi_means_no_gpu(smi_path, no_driver):
 def test_report_lists_gpu_memory_driver_cuda_packages_and_jar(smi_path, tmp_path, monkeypatch):
     smi_path([H100, A10])
     monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.delenv(spark_host.JAR_ENV, raising=False)
+    monkeypatch.delenv(host.JAR_ENV, raising=False)
     rows = dict(gpu.report())
     assert rows["GPU 0"] == "NVIDIA H100 80GB HBM3, 81,559 MiB" and rows["GPU 1"] == "NVIDIA A10, 23,028 MiB"
     assert rows["NVIDIA driver"] == "550.54.15" and rows["CUDA (driver)"] == "12.4"
@@ -110,20 +112,20 @@ def test_report_lists_gpu_memory_driver_cuda_packages_and_jar(smi_path, tmp_path
 
 def test_jar_from_settings_env_or_newest_default(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.delenv(spark_host.JAR_ENV, raising=False)
+    monkeypatch.delenv(host.JAR_ENV, raising=False)
     jars = tmp_path / ".hybridflow" / "jars"
     jars.mkdir(parents=True)
     for version in ("25.2.0", "25.12.0"):
         (jars / f"rapids-4-spark_2.13-{version}.jar").write_bytes(b"")
-    assert spark_host.find_rapids_jar(None)[0] == jars / "rapids-4-spark_2.13-25.12.0.jar"  # by version, not by text
+    assert host.find_rapids_jar(None)[0] == jars / "rapids-4-spark_2.13-25.12.0.jar"  # by version, not by text
     mine = tmp_path / "lib" / "rapids.jar"
     mine.parent.mkdir()
     mine.write_bytes(b"")
-    monkeypatch.setenv(spark_host.JAR_ENV, str(mine))
-    assert spark_host.find_rapids_jar(None)[0] == mine
+    monkeypatch.setenv(host.JAR_ENV, str(mine))
+    assert host.find_rapids_jar(None)[0] == mine
     relative = SparkSettings(rapids_jar="lib/rapids.jar")
-    assert spark_host.find_rapids_jar(relative, tmp_path)[0] == mine  # relative to the pipeline root
-    assert spark_host.find_rapids_jar(SparkSettings(rapids_jar="missing.jar"), tmp_path) == (
+    assert host.find_rapids_jar(relative, tmp_path)[0] == mine  # relative to the pipeline root
+    assert host.find_rapids_jar(SparkSettings(rapids_jar="missing.jar"), tmp_path) == (
         None, f"backends.spark.rapids_jar = {tmp_path}/missing.jar, which does not exist")
 
 
@@ -214,7 +216,7 @@ def test_the_python_engine_default_is_a_python_stage_mode_everywhere(project, no
 
 def test_auto_uses_the_gpu_only_where_everything_is_there(project, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.delenv(spark_host.JAR_ENV, raising=False)
+    monkeypatch.delenv(host.JAR_ENV, raising=False)
     loaded = pipeline(project)
     choices = gpu.plan(loaded, list(loaded.stages), GPU_MACHINE).choices
     assert choices["make"].use and choices["features"].use
@@ -258,7 +260,7 @@ def test_gpu_true_names_what_is_missing(project, found, message, hint):
 
 def test_gpu_true_on_spark_without_the_jar(project, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.delenv(spark_host.JAR_ENV, raising=False)
+    monkeypatch.delenv(host.JAR_ENV, raising=False)
     loaded = pipeline(project, text=PIPELINE.replace("spark: {gpu: auto}", "spark: {gpu: true}"))
     with pytest.raises(UnavailableError, match="stage 'etl' has gpu: true but the RAPIDS Accelerator jar for "
                                                "Spark was not found") as raised:

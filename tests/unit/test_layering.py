@@ -55,6 +55,7 @@ CORE = [path for path in sorted((ROOT / "hybridflow").rglob("*.py"))
 # the Backend interface and what every engine shares: a stage's ctx, GPU choice, pandas frames, stage logs,
 # data checks as measures (checkplan)
 INTERFACE = {"hybridflow.backends", "hybridflow.backends.base", "hybridflow.backends.context",
+             "hybridflow.backends.engineoutput", "hybridflow.backends.engineerrors",  # engines.log; the user's error
              "hybridflow.backends.gpu", "hybridflow.backends.pandas_frames", "hybridflow.backends.stagelog",
              "hybridflow.backends.stagemlflow",  # ctx.mlflow's record of a stage's calls
              "hybridflow.backends.checkplan"}

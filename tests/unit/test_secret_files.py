@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from hybridflow.backends.base import EngineOutput, StreamRedactor
+from hybridflow.backends.engineoutput import EngineOutput, StreamRedactor
 from hybridflow.backends.python import PythonBackend
 from hybridflow.data.hashing import HashCache
 from hybridflow.data.tables import read_arrow

@@ -3,11 +3,13 @@ tests/engines/spark/test_contract.py)."""
 
 from __future__ import annotations
 
-from hybridflow.backends.spark import DRIVER_JIT, SparkBackend, SparkSettings
+from hybridflow.backends.spark.backend import SparkBackend
+from hybridflow.backends.spark.conf import DRIVER_JIT, session_conf
+from hybridflow.backends.spark.declaration import SparkSettings
 
 
 def driver_options(settings: SparkSettings, tmp_path) -> list[str]:
-    return SparkBackend(settings, tmp_path)._session_conf()["spark.driver.extraJavaOptions"].split()
+    return session_conf(SparkBackend(settings, tmp_path))["spark.driver.extraJavaOptions"].split()
 
 
 def test_the_driver_jvm_compiles_only_hot_code_with_c2(tmp_path):
@@ -24,5 +26,17 @@ def test_the_pipelines_own_jit_flags_come_after_ours_so_they_win(tmp_path):
     assert options.index("-XX:Tier4InvocationThreshold=150000") < options.index("-XX:Tier4InvocationThreshold=5000")
     assert "-Dapp.mode=weekly" in options
     # the executors' options are the cluster's concern: only the driver's change
-    conf = SparkBackend(SparkSettings(master="local[2]"), tmp_path)._session_conf()
+    conf = session_conf(SparkBackend(SparkSettings(master="local[2]"), tmp_path))
     assert "Tier4" not in conf["spark.executor.extraJavaOptions"]
+
+
+def test_the_registry_makes_spark_backends_from_the_engines_declaration(tmp_path):
+    """The declaration imports the backend only when a run creates one: classic and Spark Connect alike
+    (neither starts a JVM or a session here)."""
+    from hybridflow import registry
+    from hybridflow.backends.spark.connect import SparkConnectBackend
+
+    classic = registry.create("spark", SparkSettings(master="local[2]"), tmp_path)
+    connect = registry.create("spark", SparkSettings(remote="sc://127.0.0.1:15002"), tmp_path)
+    assert type(classic) is SparkBackend and classic.session is None
+    assert type(connect) is SparkConnectBackend and connect.master == "sc://127.0.0.1:15002"

@@ -11,8 +11,8 @@ import os
 
 import pytest
 
-from hybridflow.backends.spark_lineage import listener_conf
-from hybridflow.backends.spark_lineage_jar import JAR_VARIABLE, artifact, ensure, listener_jar, scala_version
+from hybridflow.backends.spark.lineage import listener_conf
+from hybridflow.backends.spark.lineage_jar import JAR_VARIABLE, artifact, ensure, listener_jar, scala_version
 from hybridflow.definition.lineageids import LineageTarget, run_uuid
 from hybridflow.definition.tracking import LineageSpec
 from hybridflow.errors import UnavailableError

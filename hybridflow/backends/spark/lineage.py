@@ -1,5 +1,5 @@
 """Spark's own OpenLineage events (column-level lineage of every query a stage runs) nested under
-that stage's run, with the OpenLineage Spark listener (spark_lineage_jar.py fetches it).
+that stage's run, with the OpenLineage Spark listener (lineage_jar.py fetches it).
 
 The listener reads its configuration once, when it is made: its parent cannot change afterwards,
 and Spark's job-local properties do not reach it. A session shared by several stages therefore gets
@@ -21,8 +21,8 @@ import contextlib
 import logging
 import time
 
-from ..definition.lineageids import LineageTarget, run_uuid
-from ..errors import UnavailableError, first_line
+from ...definition.lineageids import LineageTarget, run_uuid
+from ...errors import UnavailableError, first_line
 
 log = logging.getLogger("hybridflow")
 
@@ -52,7 +52,7 @@ def listener_classpath(lineage: LineageTarget | None) -> str | None:
     or when it cannot be had, said in one warning: the run goes on without Spark's own lineage."""
     if lineage is None:
         return None
-    from .spark_lineage_jar import listener_jar
+    from .lineage_jar import listener_jar
 
     try:
         return str(listener_jar())

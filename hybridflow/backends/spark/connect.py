@@ -16,9 +16,10 @@ import logging
 from pathlib import Path
 from typing import Sequence
 
-from ..errors import UnavailableError, first_line
-from .base import check_reachable, code_archive, split_host_port
-from .spark import SparkBackend
+from ...errors import UnavailableError, first_line
+from ..clusterchecks import check_reachable, split_host_port
+from ..shippedcode import code_archive
+from .backend import SparkBackend
 
 log = logging.getLogger("hybridflow")
 DEFAULT_PORT = 15002
