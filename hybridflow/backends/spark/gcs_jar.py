@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from .jarcache import OneJar
 from ..maven import Artifact
+from .jarcache import OneJar
 
 VERSION = "3.1.18"  # built for Hadoop 3.4's API, which Spark 4's Hadoop 3.5 keeps (but vectored reads)
 JAR_VARIABLE = "HYBRIDFLOW_SPARK_GCS_JAR"  # a connector jar fetched elsewhere
