@@ -53,8 +53,15 @@ _QUOTED_VALUE = re.compile(
 
 def first_line(exc: BaseException) -> str:
     """The first line of an exception's message (engines attach whole Java or remote tracebacks),
-    with quoted data cut short (see `one_line_of`)."""
-    return one_line_of(str(exc)) or type(exc).__name__
+    with quoted data cut short (see `one_line_of`); of a Java error raised through Py4J, the Java
+    exception's line, not Py4J's "An error occurred while calling o89.parquet."."""
+    text = str(exc).strip()
+    if _PY4J_CALL.match(text):
+        text = text.split("\n", 1)[-1].lstrip(": ")
+    return one_line_of(text) or type(exc).__name__
+
+
+_PY4J_CALL = re.compile(r"An error occurred while calling [\w.$]+\.\n: \S")
 
 
 def one_line_of(text: str) -> str:

@@ -101,13 +101,13 @@ class Engine:
     # the stage `hybridflow init` writes for it: (module code, where {input} is the dataset it reads;
     # the function, which also names the dataset it writes); None: init does not offer the engine
     example: tuple[str, str] | None = None
-    # what the engine needs to read s3:// paths beyond hybridflow's own extras, checked without
-    # starting it (doctor): returns where it found it, raises UnavailableError saying how to get it
-    object_storage_check: Callable[[], str] | None = None
-    # fetches, once per machine, what the engine needs to reach object storage (Spark: the s3a jars),
-    # given its settings: called before a run that needs it starts its engines or its display, so a
-    # first download shows its progress on the terminal; raises UnavailableError when it cannot
-    object_storage_fetch: Callable[[Any], Any] | None = None
+    # what the engine needs to read the given store's paths beyond hybridflow's own extras, checked
+    # without starting it (doctor): returns where it found it, raises UnavailableError saying how to get it
+    object_storage_check: Callable[[Any], str] | None = None
+    # fetches, once per machine, what the engine needs to reach object storage (Spark: the store's Hadoop
+    # connector), given its settings and the store's: called before a run that needs it starts its engines
+    # or its display, so a first download shows its progress on the terminal; raises UnavailableError
+    object_storage_fetch: Callable[[Any, Any], Any] | None = None
     # the engine's own cluster processes on hosts, for `cluster: {provider: ssh}`: (python, head, port or
     # None for the engine's own, the cluster's name, its idle timeout in seconds, the cluster's private
     # folder on each host) -> ClusterLaunch, with credentials made afresh; None: the engine has no

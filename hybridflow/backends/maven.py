@@ -38,13 +38,16 @@ class Artifact:
     group: str
     name: str
     version: str
+    classifier: str = ""  # a variant published beside the main jar ("shaded": its dependencies inside)
 
     def path(self, extension: str) -> str:
-        return f"{self.group.replace('.', '/')}/{self.name}/{self.version}/{self.name}-{self.version}.{extension}"
+        """The file's path in a repository; a classifier names a jar variant, never the POM."""
+        folder = f"{self.group.replace('.', '/')}/{self.name}/{self.version}"
+        return f"{folder}/{self.jar if extension == 'jar' else f'{self.name}-{self.version}.{extension}'}"
 
     @property
     def jar(self) -> str:
-        return f"{self.name}-{self.version}.jar"
+        return f"{self.name}-{self.version}{f'-{self.classifier}' if self.classifier else ''}.jar"
 
 
 class Repository:

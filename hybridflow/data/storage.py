@@ -96,6 +96,7 @@ class StoreSettings:
     """How to reach S3: the pipeline's storage: section over the AWS variables."""
 
     label = "AWS S3"  # what the store is called where no endpoint names it
+    scheme = "s3"
 
     endpoint: str | None = None  # http(s)://host:port of an S3-compatible store; None: AWS itself
     region: str | None = None

@@ -259,14 +259,14 @@ class Runner:
 
     def _fetch_for_object_storage(self, engines: list[str]) -> None:
         """What the engines of the stages to run need to reach object storage, fetched on this machine
-        the first time (Spark's s3a jars): now, with its progress on the terminal, not inside an engine's
+        the first time (Spark's connector to the store): now, with its progress on the terminal, not inside an engine's
         start, whose output goes to engines.log."""
         if not self.pipeline.uses_object_storage:
             return
         for name in dict.fromkeys(engines):
             fetch = registry.engine(name).object_storage_fetch
             if fetch is not None and name not in self._given:
-                fetch(self.pipeline.engine_settings(name))
+                fetch(self.pipeline.engine_settings(name), self.pipeline.store)
 
     def _raise_if_ended(self) -> None:
         """The stage's native call returned after the run was ended around it: nothing more happens."""

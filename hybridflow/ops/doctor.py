@@ -317,8 +317,9 @@ def _shared_with(name: str, settings, target: Target) -> Finding:
 
 
 def check_object_storage(target: Target) -> Iterable[Finding]:
-    """A pipeline with s3:// paths: each bucket answers with this environment's credentials (a list of
-    one key), and each engine a stage runs on has what it needs to read them (Spark: its s3a jars)."""
+    """A pipeline with paths in object storage: each bucket answers with this environment's credentials
+    (a list of one key), and each engine a stage runs on has what it needs to read them (Spark: the
+    store's Hadoop connector)."""
     pipeline = target.pipeline
     if pipeline is None or not pipeline.uses_object_storage:
         return
@@ -339,16 +340,17 @@ def check_object_storage(target: Target) -> Iterable[Finding]:
             yield Finding("object storage", "ok", f"bucket {bucket} answers at {where}")
     if pipeline.remote is not None and pipeline.remote.bucket in answering:
         yield _conditional_writes(objects, pipeline.remote)
+    scheme = pipeline.store.scheme
     for name in sorted(target.backends):
         check = engines()[name].object_storage_check
-        if check is None or not pipeline.store_uri.startswith("s3://"):  # the engines' checks are of s3://
+        if check is None:
             continue
         try:
-            found = check()
+            found = check(pipeline.store)
         except UnavailableError as exc:
-            yield Finding(f"{name} and s3://", "error", exc.message, exc.hint or "")
+            yield Finding(f"{name} and {scheme}://", "error", exc.message, exc.hint or "")
         else:
-            yield Finding(f"{name} and s3://", "ok", found)
+            yield Finding(f"{name} and {scheme}://", "ok", found)
 
 
 def _conditional_writes(objects, workdir) -> Finding:

@@ -1,8 +1,8 @@
 """Google Cloud Storage as a store (gs://), against a real emulator (fake-gcs-server on 127.0.0.1):
 generation preconditions refuse a second create-only write and a stale compare-and-swap, a write that
 meets its own earlier one is recognised as ours, trees of files go up, down and are listed, copied and
-deleted, the store check trusts it and keeps its answer, and a Spark stage on a gs:// workdir is
-refused in one line (exit 69). The pipeline suite on every engine runs on it too (test_s3_workdir.py)."""
+deleted, the store check trusts it and keeps its answer, and Spark reads and writes it through Google's
+connector. The pipeline suite on every other engine runs on it too (test_s3_workdir.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -113,19 +112,68 @@ SPARK_PIPELINE = '''
 name: sparky
 workdir: gs://lake/sparky
 backends:
-  spark: {master: "local[1]"}
+  spark: {master: "local[1]", conf: {spark.sql.shuffle.partitions: 2}}
+datasets:
+  orders:
+    path: gs://lake/sparky-in/orders
 stages:
-  make: {run: "mypkg.steps:make", backend: spark, outputs: [a]}
+  totals: {run: "mypkg.steps:totals", backend: spark, inputs: [orders], outputs: [totals]}
+  ranked: {run: "mypkg.steps:ranked", inputs: [totals], outputs: [ranked]}
+'''
+SPARK_STAGES = '''
+def totals(orders):
+    from pyspark.sql import functions as F
+
+    return orders.groupBy("customer").agg(F.sum("amount").alias("total"), F.count("*").alias("orders"))
+
+
+def ranked(totals):
+    return totals.sort_values(["total", "customer"], ascending=[False, True]).reset_index(drop=True)
 '''
 
 
-def test_a_spark_stage_on_a_gs_workdir_is_refused_in_one_line(project, gcs, tmp_path):
-    project.stages("import pandas as pd\n\n\ndef make():\n    return pd.DataFrame({\"a\": [1, 2]})\n")
-    project.pipeline(SPARK_PIPELINE)
+def test_a_spark_stage_reads_and_writes_gs_through_the_gcs_connector_and_a_rerun_skips(project, gcs, tmp_path,
+                                                                                       monkeypatch):
+    """Spark reads an input in gs:// and writes its output into the gs:// workdir itself (Google's
+    connector, fetched on first need); a python stage reads what Spark wrote; the next run skips both."""
+    import pandas as pd
+    import pyarrow as pa
+
+    import hybridflow
+    from tests.objectstore.test_s3_workdir import statuses
+
+    orders = pd.DataFrame({"customer": [f"c{i % 7}" for i in range(500)], "amount": [i * 0.25 for i in range(500)]})
+    for part in range(2):  # two files: Spark reads both
+        half = orders.iloc[part * 250:(part + 1) * 250]
+        gcs.put_table(f"lake/sparky-in/orders/part-{part}.parquet", pa.Table.from_pandas(half, preserve_index=False))
+    project.stages(SPARK_STAGES)
+    file = project.pipeline(SPARK_PIPELINE)
     environ = {**os.environ, **gcs.env(), "HYBRIDFLOW_CACHE": str(tmp_path / "cache"), "COLUMNS": "400"}
-    done = subprocess.run([sys.executable, "-m", "hybridflow.cli", "run", "pipeline.yaml"], cwd=project.root,
-                          env=environ, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 69, done.stdout + done.stderr
-    assert "Spark does not reach gs:// paths yet" in done.stdout + done.stderr
-    assert "Traceback" not in done.stdout + done.stderr
-    assert not Path(project.root / ".hybridflow").exists()
+
+    def run() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "hybridflow.cli", "run", "pipeline.yaml"], cwd=project.root,
+                              env=environ, capture_output=True, text=True, timeout=280)
+
+    done = run()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert statuses(done.stdout) == {"totals": "done", "ranked": "done"}, done.stdout
+    written = [key for key in gcs.keys("lake/sparky/") if "/datasets/totals/" in key and key.endswith(".parquet")]
+    assert written, gcs.keys("lake/sparky/")  # Spark's own files, in the store
+    assert not (project.root / ".hybridflow").exists()
+
+    for name, value in gcs.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("HYBRIDFLOW_CACHE", str(tmp_path / "cache"))
+    got = hybridflow.read(file, "ranked", engine="arrow").to_pandas()
+    expected = (orders.groupby("customer", as_index=False).agg(total=("amount", "sum"), orders=("amount", "size"))
+                .sort_values(["total", "customer"], ascending=[False, True]).reset_index(drop=True))
+    pd.testing.assert_frame_equal(got[["customer", "total", "orders"]], expected, check_dtype=False)
+
+    again = run()
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert statuses(again.stdout) == {"totals": "skipped", "ranked": "skipped"}, again.stdout
+
+    checked = subprocess.run([sys.executable, "-m", "hybridflow.cli", "doctor", "pipeline.yaml"], cwd=project.root,
+                             env=environ, capture_output=True, text=True, timeout=120)
+    assert "bucket lake answers at" in checked.stdout, checked.stdout + checked.stderr
+    assert "spark and gs://" in checked.stdout and "gcs-connector-" in checked.stdout, checked.stdout

@@ -121,3 +121,13 @@ def test_a_function_shipped_by_value_is_placed_in_the_users_file(tmp_path: Path,
         returned = pickle.loads(pickle.dumps(raised))  # the traceback as it comes back from a worker
     assert describe_user_error(returned, tmp_path) == \
         "ValueError: 2 rows, more than 1 (shipped_stages/limits.py:4 in per_partition)"
+
+
+def test_a_java_error_through_py4j_is_told_by_the_java_exceptions_line_not_py4js():
+    # str() of a Py4JJavaError, as a Spark read whose filesystem class is missing raised it
+    said = ("An error occurred while calling o89.parquet.\n: java.lang.RuntimeException: java.lang."
+            "ClassNotFoundException: Class org.apache.hadoop.fs.s3a.S3AFileSystem not found\n\tat org.apache.hadoop")
+    assert first_line(RuntimeError(said)) == ("java.lang.RuntimeException: java.lang.ClassNotFoundException: "
+                                              "Class org.apache.hadoop.fs.s3a.S3AFileSystem not found")
+    assert first_line(RuntimeError("An error occurred while calling o89.parquet.")) == (
+        "An error occurred while calling o89.parquet.")  # nothing after it: kept

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from .lineage import listener_classpath
-from .objectstorage import spark_s3_conf
+from .objectstorage import spark_store_conf
 from .rapids import spark_gpu_conf
 from .redaction import redaction_conf
 from .standalone import auth_conf
@@ -61,8 +61,8 @@ def session_conf(spark) -> dict[str, str]:
     pipeline's own."""
     gpu_conf = spark_gpu_conf(spark.settings, spark.gpu.plugin) if spark.gpu is not None else {}
     own = {k: str(v) for k, v in spark.settings.conf.items()}
-    s3 = spark_s3_conf(spark.store, own, gpu_conf) if spark.store is not None else {}
-    conf = {**default_conf(spark.master, spark.driver or "127.0.0.1"), **gpu_conf, **s3, **own}
+    stored = spark_store_conf(spark.store, own, gpu_conf) if spark.store is not None else {}
+    conf = {**default_conf(spark.master, spark.driver or "127.0.0.1"), **gpu_conf, **stored, **own}
     listener = listener_classpath(spark.lineage)  # with lineage: the OpenLineage listener's jar
     if listener:
         conf["spark.driver.extraClassPath"] = ":".join(filter(None, [conf.get("spark.driver.extraClassPath"),

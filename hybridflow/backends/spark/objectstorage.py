@@ -1,23 +1,16 @@
-"""How Spark reaches object storage: paths as s3a names them, the s3a connector's jars (fetched on
-first need, unless the pipeline's own conf brings them) and conf, and the committer settings of a
-write straight into a version's prefix."""
+"""How Spark reaches object storage: through each store's Hadoop connector (s3a for S3, Google's GCS
+connector for gs://), whose jars are fetched on first need unless the pipeline's own conf brings
+them; paths as the connector names them; and the committer settings of a write straight into a
+version's prefix."""
 
 from __future__ import annotations
 
-from pathlib import PurePath
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+from typing import Callable
 
 from ...data.storage import ObjectPath
-
-
-def spark_path(path: PurePath) -> str:
-    """A file as Spark names it: s3a://bucket/key for an object (hadoop-aws's scheme), else the path."""
-    return f"s3a://{path}" if isinstance(path, ObjectPath) else str(path)
-
-
-def _names_hadoop_aws(own: dict[str, str]) -> bool:
-    """The pipeline's own conf brings the s3a connector: hybridflow adds none."""
-    return any("hadoop-aws" in own.get(key, "") for key in ("spark.jars", "spark.jars.packages",
-                                                             "spark.driver.extraClassPath"))
+from ...errors import UnavailableError
 
 
 def s3_jars_fetcher():
@@ -28,24 +21,64 @@ def s3_jars_fetcher():
     return s3_jars
 
 
-def fetch_s3_jars(settings) -> None:
-    """Before a run whose driver will need the s3a jars: fetched now, once per machine (a Spark Connect
-    server reaches object storage with its own)."""
-    if settings.remote or _names_hadoop_aws({k: str(v) for k, v in settings.conf.items()}):
+def _gcs_jar():
+    from . import gcs_jar
+
+    return gcs_jar
+
+
+@dataclass(frozen=True)
+class Connector:
+    """How Spark reaches a store: through a Hadoop connector."""
+
+    scheme: str  # how the connector names the store's paths
+    name: str  # in a pipeline's own conf: it brings the connector itself
+    jars: Callable[[], list[Path]]  # the connector's jars, fetched here the first time
+    check: Callable[[], str]  # for doctor: where its jars are, or that their repository answers
+
+
+CONNECTORS = {"s3": Connector("s3a", "hadoop-aws", lambda: s3_jars_fetcher().s3_jars(),
+                              lambda: s3_jars_fetcher().check()),
+              "gs": Connector("gs", "gcs-connector", lambda: [_gcs_jar().connector_jar()], lambda: _gcs_jar().check())}
+
+
+def connector(scheme: str) -> Connector:
+    """The connector of the store whose URIs have `scheme`; UnavailableError for a store Spark cannot reach."""
+    if scheme not in CONNECTORS:
+        raise UnavailableError(f"Spark does not reach {scheme}:// paths yet",
+                               hint="run this stage on another engine (duckdb, polars, dask, ray or python)")
+    return CONNECTORS[scheme]
+
+
+def spark_path(path: PurePath) -> str:
+    """A file as Spark names it: in its store's connector's scheme (s3a://bucket/key for S3), else the path."""
+    return f"{connector(path.scheme).scheme}://{path}" if isinstance(path, ObjectPath) else str(path)
+
+
+def _brings_connector(own: dict[str, str], store) -> bool:
+    """The pipeline's own conf brings the store's connector: hybridflow adds none."""
+    name = connector(store.scheme).name
+    return any(name in own.get(key, "") for key in ("spark.jars", "spark.jars.packages", "spark.driver.extraClassPath"))
+
+
+def fetch_connector(settings, store) -> None:
+    """Before a run whose driver will need the store's connector: fetched now, once per machine (a
+    Spark Connect server reaches object storage with its own)."""
+    if settings.remote or _brings_connector({k: str(v) for k, v in settings.conf.items()}, store):
         return
-    s3_jars_fetcher().s3_jars()
+    connector(store.scheme).jars()
 
 
-def spark_s3_conf(store, own: dict[str, str], gpu_conf: dict[str, str]) -> dict[str, str]:
-    """What Spark needs to read s3:// paths: hadoop-aws and the AWS SDK on its classpath (unless the
-    pipeline's own conf brings them), and the endpoint, region and addressing every engine is given
-    (credentials: s3a's default chain reads the AWS variables and profile)."""
+def spark_store_conf(store, own: dict[str, str], gpu_conf: dict[str, str]) -> dict[str, str]:
+    """What Spark needs to read the store's paths: its Hadoop connector on the classpath (unless the
+    pipeline's own conf brings it), and the settings every engine is given for that store
+    (credentials: the connector reads the cloud's own variables and files)."""
     conf = store.spark_conf()
-    if _names_hadoop_aws(own):
+    if _brings_connector(own, store):
         return conf
-    jars = [str(jar) for jar in s3_jars_fetcher().s3_jars()]  # fetched here the first time
-    # on the classpath where they lie (on a cluster, every worker has them under the same path: `python
-    # -m hybridflow.backends.spark_s3_jars` there): spark.jars would copy 700 MB to each executor
+    jars = [str(jar) for jar in connector(store.scheme).jars()]  # fetched here the first time
+    # on the classpath where they lie (on a cluster, every worker has them under the same path: the
+    # connector's fetch command run there): spark.jars would copy s3a's 700 MB to each executor
     for key in ("spark.driver.extraClassPath", "spark.executor.extraClassPath"):
         conf[key] = ":".join([*filter(None, [gpu_conf.get(key)]), *jars])
     return conf

@@ -20,6 +20,7 @@ class Settings(Protocol):
 
     endpoint: str | None  # an emulator's or a compatible store's URL; None: the cloud's own
     label: str  # the store's name where no endpoint names it ("AWS S3")
+    scheme: str  # its URIs' scheme: s3, gs
 
     @classmethod
     def of(cls, section: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> Settings: ...

@@ -6,8 +6,8 @@ hybridflow keeps.
 
 Credentials come only from Google's standard places (GOOGLE_APPLICATION_CREDENTIALS, the gcloud
 default, the metadata server), read by Google's own libraries; STORAGE_EMULATOR_HOST (or storage:
-endpoint) names an emulator, reached without credentials as Google's libraries do. Spark does not
-reach gs:// yet: a Spark stage there is refused in one line.
+endpoint) names an emulator, reached without credentials as Google's libraries do. Spark reaches
+gs:// through Google's GCS connector for Hadoop, fetched on first need (backends/spark/gcs_jar.py).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ class GcsSettings:
     project: str | None = None  # GOOGLE_CLOUD_PROJECT, where a client library asks for one
 
     label = "Google Cloud Storage"
+    scheme = "gs"
 
     @classmethod
     def of(cls, section: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> GcsSettings:
@@ -82,11 +83,23 @@ class GcsSettings:
         return {"google_service_account_key": json.dumps(account)}
 
     def spark_conf(self) -> dict[str, str]:
-        from ...errors import UnavailableError
-
-        raise UnavailableError("Spark does not reach gs:// paths yet (Google Cloud Storage)",
-                               hint="run this stage on another engine (duckdb, polars, dask, ray or python), "
-                                    "or keep the workdir in s3://")
+        """Spark's settings of Google's GCS connector (the jar: backends/spark/gcs_jar.py). Credentials
+        come from Google's standard places (application default credentials), never written into
+        Spark's configuration, which its event log and UI show; an emulator is reached without any."""
+        conf = {"spark.hadoop.fs.gs.impl": "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFileSystem",
+                "spark.hadoop.fs.AbstractFileSystem.gs.impl": "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFS",
+                "spark.hadoop.fs.gs.auth.type": "UNAUTHENTICATED" if self.endpoint else "APPLICATION_DEFAULT",
+                # the connector reads these as plain numbers, which Hadoop 3.5's own defaults ("64m") are not
+                **{f"spark.hadoop.fs.gs.{key}": str(size) for key, size in _SIZES.items()},
+                # the connector's vectored reads call a Hadoop 3.4 method that Hadoop 3.5 no longer has
+                "spark.hadoop.parquet.hadoop.vectored.io.enabled": "false"}
+        if self.endpoint:
+            # emulators lack the objects.move call: a task's files are committed by copy and delete
+            conf |= {"spark.hadoop.fs.gs.storage.root.url": self.endpoint,
+                     "spark.hadoop.fs.gs.operation.move.enable": "false"}
+        if self.project:
+            conf["spark.hadoop.fs.gs.project.id"] = self.project
+        return conf
 
     def objects(self):
         """The store client a workdir here commits through."""
@@ -110,6 +123,9 @@ def _arrow_filesystem(settings: GcsSettings, credentials: str):
     # a store that stopped answering fails a run in seconds, with its cause (pyarrow's default: 15 minutes)
     return pafs.GcsFileSystem(**options, retry_time_limit=timedelta(seconds=20))
 
+
+_SIZES = {"block.size": 64 << 20, "rewrite.max.chunk.size": 512 << 20, "outputstream.buffer.size": 8 << 20,
+          "inputstream.inplace.seek.limit": 8 << 20, "inputstream.min.range.request.size": 2 << 20}
 
 PATH = GcsPath
 SETTINGS = GcsSettings
