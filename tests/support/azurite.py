@@ -84,7 +84,7 @@ class AzuriteServer:
         with open(self.log, "ab") as out:
             self.process = subprocess.Popen(
                 [str(binary()), "--blobHost", self.host, "--blobPort", str(self.port), "--inMemoryPersistence",
-                 "--skipApiVersionCheck", "--disableTelemetry", "--silent"],
+                 "--skipApiVersionCheck", "--disableTelemetry", "--silent", "--extentMemoryLimit", "512"],
                 stdout=out, stderr=out, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         wait_for_port(self.process, self.host, self.port, "Azurite", self.log)
         return self

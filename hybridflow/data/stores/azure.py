@@ -150,7 +150,7 @@ def _arrow_filesystem(settings: AzureSettings, key: str):
             host = host[len(settings.account):]
         options.update(blob_storage_authority=host, blob_storage_scheme=url.scheme,
                        dfs_storage_authority=host.replace(".blob.", ".dfs."), dfs_storage_scheme=url.scheme)
-    return pafs.AzureFileSystem(settings.account, key, **options)
+    return pafs.AzureFileSystem(settings.account, account_key=key, **options)
 
 
 PATH = AzurePath

@@ -225,7 +225,7 @@ class AzureObjectStore:
                                    hint="check AZURE_STORAGE_CONNECTION_STRING's BlobEndpoint (or storage: "
                                         "endpoint) and that the store is up") from None
         except HttpResponseError as exc:
-            code, status = exc.error_code, exc.status_code
+            code, status = getattr(exc.error_code, "value", exc.error_code), exc.status_code  # an enum, or text
             if code == "ContainerNotFound":
                 raise DataError(f"the container '{path.bucket}' of {path.uri} does not exist",
                                 hint="create it, or correct the URI (and the endpoint, if it is not Azure's)") from None
