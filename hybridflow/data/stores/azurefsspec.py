@@ -7,3 +7,11 @@ from fsspec.implementations.arrow import ArrowFSWrapper
 
 class AzureArrowWrapper(ArrowFSWrapper):
     protocol = ("az", "abfs")
+
+    @classmethod
+    def _strip_protocol(cls, path):
+        # fsspec's own parsing takes az://'s container for a host name and drops it
+        for scheme in cls.protocol:
+            if isinstance(path, str) and path.startswith(f"{scheme}://"):
+                return path[len(scheme) + 3:]
+        return super()._strip_protocol(path)
