@@ -130,6 +130,21 @@ def test_the_store_check_trusts_azure_and_keeps_its_answer_in_the_workdir(object
     assert [k for k in az.keys("lake/checked/") if "store-probe" in k] == []
 
 
+def test_engines_refused_the_key_are_one_line_naming_azures_variables(az, monkeypatch):
+    # pyarrow's AzureFileSystem, which python stages, Ray, footers and DuckDB read through
+    from hybridflow.data import storage
+    from hybridflow.errors import ExitCode, StorageError
+
+    wrong = az.connection_string.replace(az.secret_key, "d3Jvbmcta2V5")
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", wrong)
+    az.put_bytes("lake/engines/x", b"1")
+    with pytest.raises(StorageError) as raised:
+        storage.size_of(object_path("az://lake/engines/x"), settings_for("az://lake").arrow_filesystem())
+    line = raised.value.one_line()
+    assert raised.value.exit_code == ExitCode.IO_ERROR and "refused access to az://lake/engines/x" in line, line
+    assert "AZURE_STORAGE_CONNECTION_STRING" in line and "d3Jvbmcta2V5" not in line, line
+
+
 PIPELINE = '''
 name: keyed
 workdir: az://lake/keyed
