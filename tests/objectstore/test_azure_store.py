@@ -195,3 +195,19 @@ def test_a_spark_stage_on_an_az_workdir_is_refused_in_one_line(project, az, tmp_
     assert "Spark does not reach az:// paths yet" in done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     assert not Path(project.root / ".hybridflow").exists()
+
+
+def test_the_filesystem_engines_ship_to_their_workers_carries_no_key(objects, az):  # objects: the variables set
+    import pickle
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    filesystem = settings_for("az://lake").arrow_filesystem()
+    shipped = pickle.dumps(filesystem)
+    assert az.secret_key.encode() not in shipped
+    # and in the worker, made again from its environment, it reaches the same account
+    az.put_table("lake/shipped/t.parquet", pa.table({"a": [1, 2]}))
+    assert pq.read_table("lake/shipped/t.parquet", filesystem=pickle.loads(shipped)).to_pydict() == {"a": [1, 2]}
+    wrapped = pickle.dumps(settings_for("az://lake").fsspec_filesystem())
+    assert az.secret_key.encode() not in wrapped

@@ -108,10 +108,20 @@ def test_an_az_workdir_is_azure_blob_storage_reached_as_the_standard_variables_s
     assert "a2V5" not in repr(emulated) and "a2V5" not in str(emulated.reached({"AZURE_STORAGE_CONNECTION_STRING":
                                                                                  AZURITE}))
     cloud = AzureSettings.of(None, {"AZURE_STORAGE_ACCOUNT": "acct", "AZURE_STORAGE_KEY": "a2V5"})
-    assert (cloud.account, cloud.endpoint, cloud.account_url) == ("acct", None, "https://acct.blob.core.windows.net")
+    assert (cloud.account, cloud.endpoint) == ("acct", "https://acct.blob.core.windows.net")
+    other = AzureSettings.of(None, {"AZURE_STORAGE_ACCOUNT": "other"})
+    china = AzureSettings.of(None, {"AZURE_STORAGE_CONNECTION_STRING": "AccountName=cn;AccountKey=a2V5;"
+                                                                       "EndpointSuffix=core.chinacloudapi.cn"})
+    assert china.endpoint == "https://cn.blob.core.chinacloudapi.cn"
+    # the same container in two accounts: two workdirs, each with its own cache on this machine
+    assert len({load_pipeline(write(tmp_path, workdir="az://team/wd", path="az://lake/raw"),
+                              environ={"AZURE_STORAGE_ACCOUNT": name}).workdir for name in ("acct", "other")}) == 2
+    assert other.endpoint != cloud.endpoint
     # storage: endpoint as an emulator's address alone: the account is its URL's first segment
     section = AzureSettings.of({"endpoint": "http://127.0.0.1:10000"}, {"AZURE_STORAGE_ACCOUNT": "acct"})
     assert section.endpoint == "http://127.0.0.1:10000/acct"
+    named = AzureSettings.of({"endpoint": "http://127.0.0.1:10000/acct"}, {"AZURE_STORAGE_KEY": "a2V5"})
+    assert (named.account, named.endpoint) == ("acct", "http://127.0.0.1:10000/acct")
     development = AzureSettings.of(None, {"AZURE_STORAGE_CONNECTION_STRING": "UseDevelopmentStorage=true"})
     assert development.endpoint == "http://127.0.0.1:10000/devstoreaccount1"
     _, problems = check_file(write(tmp_path, workdir="az://team/wd", path="az://lake/raw"), environ={})

@@ -42,7 +42,10 @@ class AzureSettings:
     (storage: endpoint, else the connection string's BlobEndpoint). The key is never held here."""
 
     account: str | None = None
-    endpoint: str | None = None  # an account's blob URL (an emulator's http://host:port/account); None: Azure's
+    # the account's blob URL: Azure's (https://ACCOUNT.blob.core.windows.net), an emulator's
+    # (http://host:port/ACCOUNT) or another cloud's; always named, so that two accounts holding the same
+    # container are two stores (their own local caches, their own store checks); None: no account
+    endpoint: str | None = None
 
     label = "Azure Blob Storage"
 
@@ -52,8 +55,11 @@ class AzureSettings:
         parts = connection_parts(environ)
         account = parts.get("AccountName") or environ.get(ACCOUNT_VARIABLE) or None
         endpoint = (section or {}).get("endpoint") or parts.get("BlobEndpoint")
-        if endpoint is None and "EndpointSuffix" in parts and account:  # another Azure cloud
-            endpoint = f"{parts.get('DefaultEndpointsProtocol', 'https')}://{account}.blob.{parts['EndpointSuffix']}"
+        if account is None and endpoint and "://" in endpoint:  # an emulator's URL names it first in its path
+            account = urlsplit(endpoint).path.strip("/").split("/")[0] or None
+        if endpoint is None and account:  # Azure's own, or another Azure cloud's (EndpointSuffix)
+            suffix = parts.get("EndpointSuffix", "core.windows.net")
+            endpoint = f"{parts.get('DefaultEndpointsProtocol', 'https')}://{account}.blob.{suffix}"
         return cls(account, _account_url(endpoint.rstrip("/"), account) if endpoint else None)
 
     def reached(self, environ: Mapping[str, str]) -> dict[str, str]:
@@ -63,10 +69,6 @@ class AzureSettings:
 
     def adopt_checksum_policy(self) -> None:
         """Nothing to adopt: Azure takes the checksums every client sends (S3's settings need this)."""
-
-    @property
-    def account_url(self) -> str:
-        return self.endpoint or f"https://{self.account}.blob.core.windows.net"
 
     def credential(self) -> str:
         """The account's key, from the environment (never kept); StorageError when there is none."""
@@ -138,7 +140,7 @@ def _account_url(endpoint: str, account: str | None) -> str:
 
 @functools.lru_cache(maxsize=4)
 def _arrow_filesystem(settings: AzureSettings, key: str):
-    import pyarrow.fs as pafs
+    from .azurearrow import AzureArrowFileSystem
 
     options: dict[str, Any] = {}
     if settings.endpoint:
@@ -150,7 +152,9 @@ def _arrow_filesystem(settings: AzureSettings, key: str):
             host = host[len(settings.account):]
         options.update(blob_storage_authority=host, blob_storage_scheme=url.scheme,
                        dfs_storage_authority=host.replace(".blob.", ".dfs."), dfs_storage_scheme=url.scheme)
-    return pafs.AzureFileSystem(settings.account, account_key=key, **options)
+    filesystem = AzureArrowFileSystem(settings.account, account_key=key, **options)
+    filesystem.settings = settings
+    return filesystem
 
 
 PATH = AzurePath

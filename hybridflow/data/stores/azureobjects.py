@@ -44,7 +44,7 @@ class AzureObjectStore:
         # a store that stopped answering fails a run in seconds (the library's default waits minutes)
         retry = LinearRetry(backoff=0.5, random_jitter_range=0.25, retry_total=3)
         credential = {"account_name": self.settings.account, "account_key": self.settings.credential()}
-        return BlobServiceClient(self.settings.account_url, credential=credential, retry_policy=retry, **_TIMEOUTS)
+        return BlobServiceClient(self.settings.endpoint, credential=credential, retry_policy=retry, **_TIMEOUTS)
 
     def _blob(self, path: AzurePath):
         return self._service.get_blob_client(path.bucket, _key(path))
