@@ -247,6 +247,8 @@ _DENIED = ("ACCESS_DENIED", "AccessDenied", "INVALID_ACCESS_KEY_ID", "InvalidAcc
            "SignatureDoesNotMatch", "EXPIRED_TOKEN", "ExpiredToken", "Forbidden", "HTTP response code: 403",
            "No response body", "AuthorizationFailure", "AuthenticationFailed")  # the last two: Azure's
 # what to set where a store refused the credentials, by scheme (AWS's for s3:// and any other)
+_AWS_CREDENTIALS = ("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) to credentials allowed to use "
+                    "the bucket")
 _CREDENTIALS_HINTS = {"az": "set AZURE_STORAGE_CONNECTION_STRING (or AZURE_STORAGE_ACCOUNT and AZURE_STORAGE_KEY) "
                             "to an account allowed to use the container"}
 _UNREACHABLE = ("NETWORK_CONNECTION", "Couldn't connect", "curlCode: 7", "curlCode: 28", "Connection refused",
@@ -263,15 +265,10 @@ def store_error(exc: BaseException, uri: str) -> HybridflowError:
         return DataError(f"the bucket '{bucket}' of {uri} does not exist",
                          hint="create it, or correct the URI (and storage: endpoint, if it is not AWS S3)")
     if any(word in text for word in ("Unable to locate credentials", "No credentials", "NoCredentials")):
-        return StorageError(f"no credentials to reach {uri}", hint="set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
-                                                                  "(or AWS_PROFILE) to credentials allowed to use the "
-                                                                  "bucket")
+        return StorageError(f"no credentials to reach {uri}", hint=_AWS_CREDENTIALS)
     if any(word in text for word in _DENIED):
         return StorageError(f"the object store refused access to {uri} (403: wrong or missing credentials, or no "
-                            "permission)", hint=_CREDENTIALS_HINTS.get(uri.split("://", 1)[0],
-                                                                       "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
-                                                                       "(or AWS_PROFILE) to credentials allowed to use "
-                                                                       "the bucket"))
+                            "permission)", hint=_CREDENTIALS_HINTS.get(uri.split("://", 1)[0], _AWS_CREDENTIALS))
     if any(word in text for word in _UNREACHABLE):
         return UnavailableError(f"the object store does not answer for {uri}: {first_line(exc)}",
                                 hint="check storage: endpoint (or AWS_ENDPOINT_URL) and that the store is up")
