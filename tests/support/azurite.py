@@ -58,8 +58,8 @@ def install() -> Path:
         raise RuntimeError("npm is not installed: Azurite cannot be installed")
     home().parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=home().parent) as scratch:
-        subprocess.run([npm, "install", "--no-audit", "--no-fund", "--loglevel=error", "--prefix", scratch, f"azurite@{VERSION}"],
-                       check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([npm, "install", "--no-audit", "--no-fund", "--loglevel=error", "--prefix", scratch,
+                        f"azurite@{VERSION}"], check=True, stdout=subprocess.DEVNULL)
         shutil.rmtree(home(), ignore_errors=True)  # what an install cut short left
         os.replace(scratch, home())
         os.mkdir(scratch)  # for TemporaryDirectory's own clean-up
