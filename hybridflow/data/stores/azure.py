@@ -38,8 +38,8 @@ class AzurePath(ObjectPath):
 
 @dataclass(frozen=True)
 class AzureSettings:
-    """How to reach Azure Blob Storage: the account, and the blob endpoint when it is not Azure's own
-    (storage: endpoint, else the connection string's BlobEndpoint). The key is never held here."""
+    """How to reach Azure Blob Storage: the account and its blob endpoint (storage: endpoint, else the
+    connection string's BlobEndpoint, else Azure's own for the account). The key is never held here."""
 
     account: str | None = None
     # the account's blob URL: Azure's (https://ACCOUNT.blob.core.windows.net), an emulator's
@@ -78,7 +78,9 @@ class AzureSettings:
             raise StorageError("no Azure storage account to reach az:// paths", hint=HINT)
         key = account_key(os.environ)
         if not key:
-            raise StorageError(f"no key for the Azure storage account '{self.account}'", hint=HINT)
+            signed = "SharedAccessSignature" in connection_parts(os.environ)
+            raise StorageError(f"no key for the Azure storage account '{self.account}'"
+                               + (" (a shared access signature is not supported yet)" if signed else ""), hint=HINT)
         return key
 
     def arrow_filesystem(self):
