@@ -252,7 +252,12 @@ def storage_error(exc: BaseException, where) -> HybridflowError | None:
 _NO_BUCKET = ("NO_SUCH_BUCKET", "NoSuchBucket", "bucket does not exist")
 _DENIED = ("ACCESS_DENIED", "AccessDenied", "INVALID_ACCESS_KEY_ID", "InvalidAccessKeyId", "SIGNATURE_DOES_NOT_MATCH",
            "SignatureDoesNotMatch", "EXPIRED_TOKEN", "ExpiredToken", "Forbidden", "HTTP response code: 403",
-           "No response body")
+           "No response body", "AuthorizationFailure", "AuthenticationFailed")  # the last two: Azure's
+# what to set where a store refused the credentials, by scheme (AWS's for s3:// and any other)
+_AWS_CREDENTIALS = ("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) to credentials allowed to use "
+                    "the bucket")
+_CREDENTIALS_HINTS = {"az": "set AZURE_STORAGE_CONNECTION_STRING (or AZURE_STORAGE_ACCOUNT and AZURE_STORAGE_KEY) "
+                            "to an account allowed to use the container"}
 _UNREACHABLE = ("NETWORK_CONNECTION", "Couldn't connect", "curlCode: 7", "curlCode: 28", "Connection refused",
                 "Could not connect", "timed out", "Timeout")
 
@@ -267,13 +272,10 @@ def store_error(exc: BaseException, uri: str) -> HybridflowError:
         return DataError(f"the bucket '{bucket}' of {uri} does not exist",
                          hint="create it, or correct the URI (and storage: endpoint, if it is not AWS S3)")
     if any(word in text for word in ("Unable to locate credentials", "No credentials", "NoCredentials")):
-        return StorageError(f"no credentials to reach {uri}", hint="set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
-                                                                  "(or AWS_PROFILE) to credentials allowed to use the "
-                                                                  "bucket")
+        return StorageError(f"no credentials to reach {uri}", hint=_AWS_CREDENTIALS)
     if any(word in text for word in _DENIED):
         return StorageError(f"the object store refused access to {uri} (403: wrong or missing credentials, or no "
-                            "permission)", hint="set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) "
-                                                "to credentials allowed to use the bucket")
+                            "permission)", hint=_CREDENTIALS_HINTS.get(uri.split("://", 1)[0], _AWS_CREDENTIALS))
     if any(word in text for word in _UNREACHABLE):
         return UnavailableError(f"the object store does not answer for {uri}: {first_line(exc)}",
                                 hint="check storage: endpoint (or AWS_ENDPOINT_URL) and that the store is up")

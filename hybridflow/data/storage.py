@@ -1,6 +1,6 @@
 """Where data lives when it is not on this machine's disk: object storage, named by URIs whose scheme
-picks the store (s3:// for S3 and S3-compatible stores, gs:// for Google Cloud Storage: data/stores/),
-and the one set of settings every engine is given to reach it.
+picks the store (s3:// for S3 and S3-compatible stores, gs:// for Google Cloud Storage, az:// for
+Azure Blob Storage: data/stores/), and the one set of settings every engine is given to reach it.
 
 A file in object storage is an ObjectPath ("bucket/key", pyarrow's spelling, which knows its scheme);
 a local file stays a pathlib.Path. The helpers here take either, with the filesystem to reach an
@@ -63,11 +63,14 @@ def scheme_problem(text: str | os.PathLike | None) -> str | None:
     if not slashes and meant is None:
         return None  # a local name holding a colon ("raw:2024")
     if meant is not None:
-        return f"'{text}' is not an {meant.scheme}:// URI (did you mean '{meant.scheme}://{rest.lstrip('/')}'?)"
+        # abfs://container@account.dfs.core.windows.net/x: the account is the store's setting, not the URI's
+        rest = re.sub(r"^([^/@]+)@[^/]*", r"\1", rest.lstrip("/"))
+        return f"'{text}' is not an {meant.scheme}:// URI (did you mean '{meant.scheme}://{rest}'?)"
     if scheme.lower() == "file":
         return f"'{text}' is a file: URI; write the path itself (did you mean '/{rest.lstrip('/')}'?)"
     return (f"'{text}': the scheme {scheme}:// is not supported; object storage is named s3://BUCKET/PREFIX "
-            "(any S3-compatible store, through storage: endpoint) or gs://BUCKET/PREFIX (Google Cloud Storage)")
+            "(any S3-compatible store, through storage: endpoint), gs://BUCKET/PREFIX (Google Cloud Storage) or "
+            "az://CONTAINER/PREFIX (Azure Blob Storage)")
 
 
 def object_path(uri: str) -> ObjectPath:

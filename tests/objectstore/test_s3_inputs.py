@@ -16,7 +16,7 @@ import pytest
 import hybridflow
 from tests.support.projects import last_run_record
 from tests.support.s3server import S3Endpoint
-from tests.support.s3stores import every_store
+from tests.support.s3stores import every_cloud, every_store
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -124,14 +124,14 @@ def expected_join(weeks) -> list[dict]:
     return sorted(rows, key=lambda r: (r["week"], r["ts"]))
 
 
-@every_store
+@every_cloud
 def test_every_engine_reads_s3_inputs_skips_them_unchanged_and_processes_only_new_partitions(project, s3):
     prefix = s3.bucket("inputs-all")
     for week in WEEKS:
         put_week(s3, f"{prefix}/events", week)
     s3.put_bytes(f"{prefix}/customers.csv", b"customer,tier\nc0,1\nc1,2\nc2,3\n")
     project.stages(STAGES)
-    file = project.pipeline(pipeline_text(prefix))
+    file = project.pipeline(pipeline_text(prefix, scheme=s3.scheme))
 
     done = run_cli(project, s3)
     assert done.returncode == 0, done.stdout + done.stderr

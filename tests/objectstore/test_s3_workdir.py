@@ -66,6 +66,9 @@ def test_every_engine_publishes_to_s3_and_a_fresh_machine_skips_resumes_and_adds
     assert done.returncode == 0, done.stdout + done.stderr
     assert s3.secret_key not in done.stdout + done.stderr
     assert not (project.root / ".hybridflow").exists()
+    # nor in anything the run kept on this machine (run records, logs, reports, engines' settings)
+    kept = [p for p in first_machine.rglob("*") if p.is_file() and s3.secret_key.encode() in p.read_bytes()]
+    assert kept == []
     environ = {**s3.env(), "HYBRIDFLOW_CACHE": str(first_machine)}
     os.environ.update(environ)  # hybridflow.read in this process reaches the store as the runs did
     try:

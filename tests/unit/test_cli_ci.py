@@ -61,17 +61,17 @@ def test_ci_run_passes_on_arguments_and_fails_when_pytest_fails_or_collects_noth
             assert "pytest collected no tests (arguments: -m not cron)" in done.stderr
     calls = (root / ".venv" / "bin" / "calls").read_text().splitlines()
     # the existing virtualenv is reused (no python3 on PATH to make another); pip runs every time, from its
-    # cache, and so do the fetcher of Spark's s3a jars and the builds of versitygw and fake-gcs-server (no-ops
-    # once cached)
-    assert calls[:6] == ["-m pip install --disable-pip-version-check --quiet -e .[test]",
+    # cache, and so do the fetchers of Spark's connectors, the builds of versitygw and fake-gcs-server and the
+    # install of Azurite (no-ops once cached)
+    assert calls[:7] == ["-m pip install --disable-pip-version-check --quiet -e .[test]",
                          "-m hybridflow.backends.spark_s3_jars", "-m hybridflow.backends.spark_lineage_jar",
                          "-m hybridflow.backends.spark.gcs_jar", "-m tests.support.versitygw",
-                         "-m tests.support.gcsserver"]
+                         "-m tests.support.gcsserver", "-m tests.support.azurite"]
     # every tier, in three lanes side by side, each one test at a time
-    assert sorted(calls[6:9]) == ["-m pytest tests -n 0 --lane crontab --durations=10 -m not cron",
+    assert sorted(calls[7:10]) == ["-m pytest tests -n 0 --lane crontab --durations=10 -m not cron",
                                   "-m pytest tests -n 0 --lane light --durations=10 -m not cron",
                                   "-m pytest tests -n 0 --lane main --durations=40 -m not cron"]
-    assert len(calls) == 4 * 9  # the same nine calls, in each of the four runs
+    assert len(calls) == 4 * 10  # the same ten calls, in each of the four runs
 
 
 def test_ci_run_fails_when_any_lane_fails_and_when_none_has_a_test(tmp_path):

@@ -32,7 +32,10 @@ def write(tmp_path, workdir: str = ".hf", path: str = "s3://lake/raw"):
     ("file:/srv/wd", "did you mean '/srv/wd'?"),
     ("gcs://team-bucket/wd", "did you mean 'gs://team-bucket/wd'?"),
     ("GS://team-bucket/wd", "did you mean 'gs://team-bucket/wd'?"),
-    ("az://team-bucket/wd", "az:// is not supported"),
+    ("abfs://team-bucket@acct.dfs.core.windows.net/wd", "did you mean 'az://team-bucket/wd'?"),
+    ("wasbs://team-bucket@acct.blob.core.windows.net/wd", "did you mean 'az://team-bucket/wd'?"),
+    ("AZ://team-bucket/wd", "did you mean 'az://team-bucket/wd'?"),
+    ("ftp://team-bucket/wd", "ftp:// is not supported"),
 ])
 def test_a_workdir_with_a_wrong_scheme_is_a_located_config_error(tmp_path, given, hint):
     with pytest.raises(ConfigError) as raised:
@@ -50,7 +53,8 @@ def test_the_workdir_variable_is_checked_too(tmp_path):
 
 
 @pytest.mark.parametrize(("given", "hint"), [("S3://lake/raw", "did you mean 's3://lake/raw'?"),
-                                             ("az://lake/raw", "az:// is not supported")])
+                                             ("abfss://lake/raw", "did you mean 'az://lake/raw'?"),
+                                             ("hdfs://lake/raw", "hdfs:// is not supported")])
 def test_a_dataset_path_with_a_wrong_scheme_is_a_located_config_error(tmp_path, given, hint):
     _, problems = check_file(write(tmp_path, path=given), environ={})
     errors = [str(p) for p in problems if p.severity == "error"]
@@ -84,6 +88,43 @@ def test_a_gs_workdir_is_google_cloud_storage_reached_as_the_emulator_variable_s
     assert GcsSettings.of(None, {"STORAGE_EMULATOR_HOST": "127.0.0.1:4443"}).endpoint == "http://127.0.0.1:4443"
     assert GcsSettings.of(None, {}).endpoint is None and GcsSettings.of(None, {}).polars_options() == {}
     _, problems = check_file(write(tmp_path, workdir="gs://team-bucket/wd", path="gs://lake/raw"), environ={})
+    assert [p for p in problems if p.severity == "error"] == []
+
+
+AZURITE = ("DefaultEndpointsProtocol=http;AccountName=acct;AccountKey=a2V5;"
+           "BlobEndpoint=http://127.0.0.1:10000/acct;")
+
+
+def test_an_az_workdir_is_azure_blob_storage_reached_as_the_standard_variables_say(tmp_path):
+    from hybridflow.data.stores.azure import AzurePath, AzureSettings
+
+    pipeline = load_pipeline(write(tmp_path, workdir="az://team/wd", path="az://lake/raw"),
+                             environ={"AZURE_STORAGE_CONNECTION_STRING": AZURITE})
+    assert isinstance(pipeline.remote, AzurePath) and (pipeline.remote / "CURRENT").uri == "az://team/wd/CURRENT"
+    assert isinstance(pipeline.external_path("raw"), AzurePath)
+    # a connection string names the account and its endpoint; the key stays out of the settings
+    emulated = AzureSettings.of(None, {"AZURE_STORAGE_CONNECTION_STRING": AZURITE})
+    assert (emulated.account, emulated.endpoint) == ("acct", "http://127.0.0.1:10000/acct")
+    assert "a2V5" not in repr(emulated) and "a2V5" not in str(emulated.reached({"AZURE_STORAGE_CONNECTION_STRING":
+                                                                                 AZURITE}))
+    cloud = AzureSettings.of(None, {"AZURE_STORAGE_ACCOUNT": "acct", "AZURE_STORAGE_KEY": "a2V5"})
+    assert (cloud.account, cloud.endpoint) == ("acct", "https://acct.blob.core.windows.net")
+    other = AzureSettings.of(None, {"AZURE_STORAGE_ACCOUNT": "other"})
+    china = AzureSettings.of(None, {"AZURE_STORAGE_CONNECTION_STRING": "AccountName=cn;AccountKey=a2V5;"
+                                                                       "EndpointSuffix=core.chinacloudapi.cn"})
+    assert china.endpoint == "https://cn.blob.core.chinacloudapi.cn"
+    # the same container in two accounts: two workdirs, each with its own cache on this machine
+    assert len({load_pipeline(write(tmp_path, workdir="az://team/wd", path="az://lake/raw"),
+                              environ={"AZURE_STORAGE_ACCOUNT": name}).workdir for name in ("acct", "other")}) == 2
+    assert other.endpoint != cloud.endpoint
+    # storage: endpoint as an emulator's address alone: the account is its URL's first segment
+    section = AzureSettings.of({"endpoint": "http://127.0.0.1:10000"}, {"AZURE_STORAGE_ACCOUNT": "acct"})
+    assert section.endpoint == "http://127.0.0.1:10000/acct"
+    named = AzureSettings.of({"endpoint": "http://127.0.0.1:10000/acct"}, {"AZURE_STORAGE_KEY": "a2V5"})
+    assert (named.account, named.endpoint) == ("acct", "http://127.0.0.1:10000/acct")
+    development = AzureSettings.of(None, {"AZURE_STORAGE_CONNECTION_STRING": "UseDevelopmentStorage=true"})
+    assert development.endpoint == "http://127.0.0.1:10000/devstoreaccount1"
+    _, problems = check_file(write(tmp_path, workdir="az://team/wd", path="az://lake/raw"), environ={})
     assert [p for p in problems if p.severity == "error"] == []
 
 

@@ -35,7 +35,7 @@ class Settings(Protocol):
 
 @dataclass(frozen=True)
 class StoreKind:
-    scheme: str  # as URIs spell it: s3, gs
+    scheme: str  # as URIs spell it: s3, gs, az
     module: str  # the module under data/stores/ holding PATH and SETTINGS
     misspellings: tuple[str, ...]  # schemes people write meaning this one (other tools' spellings)
     # the standard variables that decide which store a run reaches and how (never a secret's value:
@@ -56,7 +56,9 @@ KINDS = (StoreKind("s3", "s3", ("s3", "s3a", "s3n"),
                    ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE",
                     "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE")),
          StoreKind("gs", "gcs", ("gs", "gcs"),
-                   ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT")))
+                   ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT")),
+         # the account only: its key, and a connection string holding it, are secrets
+         StoreKind("az", "azure", ("az", "abfs", "abfss", "wasb", "wasbs", "azure"), ("AZURE_STORAGE_ACCOUNT",)))
 
 
 def variables() -> tuple[str, ...]:

@@ -1,0 +1,164 @@
+"""Azure Blob Storage (az://container/key): engines reach it through pyarrow's AzureFileSystem (DuckDB
+and Dask through fsspec's wrapper of it, Polars through its own object_store reader), and a workdir
+commits through Put Blob's conditions: `If-None-Match: *` writes only if the blob is absent,
+`If-Match: <ETag>` only if it was not written since.
+
+The account and its key come only from Azure's standard variables: AZURE_STORAGE_CONNECTION_STRING
+(AccountName, AccountKey, BlobEndpoint; UseDevelopmentStorage=true for a local Azurite), else
+AZURE_STORAGE_ACCOUNT and AZURE_STORAGE_KEY. `storage: endpoint` names an emulator's or another
+cloud's blob endpoint. The key is read from the environment where a client is made, never kept in
+the settings, which records and messages may show. Spark does not reach az:// yet: a Spark stage
+there is refused in one line.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping
+from urllib.parse import urlsplit
+
+from ..storage import ObjectPath
+
+CONNECTION_VARIABLE = "AZURE_STORAGE_CONNECTION_STRING"
+ACCOUNT_VARIABLE, KEY_VARIABLE = "AZURE_STORAGE_ACCOUNT", "AZURE_STORAGE_KEY"
+# Azurite's (and the old emulator's) documented account: public, the same on every machine
+DEVELOPMENT_ACCOUNT = "devstoreaccount1"
+DEVELOPMENT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+HINT = (f"set {CONNECTION_VARIABLE} (or {ACCOUNT_VARIABLE} and {KEY_VARIABLE}) to an account allowed to use the "
+        "container")
+
+
+class AzurePath(ObjectPath):
+    """A file or prefix in Azure Blob Storage, "container/key/..." (az://container/key)."""
+
+    scheme = "az"
+
+
+@dataclass(frozen=True)
+class AzureSettings:
+    """How to reach Azure Blob Storage: the account and its blob endpoint (storage: endpoint, else the
+    connection string's BlobEndpoint, else Azure's own for the account). The key is never held here."""
+
+    account: str | None = None
+    # the account's blob URL: Azure's (https://ACCOUNT.blob.core.windows.net), an emulator's
+    # (http://host:port/ACCOUNT) or another cloud's; always named, so that two accounts holding the same
+    # container are two stores (their own local caches, their own store checks); None: no account
+    endpoint: str | None = None
+
+    label = "Azure Blob Storage"
+    scheme = "az"
+
+    @classmethod
+    def of(cls, section: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> AzureSettings:
+        environ = os.environ if environ is None else environ
+        parts = connection_parts(environ)
+        account = parts.get("AccountName") or environ.get(ACCOUNT_VARIABLE) or None
+        endpoint = (section or {}).get("endpoint") or parts.get("BlobEndpoint")
+        if account is None and endpoint and "://" in endpoint:  # an emulator's URL names it first in its path
+            account = urlsplit(endpoint).path.strip("/").split("/")[0] or None
+        if endpoint is None and account:  # Azure's own, or another Azure cloud's (EndpointSuffix)
+            suffix = parts.get("EndpointSuffix", "core.windows.net")
+            endpoint = f"{parts.get('DefaultEndpointsProtocol', 'https')}://{account}.blob.{suffix}"
+        return cls(account, _account_url(endpoint.rstrip("/"), account) if endpoint else None)
+
+    def reached(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """Which account, at which endpoint, and from which variable: never the key or the connection string."""
+        source = CONNECTION_VARIABLE if environ.get(CONNECTION_VARIABLE) else ACCOUNT_VARIABLE
+        return {"endpoint": self.endpoint or self.label, "account": self.account or "(none)", "credentials": source}
+
+    def adopt_checksum_policy(self) -> None:
+        """Nothing to adopt: Azure takes the checksums every client sends (S3's settings need this)."""
+
+    def credential(self) -> str:
+        """The account's key, from the environment (never kept); StorageError when there is none."""
+        from ...errors import StorageError
+
+        if not self.account:
+            raise StorageError("no Azure storage account to reach az:// paths", hint=HINT)
+        key = account_key(os.environ)
+        if not key:
+            signed = "SharedAccessSignature" in connection_parts(os.environ)
+            raise StorageError(f"no key for the Azure storage account '{self.account}'"
+                               + (" (a shared access signature is not supported yet)" if signed else ""), hint=HINT)
+        return key
+
+    def arrow_filesystem(self):
+        """pyarrow's AzureFileSystem for these settings, made once per account key."""
+        return _arrow_filesystem(self, self.credential())
+
+    def fsspec_filesystem(self):
+        """The same filesystem through fsspec's interface, answering to az:// (DuckDB routes by it)."""
+        from .azurefsspec import AzureArrowWrapper
+
+        return AzureArrowWrapper(self.arrow_filesystem())
+
+    def polars_options(self) -> dict[str, str]:
+        """Polars' storage_options: object_store reads neither AZURE_STORAGE_KEY nor a connection string,
+        so the account and key are handed over here, in this process only (never recorded)."""
+        options = {"azure_storage_account_name": self.account or "", "azure_storage_account_key": self.credential()}
+        if self.endpoint:
+            options.update(azure_storage_endpoint=self.endpoint,
+                           azure_allow_http=str(self.endpoint.startswith("http://")).lower())
+        return options
+
+    def spark_conf(self) -> dict[str, str]:
+        from ...errors import UnavailableError
+
+        raise UnavailableError("Spark does not reach az:// paths yet (Azure Blob Storage)",
+                               hint="run this stage on another engine (duckdb, polars, dask, ray or python), "
+                                    "or keep the workdir in s3://")
+
+    def objects(self):
+        """The store client a workdir here commits through."""
+        from .azureobjects import AzureObjectStore
+
+        return AzureObjectStore(self)
+
+
+def connection_parts(environ: Mapping[str, str]) -> dict[str, str]:
+    """AZURE_STORAGE_CONNECTION_STRING's fields (Name=value;...); UseDevelopmentStorage=true as the
+    fields it stands for (Azurite on this machine, its documented account)."""
+    parts = dict(field.split("=", 1) for field in environ.get(CONNECTION_VARIABLE, "").split(";") if "=" in field)
+    if parts.get("UseDevelopmentStorage", "").lower() == "true":
+        parts = {"AccountName": DEVELOPMENT_ACCOUNT, "AccountKey": DEVELOPMENT_KEY,
+                 "BlobEndpoint": f"http://127.0.0.1:10000/{DEVELOPMENT_ACCOUNT}", **parts}
+    return parts
+
+
+def account_key(environ: Mapping[str, str]) -> str | None:
+    return connection_parts(environ).get("AccountKey") or environ.get(KEY_VARIABLE) or None
+
+
+def _account_url(endpoint: str, account: str | None) -> str:
+    """An endpoint as the URL of the account's blob service: an emulator's names the account first in
+    its path (http://127.0.0.1:10000/account), which `storage: endpoint` may leave out."""
+    url = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
+    named_by_host = account and (url.hostname or "").startswith(f"{account}.")
+    if account and not named_by_host and not url.path.strip("/"):
+        return f"{url.scheme}://{url.netloc}/{account}"
+    return f"{url.scheme}://{url.netloc}{url.path}".rstrip("/")
+
+
+@functools.lru_cache(maxsize=4)
+def _arrow_filesystem(settings: AzureSettings, key: str):
+    from .azurearrow import AzureArrowFileSystem
+
+    options: dict[str, Any] = {}
+    if settings.endpoint:
+        url = urlsplit(settings.endpoint)
+        # pyarrow names the account in the host (".blob.core.chinacloudapi.cn") or, for any other
+        # authority (an emulator's), first in the path
+        host = url.netloc
+        if host.startswith(f"{settings.account}."):
+            host = host[len(settings.account):]
+        options.update(blob_storage_authority=host, blob_storage_scheme=url.scheme,
+                       dfs_storage_authority=host.replace(".blob.", ".dfs."), dfs_storage_scheme=url.scheme)
+    filesystem = AzureArrowFileSystem(settings.account, account_key=key, **options)
+    filesystem.settings = settings
+    return filesystem
+
+
+PATH = AzurePath
+SETTINGS = AzureSettings

@@ -1,0 +1,213 @@
+"""Azure Blob Storage as a store (az://), against a real emulator (Azurite on 127.0.0.1, an account and
+key made for the run): Put Blob's conditions refuse a second create-only write and a stale
+compare-and-swap, a write whose answer was lost on the way back is recognised as ours when the
+library's retry meets it, trees of files go up, down and are listed, copied and deleted, the store
+check trusts it and keeps its answer, a missing or wrong key is one line with exit 74 that shows no
+secret, and a Spark stage on an az:// workdir is refused in one line (exit 69). The pipeline suite on
+every engine runs on it too (test_s3_workdir.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hybridflow.data.objectstore import Conflict
+from hybridflow.data.storage import object_path, settings_for
+from tests.support import azurite
+from tests.support.s3proxy import S3Proxy, conditional_put
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def az(tmp_path_factory):
+    reason = azurite.missing_reason()
+    if reason:
+        pytest.skip(reason)
+    server = azurite.AzuriteServer(tmp_path_factory.mktemp("azurite") / "azurite.log").start()
+    try:
+        server.bucket("lake")
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def objects(az, monkeypatch):
+    for name, value in az.env().items():
+        monkeypatch.setenv(name, value)
+    return settings_for("az://lake").objects()
+
+
+def test_put_blob_conditions_refuse_a_second_create_and_a_stale_swap(objects):
+    path = object_path("az://lake/conditions/CURRENT")
+    first = objects.write_json(path, {"v": 1}, create_only=True)
+    with pytest.raises(Conflict):
+        objects.write_json(path, {"v": 2}, create_only=True)
+    second = objects.write_json(path, {"v": 3}, if_match=first)
+    assert second != first
+    with pytest.raises(Conflict):
+        objects.write_json(path, {"v": 4}, if_match=first)  # stale: written since
+    with pytest.raises(Conflict):
+        objects.write_json(object_path("az://lake/conditions/never"), {"v": 5}, if_match=second)  # gone
+    with pytest.raises(Conflict):
+        objects.delete(path, if_match=first)
+    assert objects.read_json(path) == ({"v": 3}, second)
+    objects.delete(path, if_match=second)
+    assert objects.read_json(path) == (None, None)
+
+
+def test_conditional_writes_whose_answers_were_lost_are_taken_as_ours(az, monkeypatch):
+    # the store acts, the answer never arrives, the library sends the same write again and its
+    # condition fails against the write it made itself
+    proxy = S3Proxy(az.endpoint).start()
+    try:
+        created = proxy.drop_answer(lambda m, p, h: conditional_put("/lost/LEASE")(m, p, h) and "if-none-match" in h)
+        swapped = proxy.drop_answer(lambda m, p, h: conditional_put("/lost/LEASE")(m, p, h) and "if-match" in h)
+        proxied = az.connection_string.replace(az.endpoint, f"{proxy.endpoint}/{az.account}")
+        monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", proxied)
+        objects = settings_for("az://lake").objects()
+        path = object_path("az://lake/lost/LEASE")
+        made = objects.write_json(path, {"holder": "run-1"}, create_only=True)
+        again = objects.write_json(path, {"holder": "run-1", "n": 2}, if_match=made)
+        with pytest.raises(Conflict):  # another writer's bytes are still a lost race
+            objects.write_json(path, {"holder": "run-2"}, create_only=True)
+    finally:
+        proxy.stop()
+    assert len(created.dropped) == 1 and len(swapped.dropped) == 1
+    assert len(proxy.requested("PUT", "/lost/LEASE")) == 5  # each dropped write was sent twice
+    assert objects.read_json(path) == ({"holder": "run-1", "n": 2}, again)
+
+
+def test_trees_go_up_and_down_and_are_listed_copied_and_deleted(objects, tmp_path):
+    local = tmp_path / "tree"
+    (local / "part=a").mkdir(parents=True)
+    (local / "part=a" / "f.bin").write_bytes(b"x" * 3000)
+    (local / "top.txt").write_text("hello")
+    remote = object_path("az://lake/trees/v1")
+    objects.upload(local, remote)
+
+    listed = objects.listing(remote)
+    assert [(str(p), size) for p, size, _ in listed] == [("lake/trees/v1/part=a/f.bin", 3000),
+                                                          ("lake/trees/v1/top.txt", 5)]
+    assert all(p.uri.startswith("az://lake/trees/v1/") and tag for p, _, tag in listed)
+    assert objects.children(remote) == ["part=a", "top.txt"]
+    assert objects.text(remote / "top.txt") == "hello" and objects.text(remote / "nothing") is None
+    assert objects.age(remote / "top.txt") >= 0 and objects.seconds_since_written(remote) >= 0
+    assert objects.age(remote / "nothing") is None and objects.seconds_since_written(remote / "none") is None
+
+    copied = object_path("az://lake/trees/v2")
+    objects.copy([(p, copied / p.relative_to(remote).as_posix()) for p in objects.files(remote)], copied)
+    back = tmp_path / "back"
+    objects.download(objects.files(copied), copied, back)
+    assert (back / "part=a" / "f.bin").read_bytes() == b"x" * 3000 and (back / "top.txt").read_text() == "hello"
+
+    objects.delete_tree(remote)
+    assert objects.files(remote) == [] and not objects.exists(remote / "top.txt")
+    assert len(objects.files(copied)) == 2
+
+
+def test_a_container_that_does_not_exist_is_one_line_naming_it(objects):
+    from hybridflow.errors import DataError
+
+    with pytest.raises(DataError, match="the container 'nowhere' of az://nowhere/x does not exist"):
+        objects.files(object_path("az://nowhere/x"))
+
+
+def test_the_store_check_trusts_azure_and_keeps_its_answer_in_the_workdir(objects, az):
+    from hybridflow.store import storecheck
+
+    workdir = object_path("az://lake/checked")
+    assert storecheck.probe(objects, workdir) == []
+    storecheck.require_trusted(objects, workdir)
+    kept = json.loads(az.get_bytes("lake/checked/.hybridflow/store-check.json"))
+    assert kept[az.endpoint]["honoured"] is True
+    assert [k for k in az.keys("lake/checked/") if "store-probe" in k] == []
+
+
+def test_engines_refused_the_key_are_one_line_naming_azures_variables(az, monkeypatch):
+    # pyarrow's AzureFileSystem, which python stages, Ray, footers and DuckDB read through
+    from hybridflow.data import storage
+    from hybridflow.errors import ExitCode, StorageError
+
+    wrong = az.connection_string.replace(az.secret_key, "d3Jvbmcta2V5")
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", wrong)
+    az.put_bytes("lake/engines/x", b"1")
+    with pytest.raises(StorageError) as raised:
+        storage.size_of(object_path("az://lake/engines/x"), settings_for("az://lake").arrow_filesystem())
+    line = raised.value.one_line()
+    assert raised.value.exit_code == ExitCode.IO_ERROR and "refused access to az://lake/engines/x" in line, line
+    assert "AZURE_STORAGE_CONNECTION_STRING" in line and "d3Jvbmcta2V5" not in line, line
+
+
+PIPELINE = '''
+name: keyed
+workdir: az://lake/keyed
+stages:
+  make: {run: "mypkg.steps:make", backend: python, outputs: [a]}
+'''
+
+
+def run(project, tmp_path, environ: dict[str, str]) -> subprocess.CompletedProcess:
+    environ = {**os.environ, **environ, "HYBRIDFLOW_CACHE": str(tmp_path / "cache"), "COLUMNS": "400"}
+    return subprocess.run([sys.executable, "-m", "hybridflow.cli", "run", "pipeline.yaml"], cwd=project.root,
+                          env=environ, capture_output=True, text=True, timeout=240)
+
+
+@pytest.mark.parametrize("credentials", ["wrong key", "no key"])
+def test_a_wrong_or_missing_key_is_one_line_with_exit_74_and_no_secret(project, az, tmp_path, credentials):
+    project.stages("import pandas as pd\n\n\ndef make():\n    return pd.DataFrame({\"a\": [1, 2]})\n")
+    project.pipeline(PIPELINE)
+    wrong = "d3Jvbmcta2V5LXRoYXQtbXVzdC1uZXZlci1zaG93LXVw"  # base64 of no key Azurite holds
+    connection = az.connection_string.replace(az.secret_key, wrong) if credentials == "wrong key" else \
+        az.connection_string.replace(f"AccountKey={az.secret_key};", "")
+    done = run(project, tmp_path, {"AZURE_STORAGE_CONNECTION_STRING": connection})
+    output = done.stdout + done.stderr
+    assert done.returncode == 74, output
+    expected = "refused access to az://lake/keyed" if credentials == "wrong key" else \
+        f"no key for the Azure storage account '{az.account}'"
+    assert expected in output and "AZURE_STORAGE_CONNECTION_STRING" in output, output
+    assert "Traceback" not in output and wrong not in output and az.secret_key not in output, output
+    records = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()] if (tmp_path / "cache").exists() else []
+    assert not [p for p in records if wrong.encode() in p.read_bytes() or az.secret_key.encode() in p.read_bytes()]
+
+
+SPARK_PIPELINE = '''
+name: sparky
+workdir: az://lake/sparky
+backends:
+  spark: {master: "local[1]"}
+stages:
+  make: {run: "mypkg.steps:make", backend: spark, outputs: [a]}
+'''
+
+
+def test_a_spark_stage_on_an_az_workdir_is_refused_in_one_line(project, az, tmp_path):
+    project.stages("import pandas as pd\n\n\ndef make():\n    return pd.DataFrame({\"a\": [1, 2]})\n")
+    project.pipeline(SPARK_PIPELINE)
+    done = run(project, tmp_path, az.env())
+    assert done.returncode == 69, done.stdout + done.stderr
+    assert "Spark does not reach az:// paths yet" in done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert not Path(project.root / ".hybridflow").exists()
+
+
+def test_the_filesystem_engines_ship_to_their_workers_carries_no_key(objects, az):  # objects: the variables set
+    import pickle
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    filesystem = settings_for("az://lake").arrow_filesystem()
+    shipped = pickle.dumps(filesystem)
+    assert az.secret_key.encode() not in shipped
+    # and in the worker, made again from its environment, it reaches the same account
+    az.put_table("lake/shipped/t.parquet", pa.table({"a": [1, 2]}))
+    assert pq.read_table("lake/shipped/t.parquet", filesystem=pickle.loads(shipped)).to_pydict() == {"a": [1, 2]}
+    wrapped = pickle.dumps(settings_for("az://lake").fsspec_filesystem())
+    assert az.secret_key.encode() not in wrapped
