@@ -330,15 +330,19 @@ tail -n 20 %(log)s 2>/dev/null
 exit 5
 '''
 # run on the head's host: the head process alive, and the holder of its port one of the cluster's processes;
-# a holder whose environment reads empty is ending (its memory goes before its sockets): waited for
+# a holder whose environment is readable and empty is ending (its memory goes before its sockets): waited
+# for; one ss names no process of (another user's) or whose environment this user cannot read: a stranger
 _PROOF = r'''name=%(name)s
 holders=
 for _ in $(seq %(tries)d); do
   holders=$(ss -Hltnp "sport = :%(port)d" 2>/dev/null)
   if [ -n "$holders" ]; then
-    for holder in $(echo "$holders" | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u); do
-      if grep -qxzF "HYBRIDFLOW_CLUSTER_NAME=$name" /proc/"$holder"/environ 2>/dev/null; then exit 0; fi
-      if [ -n "$(head -c 1 /proc/"$holder"/environ 2>/dev/null)" ]; then echo "$holders"; exit 3; fi
+    pids=$(echo "$holders" | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u)
+    if [ -z "$pids" ]; then echo "$holders"; exit 3; fi
+    for holder in $pids; do
+      environ=/proc/"$holder"/environ
+      if grep -qxzF "HYBRIDFLOW_CLUSTER_NAME=$name" "$environ" 2>/dev/null; then exit 0; fi
+      if [ ! -r "$environ" ] || [ -n "$(head -c 1 "$environ" 2>/dev/null)" ]; then echo "$holders"; exit 3; fi
     done
   elif ! kill -0 %(pid)d 2>/dev/null; then tail -n 20 %(log)s 2>/dev/null; exit 4; fi
   sleep 0.2

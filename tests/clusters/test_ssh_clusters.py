@@ -527,9 +527,13 @@ def test_a_head_that_cannot_be_the_clusters_own_fails_at_once_and_is_never_attac
 
 
 # a listener with no environment at all: what the head's host shows of a process that is ending (its
-# memory, and so its environment, gone before its sockets close), here for 4 s
-ENDING = ("import socket, sys, time; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
-          "s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(); print('holding', flush=True); time.sleep(4)")
+# memory, and so its environment, gone before its sockets close); it lets its port go once the head
+# started meanwhile said it could not have it (argv[3]: the head's log), or after a minute
+ENDING = ("import pathlib, socket, sys, time; s = socket.socket(); "
+          "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((sys.argv[1], int(sys.argv[2]))); "
+          "s.listen(); print('holding', flush=True); log = pathlib.Path(sys.argv[3]); end = time.monotonic() + 60\n"
+          "while time.monotonic() < end and 'in use' not in (log.read_text().lower() if log.exists() else ''):\n"
+          "    time.sleep(0.1)")
 
 
 def test_a_head_port_still_held_by_an_ending_process_is_waited_for_then_the_head_started_again(
@@ -540,10 +544,12 @@ def test_a_head_port_still_held_by_an_ending_process_is_waited_for_then_the_head
     from hybridflow.settings import ClusterSection
 
     a = hosts.hosts["a"]
-    ending = hosts.launch("a", ["env", "-i", sys.executable, "-c", ENDING, a, "8786"], tmp_path / "ending.log")
+    record = {"name": "hf-ending-1-dask", "run_id": "ending-1", "engine": "dask"}
+    head_log = f"{scratch(record['name'])}/head.log"
+    ending = hosts.launch("a", ["env", "-i", sys.executable, "-c", ENDING, a, "8786", head_log],
+                          tmp_path / "ending.log")
     spec = ClusterSection(provider="ssh", hosts=[{"host": a, "head": True}], user="root", key_file=str(sshd),
                           python=sys.executable, ssh_options=CLIENT_OPTIONS, up_timeout=60)
-    record = {"name": "hf-ending-1-dask", "run_id": "ending-1", "engine": "dask"}
     try:
         deadline = time.monotonic() + 30
         while not port_open(a, 8786):
@@ -551,6 +557,8 @@ def test_a_head_port_still_held_by_an_ending_process_is_waited_for_then_the_head
             time.sleep(0.2)
         up = ssh_up("dask", spec, record, tmp_path / "cluster.log")
         assert ending.poll() is not None  # up only after the ending holder let its port go
+        said = (tmp_path / "cluster.log").read_text()
+        assert f"the dask cluster's head on {a} exited at once: starting it again" in said, said
         assert up["address"].endswith(f"{a}:8786"), up
         assert [pid for pid in tagged("hf-ending-1-") if b"dask_scheduler" in command_line(pid)]
     finally:

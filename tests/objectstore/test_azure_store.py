@@ -154,27 +154,34 @@ stages:
 
 
 def run(project, tmp_path, environ: dict[str, str]) -> subprocess.CompletedProcess:
-    environ = {**os.environ, **environ, "HYBRIDFLOW_CACHE": str(tmp_path / "cache"), "COLUMNS": "400"}
+    """`hybridflow run` with Azure reached only as `environ` says (none of this machine's own variables)."""
+    own = {k: v for k, v in os.environ.items() if not k.startswith("AZURE_STORAGE_")}
+    environ = {**own, **environ, "HYBRIDFLOW_CACHE": str(tmp_path / "cache"), "COLUMNS": "400"}
     return subprocess.run([sys.executable, "-m", "hybridflow.cli", "run", "pipeline.yaml"], cwd=project.root,
                           env=environ, capture_output=True, text=True, timeout=240)
 
 
-@pytest.mark.parametrize("credentials", ["wrong key", "no key"])
+@pytest.mark.parametrize("credentials", ["wrong key", "no key", "malformed key"])
 def test_a_wrong_or_missing_key_is_one_line_with_exit_74_and_no_secret(project, az, tmp_path, credentials):
     project.stages("import pandas as pd\n\n\ndef make():\n    return pd.DataFrame({\"a\": [1, 2]})\n")
     project.pipeline(PIPELINE)
-    wrong = "d3Jvbmcta2V5LXRoYXQtbXVzdC1uZXZlci1zaG93LXVw"  # base64 of no key Azurite holds
-    connection = az.connection_string.replace(az.secret_key, wrong) if credentials == "wrong key" else \
+    # base64 of no key Azurite holds; a key pasted with its end cut off (not base64)
+    wrong = {"wrong key": "d3Jvbmcta2V5LXRoYXQtbXVzdC1uZXZlci1zaG93LXVw", "malformed key": "d3Jvbmcta2V5LXRo!"}.get(
+        credentials, "")
+    connection = az.connection_string.replace(az.secret_key, wrong) if wrong else \
         az.connection_string.replace(f"AccountKey={az.secret_key};", "")
     done = run(project, tmp_path, {"AZURE_STORAGE_CONNECTION_STRING": connection})
     output = done.stdout + done.stderr
     assert done.returncode == 74, output
-    expected = "refused access to az://lake/keyed" if credentials == "wrong key" else \
-        f"no key for the Azure storage account '{az.account}'"
+    expected = {"wrong key": "refused access to az://lake/keyed",
+                "no key": f"no key for the Azure storage account '{az.account}'",
+                "malformed key": f"the key of the Azure storage account '{az.account}' is not base64"}[credentials]
     assert expected in output and "AZURE_STORAGE_CONNECTION_STRING" in output, output
-    assert "Traceback" not in output and wrong not in output and az.secret_key not in output, output
+    assert "Traceback" not in output and az.secret_key not in output, output
+    assert not wrong or wrong not in output, output
     records = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()] if (tmp_path / "cache").exists() else []
-    assert not [p for p in records if wrong.encode() in p.read_bytes() or az.secret_key.encode() in p.read_bytes()]
+    secrets = [secret.encode() for secret in (wrong, az.secret_key) if secret]
+    assert not [p for p in records if any(secret in p.read_bytes() for secret in secrets)]
 
 
 SPARK_PIPELINE = '''

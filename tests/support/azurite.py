@@ -59,7 +59,7 @@ def install() -> Path:
     home().parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=home().parent) as scratch:
         subprocess.run([npm, "install", "--no-audit", "--no-fund", "--loglevel=error", "--prefix", scratch,
-                        f"azurite@{VERSION}"], check=True, stdout=subprocess.DEVNULL)
+                        f"azurite@{VERSION}"], check=True, stdout=subprocess.DEVNULL, timeout=600)
         shutil.rmtree(home(), ignore_errors=True)  # what an install cut short left
         os.replace(scratch, home())
         os.mkdir(scratch)  # for TemporaryDirectory's own clean-up
@@ -144,6 +144,6 @@ class AzuriteServer:
 if __name__ == "__main__":
     try:
         print(install())
-    except (RuntimeError, subprocess.CalledProcessError, OSError) as exc:
+    except (RuntimeError, subprocess.SubprocessError, OSError) as exc:
         print(f"Azurite: not installed ({exc}); its tests will be skipped", file=sys.stderr)
         sys.exit(1)

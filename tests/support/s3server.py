@@ -133,6 +133,7 @@ def wait_for_port(process: subprocess.Popen, host: str, port: int, what: str, lo
             return
         except OSError:
             if process.poll() is not None or time.monotonic() > deadline:
+                stop_group(process)  # one that never answered is not left running: no fixture will stop it
                 raise RuntimeError(f"{what} did not start; see {log}") from None
             time.sleep(0.05)
 

@@ -12,7 +12,7 @@ import os
 import pytest
 
 from hybridflow.backends.spark.lineage import listener_conf
-from hybridflow.backends.spark.lineage_jar import JAR_VARIABLE, artifact, ensure, listener_jar, scala_version
+from hybridflow.backends.spark.lineage_jar import JAR_VARIABLE, LISTENER, artifact, listener_jar, scala_version
 from hybridflow.definition.lineageids import LineageTarget, run_uuid
 from hybridflow.definition.tracking import LineageSpec
 from hybridflow.errors import UnavailableError
@@ -31,18 +31,18 @@ def test_the_first_need_fetches_the_jar_verified_and_later_ones_take_it_from_the
     cache = tmp_path / "jars"
     with serving(repository()) as maven:
         said = io.StringIO()
-        jar = ensure(WANTED, maven.url, cache, stream=said)
+        jar = LISTENER.ensure(WANTED, maven.url, cache, stream=said)
         assert jar == cache / "openlineage-spark-9.9.9" / "openlineage-spark_2.13-9.9.9.jar"
         assert jar.read_bytes() == JAR and "fetching openlineage-spark_2.13-9.9.9.jar" in said.getvalue()
         maven.requests.clear()
-        assert ensure(WANTED, maven.url, cache) == jar
+        assert LISTENER.ensure(WANTED, maven.url, cache) == jar
         assert maven.requests == []
     assert [p.name for p in jar.parent.iterdir()] == [jar.name]  # no partial download left beside it
 
 
 def test_a_jar_that_does_not_match_its_checksum_is_refused_and_nothing_is_cached(tmp_path):
     with serving(repository(published=b"another jar")) as maven, pytest.raises(UnavailableError) as raised:
-        ensure(WANTED, maven.url, tmp_path / "jars", retries=0, backoff=0)
+        LISTENER.ensure(WANTED, maven.url, tmp_path / "jars", retries=0, backoff=0)
     assert "does not match its published sha512" in raised.value.one_line()
     assert not list((tmp_path / "jars").rglob("*.jar"))
 

@@ -22,7 +22,6 @@ VERSION = "1.53.0"  # the newest on Maven Central with a Scala 2.13 build for Sp
 JAR_VARIABLE = "HYBRIDFLOW_SPARK_LINEAGE_JAR"  # a listener jar fetched elsewhere
 FETCH_COMMAND = "python -m hybridflow.backends.spark_lineage_jar"
 LISTENER = OneJar("the OpenLineage Spark listener", "openlineage-spark", JAR_VARIABLE, FETCH_COMMAND, "about 50 MB")
-ensure = LISTENER.ensure
 
 
 def scala_version() -> str:

@@ -20,7 +20,7 @@ class Settings(Protocol):
 
     endpoint: str | None  # an emulator's or a compatible store's URL; None: the cloud's own
     label: str  # the store's name where no endpoint names it ("AWS S3")
-    scheme: str  # its URIs' scheme: s3, gs
+    scheme: str  # its URIs' scheme: s3, gs, az
 
     @classmethod
     def of(cls, section: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> Settings: ...
@@ -28,7 +28,7 @@ class Settings(Protocol):
     def arrow_filesystem(self): ...  # pyarrow's filesystem: Python stages, Ray, footers, pandas
     def fsspec_filesystem(self): ...  # fsspec's: DuckDB, Dask
     def polars_options(self) -> dict[str, str]: ...  # Polars' storage_options
-    def spark_conf(self) -> dict[str, str]: ...  # Spark's Hadoop settings (UnavailableError: not reachable)
+    def spark_conf(self) -> dict[str, str]: ...  # Spark's settings of the store's Hadoop connector
     def objects(self): ...  # the client of a workdir's commits: objectstore.ObjectStore's methods
     def reached(self, environ: Mapping[str, str]) -> dict[str, str]: ...  # which store, as whom (no secret)
 

@@ -13,12 +13,14 @@ there is refused in one line.
 
 from __future__ import annotations
 
+import base64
 import functools
 import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 from urllib.parse import urlsplit
 
+from ...errors import AZURE_CREDENTIALS
 from ..storage import ObjectPath
 
 CONNECTION_VARIABLE = "AZURE_STORAGE_CONNECTION_STRING"
@@ -26,8 +28,7 @@ ACCOUNT_VARIABLE, KEY_VARIABLE = "AZURE_STORAGE_ACCOUNT", "AZURE_STORAGE_KEY"
 # Azurite's (and the old emulator's) documented account: public, the same on every machine
 DEVELOPMENT_ACCOUNT = "devstoreaccount1"
 DEVELOPMENT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
-HINT = (f"set {CONNECTION_VARIABLE} (or {ACCOUNT_VARIABLE} and {KEY_VARIABLE}) to an account allowed to use the "
-        "container")
+HINT = AZURE_CREDENTIALS  # what to set, where Azure refused or lacks the credentials
 
 
 class AzurePath(ObjectPath):
@@ -82,6 +83,11 @@ class AzureSettings:
             signed = "SharedAccessSignature" in connection_parts(os.environ)
             raise StorageError(f"no key for the Azure storage account '{self.account}'"
                                + (" (a shared access signature is not supported yet)" if signed else ""), hint=HINT)
+        try:  # a key that is not base64 fails every request deep in the libraries, with no word of which
+            base64.b64decode(key, validate=True)
+        except ValueError:
+            raise StorageError(f"the key of the Azure storage account '{self.account}' is not base64 "
+                               f"(a key is copied whole from the account's Access keys)", hint=HINT) from None
         return key
 
     def arrow_filesystem(self):
@@ -104,11 +110,8 @@ class AzureSettings:
         return options
 
     def spark_conf(self) -> dict[str, str]:
-        from ...errors import UnavailableError
-
-        raise UnavailableError("Spark does not reach az:// paths yet (Azure Blob Storage)",
-                               hint="run this stage on another engine (duckdb, polars, dask, ray or python), "
-                                    "or keep the workdir in s3://")
+        """Nothing: Spark has no connector for az:// yet, and the Spark engine refuses such a stage in one line."""
+        return {}
 
     def objects(self):
         """The store client a workdir here commits through."""

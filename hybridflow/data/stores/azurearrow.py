@@ -1,7 +1,11 @@
 """pyarrow's AzureFileSystem, pickled without its key: engines ship the filesystem to their workers
 (Ray's object store, Dask's scheduler), where pyarrow's own pickle would carry the account key. This
 one travels as its settings and is made again from the worker's environment, as S3's and GCS's
-filesystems find their credentials. A module of its own: the store module imports no pyarrow."""
+filesystems find their credentials. A module of its own: the store module imports no pyarrow.
+
+Its limit: an object pyarrow builds over it (a dataset, a fragment) holds pyarrow's own class, whose
+pickle carries the key. hybridflow's reads ship none of those; a stage that builds a pyarrow dataset
+over az:// and hands it to Ray or Dask would."""
 
 from __future__ import annotations
 

@@ -30,16 +30,18 @@ class AzureObjectStore:
     wrong_tag = '"0x8D000000000000F"'  # an ETag no blob has (Azure's are the blob's write time, in hex)
 
     def __init__(self, settings: AzureSettings) -> None:
+        try:  # before any method imports from it
+            import azure.storage.blob  # noqa: F401
+        except ImportError:
+            raise UnavailableError("a workdir in Azure Blob Storage needs azure-storage-blob, which is not installed",
+                                   hint=install_extras("azure")) from None
         self.settings = settings
         self.filesystem = settings.arrow_filesystem()
 
     @functools.cached_property
     def _service(self):
-        try:
-            from azure.storage.blob import BlobServiceClient, LinearRetry
-        except ImportError:
-            raise UnavailableError("a workdir in Azure Blob Storage needs azure-storage-blob, which is not installed",
-                                   hint=install_extras("azure")) from None
+        from azure.storage.blob import BlobServiceClient, LinearRetry
+
         # every method: a write is conditional or idempotent, and a repeat that meets itself is recognised;
         # a store that stopped answering fails a run in seconds (the library's default waits minutes)
         retry = LinearRetry(backoff=0.5, random_jitter_range=0.25, retry_total=3)
@@ -225,7 +227,8 @@ class AzureObjectStore:
                                    hint="check AZURE_STORAGE_CONNECTION_STRING's BlobEndpoint (or storage: "
                                         "endpoint) and that the store is up") from None
         except HttpResponseError as exc:
-            code, status = getattr(exc.error_code, "value", exc.error_code), exc.status_code  # an enum, or text
+            code = getattr(exc, "error_code", None)
+            code, status = getattr(code, "value", code), getattr(exc, "status_code", None)  # an enum, or text
             if code == "ContainerNotFound":
                 raise DataError(f"the container '{path.bucket}' of {path.uri} does not exist",
                                 hint="create it, or correct the URI (and the endpoint, if it is not Azure's)") from None
