@@ -142,3 +142,16 @@ def test_a_gs_path_survives_pickling_to_workers_as_a_gs_path():
 
     path = pickle.loads(pickle.dumps(object_path("gs://lake/a/b.parquet").parent))
     assert path.uri == "gs://lake/a" and object_path("s3://lake/a").uri == "s3://lake/a"
+
+
+def test_an_az_workdir_without_the_azure_extra_is_told_how_to_install_it(monkeypatch):
+    import sys
+
+    from hybridflow.data.stores.azure import AzureSettings
+    from hybridflow.data.stores.azureobjects import AzureObjectStore
+    from hybridflow.errors import UnavailableError
+
+    monkeypatch.setitem(sys.modules, "azure.storage.blob", None)  # as if azure-storage-blob were not installed
+    with pytest.raises(UnavailableError, match="needs azure-storage-blob") as raised:
+        AzureObjectStore(AzureSettings("teamlake", "http://127.0.0.1:1/teamlake"))
+    assert "azure" in (raised.value.hint or "")
