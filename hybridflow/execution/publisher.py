@@ -107,7 +107,7 @@ class Publisher:
         partition_by = tuple(ds.partition_by)
         written, checked = None, None
         if ds.kind == "files":
-            staging = self.catalog.staging_root() / run_id / dataset
+            staging = self.catalog.staging_of(run_id, dataset)  # the folder the stage filled (Executor._call)
         elif dataset in frames:
             output = frames[dataset]
             if not isinstance(output, Written):
