@@ -199,7 +199,7 @@ def test_a_spark_stage_on_an_az_workdir_is_refused_at_its_line_before_anything_r
     project.pipeline(SPARK_PIPELINE)
     done = run(project, tmp_path, az.env())
     assert done.returncode == 78, done.stdout + done.stderr  # the pipeline file's error, at the stage's line
-    assert "pipeline.yaml:7:" in done.stdout + done.stderr, done.stdout + done.stderr
+    assert "pipeline.yaml:6:" in done.stdout + done.stderr, done.stdout + done.stderr
     assert "stage 'make' runs on spark, which does not reach az:// paths yet" in done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     assert not Path(project.root / ".hybridflow").exists()
