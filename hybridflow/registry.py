@@ -101,6 +101,8 @@ class Engine:
     # the stage `hybridflow init` writes for it: (module code, where {input} is the dataset it reads;
     # the function, which also names the dataset it writes); None: init does not offer the engine
     example: tuple[str, str] | None = None
+    # the object stores (their URI schemes) the engine reaches; None: every one hybridflow knows
+    stores: tuple[str, ...] | None = None
     # what the engine needs to read the given store's paths beyond hybridflow's own extras, checked
     # without starting it (doctor): returns where it found it, raises UnavailableError saying how to get it
     object_storage_check: Callable[[Any], str] | None = None

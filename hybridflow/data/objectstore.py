@@ -31,6 +31,31 @@ class Conflict(Exception):
     """A conditional write lost: the object exists (create-only) or changed (compare-and-swap)."""
 
 
+def in_parallel(items: list, action, failed) -> None:
+    """`action(item)` for every item, eight at a time (the time of many small requests is their wait);
+    the first failure is raised: a HybridflowError as it is, any other as `failed(exc)` makes it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for future in [pool.submit(action, item) for item in items]:
+            try:
+                future.result()
+            except HybridflowError:
+                raise
+            except Exception as exc:  # the store library's own
+                raise failed(exc) from exc
+
+
+def store_age(written: datetime, said: str | None) -> float:
+    """Seconds from an object's last write to the store's answer's Date header: one clock, the store's,
+    never this machine's (which may drift from the writer's); this machine's only where the store
+    sends no Date, which every grace it is compared with dwarfs."""
+    from email.utils import parsedate_to_datetime
+
+    now = parsedate_to_datetime(said) if said else datetime.now(timezone.utc)
+    return max(0.0, (now - written).total_seconds())
+
+
 class ObjectStore:
     wrong_tag = '"00000000000000000000000000000000"'  # the MD5 of no object a probe writes
 
@@ -178,16 +203,7 @@ class ObjectStore:
         self._each(remote_files, fetch, remote)
 
     def _each(self, items: list, action, where: ObjectPath) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            for future in [pool.submit(action, item) for item in items]:
-                try:
-                    future.result()
-                except HybridflowError:
-                    raise
-                except Exception as exc:  # botocore's and boto3's own errors
-                    raise self._error(exc, where) from exc
+        in_parallel(items, action, lambda exc: self._error(exc, where))  # botocore's and boto3's errors
 
     def text(self, path: ObjectPath) -> str | None:
         try:
@@ -221,15 +237,10 @@ class ObjectStore:
         """How long ago the newest object under `prefix` was written, by the store's own clock (its
         LastModified against the Date of its answer: no other machine's clock is compared); None when
         nothing is there."""
-        from datetime import datetime, timezone
-        from email.utils import parsedate_to_datetime
-
         ages = []
         for page in self._pages(prefix):
             date = page.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
-            # a store that sends no Date (none seen): this machine's clock, which the grace dwarfs
-            now = parsedate_to_datetime(date) if date else datetime.now(timezone.utc)
-            ages += [(now - o["LastModified"]).total_seconds() for o in page.get("Contents", [])]
+            ages += [store_age(o["LastModified"], date) for o in page.get("Contents", [])]
         return min(ages) if ages else None
 
     def copy(self, pairs: list[tuple[ObjectPath, ObjectPath]], where: ObjectPath) -> None:

@@ -20,7 +20,7 @@ from .stagecode import inspect_target
 def check_pipeline(pipeline: Pipeline) -> list[Problem]:
     problems: list[Problem] = []
     for check in (_check_root, _check_names, _check_producers, _check_inputs, _check_datasets,
-                  _check_incremental, _check_cycles, _check_functions, _check_extras,
+                  _check_incremental, _check_cycles, _check_functions, _check_extras, _check_stores,
                   datachecks.pipeline_problems):
         problems += check(pipeline)
     return problems
@@ -325,6 +325,23 @@ def _check_extras(p: Pipeline) -> list[Problem]:
             problems.append(p.source.problem(("stages", stage, "backend"), f"stage '{stage}' runs on {spec.backend} "
                                              f"but {module} is not installed ({info.install})",
                                              severity="warning"))
+    return problems
+
+
+def _check_stores(p: Pipeline) -> list[Problem]:
+    """A stage on an engine that cannot reach the pipeline's object store (Spark and az://) is refused
+    here, at its backend: line, not when the run reaches it."""
+    if not p.uses_object_storage:
+        return []
+    scheme = p.store_uri.split("://", 1)[0]
+    reaching = [name for name, info in engines().items() if info.stores is None or scheme in info.stores]
+    problems = []
+    for stage, spec in p.stages.items():
+        info = engines().get(spec.backend)
+        if info is not None and info.stores is not None and scheme not in info.stores:
+            problems.append(p.source.problem(("stages", stage, "backend"), f"stage '{stage}' runs on {spec.backend}, "
+                                             f"which does not reach {scheme}:// paths yet: run it on "
+                                             f"{', '.join(reaching)}"))
     return problems
 
 

@@ -25,17 +25,31 @@ if TYPE_CHECKING:  # imported where used: validate and a skipped run never load 
 
 class StageInputs:
     """The inputs of a run's stages. External Parquet footers are read once per run: a stage counts
-    its rows from them before it reads the input, and several stages may read one input."""
+    its rows from them before it reads the input, and several stages may read one input. A published
+    input's version is looked up once (in object storage, a read of CURRENT) until a stage of this run
+    commits that dataset: the version a stage counts, reads and records is one."""
 
     def __init__(self, pipeline: Pipeline, catalog: Catalog, planner) -> None:
         self.pipeline = pipeline
         self.catalog = catalog
         self.planner = planner  # for the content digest of an external input
         self._footers: dict[str, Footers] = {}
+        self._versions: dict[str, Version | None] = {}
 
     def forget(self) -> None:
-        """A new run: external inputs may have changed since the last one."""
+        """A new run: external inputs may have changed since the last one, and so may what is published."""
         self._footers.clear()
+        self._versions.clear()
+
+    def committed(self, datasets) -> None:
+        """These datasets' versions may have changed (a commit of this run, whole or not): looked up again."""
+        for dataset in datasets:
+            self._versions.pop(dataset, None)
+
+    def _current(self, dataset: str) -> Version | None:
+        if dataset not in self._versions:
+            self._versions[dataset] = self.catalog.current(dataset)
+        return self._versions[dataset]
 
     def read(self, dataset: str, backend, partitions: set[str] | None = None) -> Any:
         """An input as the engine's frame; `partitions`: read only these (incremental stages). The
@@ -47,7 +61,7 @@ class StageInputs:
                 return path if isinstance(path, Path) else storage.uri_of(path)
             source = self.external_source(dataset, partitions)
         else:
-            version = self.catalog.current(dataset)
+            version = self._current(dataset)
             if ds.kind == "files":  # a folder, also from object storage (downloaded once)
                 return self.catalog.local_copy(version)
             source = version.source()
@@ -97,7 +111,7 @@ class StageInputs:
                 countable = ds.kind == "table" and ds.format == "parquet"
                 rows = None if rows is None or not countable else rows + self.external_footers(dataset).rows
             else:
-                version = self.catalog.current(dataset)
+                version = self._current(dataset)
                 size += version.bytes
                 rows = None if rows is None or version.rows is None else rows + version.rows
         return rows, size
@@ -117,13 +131,13 @@ class StageInputs:
     def version_of(self, dataset: str) -> str:
         if self.pipeline.is_external(dataset):  # the content digest the stage's fingerprint used
             return f"external:{self.planner.input_digest(dataset)[:16]}"
-        version: Version | None = self.catalog.current(dataset)
+        version: Version | None = self._current(dataset)
         return version.id if version else "unknown"
 
     def paths(self, dataset: str) -> list[PurePath]:
         if self.pipeline.is_external(dataset):
             return [self.pipeline.external_path(dataset)]
-        version = self.catalog.current(dataset)
+        version = self._current(dataset)
         return [version.directory] if version else []
 
 

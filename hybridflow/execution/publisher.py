@@ -92,8 +92,11 @@ class Publisher:
         """Point every output at its new version, all together. A stop request before this leaves
         everything as it was; one that arrives during it waits until all the outputs are committed."""
         self.signals.check()
-        with self.signals.deferred():
-            self.catalog.commit_together(prepared)
+        try:
+            with self.signals.deferred():
+                self.catalog.commit_together(prepared)
+        finally:
+            self.inputs.committed(version.dataset for version in prepared)
         result.outputs.update({version.dataset: version.id for version in prepared})
         tables = [v.rows for v in prepared if v.rows is not None]
         result.rows_out = sum(tables) if tables else None
@@ -107,7 +110,7 @@ class Publisher:
         partition_by = tuple(ds.partition_by)
         written, checked = None, None
         if ds.kind == "files":
-            staging = self.catalog.staging_root() / run_id / dataset
+            staging = self.catalog.staging_of(run_id, dataset)  # the folder the stage filled (Executor._call)
         elif dataset in frames:
             output = frames[dataset]
             if not isinstance(output, Written):

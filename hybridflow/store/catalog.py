@@ -114,10 +114,14 @@ class Catalog:
             raise DataError(f"dataset '{name}' version {version_id} has no readable manifest: {exc}") from exc
         return Version(name, version_id, directory, manifest)
 
+    def staging_of(self, run_id: str, name: str) -> Path:
+        """Where a run stages an output on this machine (made by new_staging)."""
+        return self._child(self._child(self.staging_root(), run_id), name)
+
     def new_staging(self, run_id: str, name: str, remote: bool = False) -> Path:
         """A fresh directory a stage's engine writes an output into (`remote`: whether the engine could
         write object storage itself; a local workdir has none)."""
-        directory = self._child(self._child(self.staging_root(), run_id), name)
+        directory = self.staging_of(run_id, name)
         if directory.exists():
             shutil.rmtree(directory)
         return self._made(directory)

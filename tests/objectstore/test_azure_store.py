@@ -194,12 +194,13 @@ stages:
 '''
 
 
-def test_a_spark_stage_on_an_az_workdir_is_refused_in_one_line(project, az, tmp_path):
+def test_a_spark_stage_on_an_az_workdir_is_refused_at_its_line_before_anything_runs(project, az, tmp_path):
     project.stages("import pandas as pd\n\n\ndef make():\n    return pd.DataFrame({\"a\": [1, 2]})\n")
     project.pipeline(SPARK_PIPELINE)
     done = run(project, tmp_path, az.env())
-    assert done.returncode == 69, done.stdout + done.stderr
-    assert "Spark does not reach az:// paths yet" in done.stdout + done.stderr
+    assert done.returncode == 78, done.stdout + done.stderr  # the pipeline file's error, at the stage's line
+    assert "pipeline.yaml:6:" in done.stdout + done.stderr, done.stdout + done.stderr
+    assert "stage 'make' runs on spark, which does not reach az:// paths yet" in done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     assert not Path(project.root / ".hybridflow").exists()
 

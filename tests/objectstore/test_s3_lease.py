@@ -1,8 +1,9 @@
-"""The lease of a workdir in object storage, against a real S3 server (moto on 127.0.0.1) with its
-faults injected: a runner frozen past its lease while another machine collects garbage publishes
-nothing and exits 75; answers to conditional writes lost on the way back (tests/support/s3proxy.py)
-are recognised as the run's own; a runner in another pid namespace on the same host does not take
-a live lease; gc spares a young upload that has no manifest yet."""
+"""The lease of a workdir in object storage, against real servers on 127.0.0.1 (two S3 servers; the
+frozen runner and gc's grace on every cloud's store too) with their faults injected: a runner frozen
+past its lease while another machine collects garbage publishes nothing and exits 75; answers to
+conditional writes lost on the way back (tests/support/s3proxy.py) are recognised as the run's own;
+a runner in another pid namespace on the same host does not take a live lease; gc spares a young
+upload that has no manifest yet."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import pytest
 from tests.objectstore.test_s3_workdir import current_versions, hf, small, statuses
 from tests.support.s3proxy import S3Proxy, conditional_put
 from tests.support.s3server import S3Endpoint
-from tests.support.s3stores import every_store
+from tests.support.s3stores import every_cloud, every_store
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -28,14 +29,12 @@ SHORT_LEASE = {"HYBRIDFLOW_LEASE_SECONDS": "2"}
 
 
 def assert_current_is_whole(s3: S3Endpoint, prefix: str) -> None:
-    """Every file each current manifest names is in the store, at its size."""
-    bucket, key = prefix.split("/", 1)
+    """Every file each current manifest names is in the store, at its size (on any cloud's store)."""
     for name, version in current_versions(s3, f"{prefix}/small").items():
-        directory = f"{key}/small/datasets/{name}/versions/{version}"
-        manifest = json.loads(s3.client().get_object(Bucket=bucket, Key=f"{directory}/_manifest.json")["Body"].read())
+        directory = f"{prefix}/small/datasets/{name}/versions/{version}"
+        manifest = json.loads(s3.get_bytes(f"{directory}/_manifest.json"))
         for entry in manifest["files"]:
-            assert s3.client().head_object(Bucket=bucket, Key=f"{directory}/{entry['path']}")["ContentLength"] \
-                == entry["size"]
+            assert len(s3.get_bytes(f"{directory}/{entry['path']}")) == entry["size"]
 
 
 def stopped_in_group(pgid: int) -> bool:
@@ -50,7 +49,7 @@ def stopped_in_group(pgid: int) -> bool:
     return False
 
 
-@every_store
+@every_cloud
 def test_a_run_frozen_past_its_lease_while_another_machine_collects_garbage_publishes_nothing(project, s3, tmp_path):
     prefix = small(project, s3, "frozen")
     first = hf(project, s3, "run", "pipeline.yaml", cache=tmp_path / "m1", env=SHORT_LEASE)
@@ -72,7 +71,7 @@ def test_a_run_frozen_past_its_lease_while_another_machine_collects_garbage_publ
         os.killpg(frozen.pid, signal.SIGCONT)
     out, err = frozen.communicate(timeout=120)
     assert frozen.returncode == 75, out + err
-    assert f"this run lost its lease on s3://{prefix}; nothing more was published" in out + err, out + err
+    assert f"this run lost its lease on {s3.scheme}://{prefix}; nothing more was published" in out + err, out + err
     assert "Traceback" not in out + err
     assert current_versions(s3, f"{prefix}/small") == before
     assert_current_is_whole(s3, prefix)
@@ -171,7 +170,7 @@ def test_a_runner_in_another_pid_namespace_does_not_take_a_live_lease(project, s
     assert statuses(other.stdout) == {"make": "done", "check": "done", "slow": "done"}, other.stdout
 
 
-@every_store
+@every_cloud
 def test_gc_spares_a_young_upload_without_a_manifest(project, s3, tmp_path):
     prefix = small(project, s3, "grace")
     done = hf(project, s3, "run", "pipeline.yaml", cache=tmp_path / "m1")

@@ -12,7 +12,7 @@ from pydantic import Field, model_validator
 from ...settings import EngineSection, GpuMode, Params
 from .. import Engine, GpuPlugin
 from . import host
-from .objectstorage import connector, fetch_connector
+from .objectstorage import CONNECTORS, connector, fetch_connector
 from .schemas import unrepresentable
 from .standalone import cluster_launch
 
@@ -74,6 +74,7 @@ ENGINE = Engine(
     attached=_attached, sql_dialect="spark",
     result_settings=lambda settings: {"spark_conf": dict(settings.conf)},
     unrepresentable=lambda schema: unrepresentable(schema),
+    stores=tuple(CONNECTORS),
     object_storage_check=lambda store: connector(store.scheme).check(),
     object_storage_fetch=lambda settings, store: fetch_connector(settings, store),
     cluster_launch=cluster_launch,

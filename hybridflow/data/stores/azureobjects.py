@@ -13,14 +13,14 @@ from __future__ import annotations
 import functools
 import json
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from ...errors import DataError, HybridflowError, StorageError, UnavailableError, store_error
 from ...installing import install_extras
 from .. import untrusted
-from ..objectstore import Conflict
+from ..objectstore import Conflict, in_parallel, store_age
 from .azure import HINT, AzurePath, AzureSettings
 
 _TIMEOUTS = {"connection_timeout": 10, "read_timeout": 60}  # seconds to connect, to read an answer
@@ -109,9 +109,9 @@ class AzureObjectStore:
         blob's Last-Modified); None when the blob is gone or the answer does not say."""
         answered: list = []
         properties = self._properties(path, answered)
-        if properties is None or not answered:
+        if properties is None or not answered or properties.last_modified is None:
             return None
-        return _age(properties.last_modified, answered[-1].get("Date"))
+        return store_age(properties.last_modified, answered[-1].get("Date"))
 
     def delete(self, path: AzurePath, if_match: str | None = None) -> None:
         from azure.core import MatchConditions
@@ -145,11 +145,8 @@ class AzureObjectStore:
         self._each(remote_files, fetch, remote)
 
     def _each(self, items: list, action, where: AzurePath) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            for future in [pool.submit(self._call, where, lambda item=item: action(item)) for item in items]:
-                future.result()
+        in_parallel(items, lambda item: self._call(where, lambda: action(item)),
+                    lambda exc: store_error(exc, where.uri))
 
     def text(self, path: AzurePath) -> str | None:
         body, _ = self._read_bytes(path)
@@ -175,7 +172,7 @@ class AzureObjectStore:
         answered: list = []
         blobs = self._blobs(prefix, answered)
         said = answered[-1].get("Date") if answered else None
-        ages = [_age(blob.last_modified, said) for blob in blobs]
+        ages = [store_age(blob.last_modified, said) for blob in blobs]
         return min(ages) if ages else None
 
     def _blobs(self, prefix: AzurePath, answered: list | None = None) -> list:
@@ -250,13 +247,3 @@ class _Missing(Exception):
 
 def _key(path: AzurePath) -> str:
     return "/".join(path.parts[1:])
-
-
-def _age(written: datetime | None, said: str | None) -> float | None:
-    """Seconds from a blob's Last-Modified to the store's answer's Date (one clock, the store's)."""
-    if written is None:
-        return None
-    from email.utils import parsedate_to_datetime
-
-    now = parsedate_to_datetime(said) if said else datetime.now(timezone.utc)
-    return max(0.0, (now - written).total_seconds())

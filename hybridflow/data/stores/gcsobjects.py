@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -20,7 +20,7 @@ from urllib.parse import quote
 from ...errors import DataError, HybridflowError, StorageError, UnavailableError, store_error
 from ...installing import install_extras
 from .. import untrusted
-from ..objectstore import Conflict
+from ..objectstore import Conflict, in_parallel, store_age
 from .gcs import GcsPath, GcsSettings
 
 _SCOPE = "https://www.googleapis.com/auth/devstorage.read_write"
@@ -153,16 +153,7 @@ class GcsObjectStore:
         self._each(remote_files, fetch, remote)
 
     def _each(self, items: list, action, where: GcsPath) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            for future in [pool.submit(action, item) for item in items]:
-                try:
-                    future.result()
-                except HybridflowError:
-                    raise
-                except OSError as exc:  # pyarrow's
-                    raise store_error(exc, where.uri) from exc
+        in_parallel(items, action, lambda exc: store_error(exc, where.uri))  # pyarrow's errors
 
     def text(self, path: GcsPath) -> str | None:
         body, _ = self._read_bytes(path)
@@ -278,11 +269,5 @@ def _reason(answer) -> str:
 
 
 def _age(updated: str | None, said: str | None) -> float | None:
-    """Seconds from an object's update time to the store's answer's Date (one clock, the store's)."""
-    if not updated:
-        return None
-    from email.utils import parsedate_to_datetime
-
-    written = datetime.fromisoformat(updated.replace("Z", "+00:00"))
-    now = parsedate_to_datetime(said) if said else datetime.now(timezone.utc)
-    return max(0.0, (now - written).total_seconds())
+    """Seconds from an object's update time (RFC 3339, as GCS writes it) to the store's answer's Date."""
+    return store_age(datetime.fromisoformat(updated.replace("Z", "+00:00")), said) if updated else None
