@@ -18,18 +18,15 @@ import pytest
 
 from hybridflow.data.objectstore import Conflict
 from hybridflow.data.storage import object_path, settings_for
-from tests.support import azurite
 from tests.support.s3proxy import S3Proxy, conditional_put
+from tests.support.s3stores import start_store
 
 pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module")
 def az(tmp_path_factory):
-    reason = azurite.missing_reason()
-    if reason:
-        pytest.skip(reason)
-    server = azurite.AzuriteServer(tmp_path_factory.mktemp("azurite") / "azurite.log").start()
+    server = start_store("azurite", tmp_path_factory.mktemp("azurite"))  # skips, saying why, where it is not installed
     try:
         server.bucket("lake")
         yield server

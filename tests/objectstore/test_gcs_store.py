@@ -15,17 +15,14 @@ import pytest
 
 from hybridflow.data.objectstore import Conflict
 from hybridflow.data.storage import object_path, settings_for
-from tests.support import gcsserver
+from tests.support.s3stores import start_store
 
 pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module")
 def gcs(tmp_path_factory):
-    reason = gcsserver.missing_reason()
-    if reason:
-        pytest.skip(reason)
-    server = gcsserver.GcsServer(tmp_path_factory.mktemp("gcs") / "fake-gcs-server.log").start()
+    server = start_store("fake-gcs", tmp_path_factory.mktemp("gcs"))  # skips, saying why, where it is not installed
     try:
         server.bucket("lake")
         yield server
