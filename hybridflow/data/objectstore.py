@@ -31,6 +31,16 @@ class Conflict(Exception):
     """A conditional write lost: the object exists (create-only) or changed (compare-and-swap)."""
 
 
+def json_and_tag(path: ObjectPath, body: bytes | None, tag: str | None) -> tuple[Any, str | None]:
+    """A small object's JSON and its tag (ETag, generation), from its bytes; (None, None) when absent."""
+    if body is None:
+        return None, None
+    try:
+        return json.loads(body), tag
+    except ValueError as exc:
+        raise HybridflowError(f"{path.uri} is not JSON: {exc}") from exc
+
+
 def in_parallel(items: list, action, failed) -> None:
     """`action(item)` for every item, eight at a time (the time of many small requests is their wait);
     the first failure is raised: a HybridflowError as it is, any other as `failed(exc)` makes it."""
@@ -88,13 +98,7 @@ class ObjectStore:
 
     def read_json(self, path: ObjectPath) -> tuple[Any, str | None]:
         """(the object's JSON, its ETag), or (None, None) when there is no such object."""
-        body, etag = self._read_bytes(path)
-        if body is None:
-            return None, None
-        try:
-            return json.loads(body), etag
-        except ValueError as exc:
-            raise HybridflowError(f"{path.uri} is not JSON: {exc}") from exc
+        return json_and_tag(path, *self._read_bytes(path))
 
     def write_json(self, path: ObjectPath, value: Any, *, create_only: bool = False,
                    if_match: str | None = None) -> str:

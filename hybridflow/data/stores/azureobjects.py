@@ -20,7 +20,7 @@ from typing import Any
 from ...errors import DataError, HybridflowError, StorageError, UnavailableError, store_error
 from ...installing import install_extras
 from .. import untrusted
-from ..objectstore import Conflict, in_parallel, store_age
+from ..objectstore import Conflict, in_parallel, json_and_tag, store_age
 from .azure import HINT, AzurePath, AzureSettings
 
 _TIMEOUTS = {"connection_timeout": 10, "read_timeout": 60}  # seconds to connect, to read an answer
@@ -55,13 +55,7 @@ class AzureObjectStore:
 
     def read_json(self, path: AzurePath) -> tuple[Any, str | None]:
         """(the blob's JSON, its ETag), or (None, None) when there is no such blob."""
-        body, etag = self._read_bytes(path)
-        if body is None:
-            return None, None
-        try:
-            return json.loads(body), etag
-        except ValueError as exc:
-            raise HybridflowError(f"{path.uri} is not JSON: {exc}") from exc
+        return json_and_tag(path, *self._read_bytes(path))
 
     def write_json(self, path: AzurePath, value: Any, *, create_only: bool = False, if_match: str | None = None) -> str:
         """Write the blob; returns its new ETag. `create_only`: only if it does not exist; `if_match`:

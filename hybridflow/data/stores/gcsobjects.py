@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ...errors import DataError, HybridflowError, StorageError, UnavailableError, store_error
+from ...errors import DataError, StorageError, UnavailableError, store_error
 from ...installing import install_extras
 from .. import untrusted
-from ..objectstore import Conflict, in_parallel, store_age
+from ..objectstore import Conflict, in_parallel, json_and_tag, store_age
 from .gcs import GcsPath, GcsSettings
 
 _SCOPE = "https://www.googleapis.com/auth/devstorage.read_write"
@@ -68,13 +68,7 @@ class GcsObjectStore:
 
     def read_json(self, path: GcsPath) -> tuple[Any, str | None]:
         """(the object's JSON, its generation), or (None, None) when there is no such object."""
-        body, generation = self._read_bytes(path)
-        if body is None:
-            return None, None
-        try:
-            return json.loads(body), generation
-        except ValueError as exc:
-            raise HybridflowError(f"{path.uri} is not JSON: {exc}") from exc
+        return json_and_tag(path, *self._read_bytes(path))
 
     def write_json(self, path: GcsPath, value: Any, *, create_only: bool = False, if_match: str | None = None) -> str:
         """Write the object; returns its new generation. `create_only`: only if it does not exist;
