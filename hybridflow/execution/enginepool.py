@@ -29,6 +29,16 @@ from .provisioning import cluster_nodes, cluster_spec
 from .stopping import SignalState, Terminated
 
 STOP_WAIT = 90.0  # seconds the engines of a run may take to stop before their processes are killed
+
+
+def stop_deadline(pipeline) -> float:
+    """Seconds a run asked to stop may take to end: its engines' stop, then the longest take-down
+    of a cluster it brought up, and a margin for recording it."""
+    clusters = [getattr(pipeline.engine_settings(stage.backend), "cluster", None) for stage in pipeline.stages.values()]
+    return STOP_WAIT + max((c.down_timeout for c in clusters if c is not None), default=0) + RECORD_MARGIN
+
+
+RECORD_MARGIN = 30.0  # seconds, past the engines' and clusters' own bounds, for the run's end to be recorded
 # Engines started ahead of the stages that need them run at the lowest CPU priority there is (their
 # processes inherit it): Linux's SCHED_IDLE policy, and this niceness where it is refused. On a small
 # machine a JVM or a Ray head starting beside the running stage otherwise takes half its CPU

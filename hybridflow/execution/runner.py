@@ -12,6 +12,7 @@ the time limits and signals.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import logging
 import os
 import signal
@@ -35,7 +36,7 @@ from ..store import faults
 from ..store.state import recorded_arguments
 from ..store.workspace import Workspace
 from . import planning
-from .enginepool import EnginePool
+from .enginepool import EnginePool, stop_deadline
 from .events import RunEvents
 from .executor import StageExecutor
 from .footerchecks import engines_worth_starting
@@ -95,8 +96,12 @@ class Runner:
         self._lock = None  # the pipeline's lock, held while a run lives
         self._gpu: gpu.GpuPlan | None = None  # each stage's device, decided in _preflight
         self._live: _LiveRun | None = None  # the run in progress, for a forced end
+        self._opened: _LiveRun | None = None  # the run recorded as running, its stages begun or not
         self._ending = threading.Lock()  # held by whichever ends the run: the main thread or a forced end
         self._signals.on_stuck = self._end_stuck_run
+        self._signals.on_stop_requested = self._arm_stop_deadline
+        self._over = threading.Event()  # set when run() returns or raises: a stop deadline has nothing to do
+        self._reporting = threading.Lock()  # held by whichever tells the run's end: _close or an overdue end
         self.exit_when_stuck = exit_when_stuck
         self._ender: threading.Thread | None = None  # the thread that ended it
         self.scheduled_for = scheduled_for
@@ -152,7 +157,8 @@ class Runner:
         run_id = self._run_id = new_run_id()
         self.pipeline.scheduled_for = self.scheduled_for or this_minute(self.pipeline.zone)  # one time per run
         # a Runner may run again (a watch loop)
-        self._signals.signum = self._signals.ended = self._signals.stopped_by = None
+        self._signals.reset()
+        self._over = threading.Event()
         self.inputs.forget()
         run_dir = self.home / "runs" / run_id
         results = {s: StageResult(s, self.pipeline.stages[s].backend) for s in self.stages}
@@ -167,6 +173,7 @@ class Runner:
                 return self._run_locked(run_id, run_dir, results)
             finally:
                 lock.release()
+                self._over.set()
         except RunEnded as ended:
             raise ended.error from None
         except Exception as exc:  # the run's record or log could not be written: the disk is full
@@ -180,7 +187,7 @@ class Runner:
         return [f"took down the {r['engine']} cluster that run {r['run_id']} left up" for r in reaped] + problems
 
     def _run_locked(self, run_id: str, run_dir: Path, results: dict[str, StageResult]) -> RunResult:
-        live = self._open_record(run_id, run_dir, results)
+        live = self._opened = self._open_record(run_id, run_dir, results)
         status, error, unrecorded, warnings, holding = "failed", None, None, [], False
         clusters = RunClusters(self.pipeline, run_id, run_dir / "logs", self.workspace.cluster_records())
         self._engines = self._pool(self.pipeline, self.stages, run_dir / "logs", signals=self._signals,
@@ -289,6 +296,8 @@ class Runner:
 
     def _close(self, live: _LiveRun, status: str, error: HybridflowError | None, warnings: list[str]) -> RunResult:
         """The run's result, told as its end: its final record, its report, the listener."""
+        self._reporting.acquire()  # an overdue end telling it already ends this process
+        self._reporting.release()
         result = RunResult(live.record["run_id"], self.pipeline.name, status, live.results, dict(self._engines.seconds),
                            live.started.isoformat(timespec="seconds"), time.monotonic() - live.clock, live.run_dir,
                            error=error, warnings=warnings, workdir_uri=self._workdir_uri)
@@ -322,10 +331,49 @@ class Runner:
         live = self._live
         if live is None or self._signals.ended is not None or not self._ending.acquire(blocking=False):
             return  # the main thread is ending the run, or it was ended already (a second stop request)
+        if not self._reporting.acquire(blocking=False):
+            self._ending.release()
+            return  # the main thread is telling the run's end already
+        self._end_around(live, error, holding=True)
+
+    def _arm_stop_deadline(self, signum: int) -> None:
+        """A CLI run asked to stop ends within stop_deadline(): past it, whatever still holds the
+        process (an engine's stop that waits forever, an engine thread that never returns) is written
+        to the run's logs as every thread's stack, and the run is ended around it as around a stuck
+        stage. A library caller's process is never ended from here."""
+        if not self.exit_when_stuck:
+            return
+        over, seconds = self._over, stop_deadline(self.pipeline)
+
+        def wait_then_end() -> None:
+            if not over.wait(seconds):
+                self._end_overdue_run(signum, seconds)
+
+        threading.Thread(target=wait_then_end, name="hybridflow-stop-deadline", daemon=True).start()
+
+    def _end_overdue_run(self, signum: int, seconds: float) -> None:
+        live = self._opened
+        if self._signals.ended is not None or not self._reporting.acquire(blocking=False):
+            return  # ended around a stuck stage already, or the main thread is telling the run's end
+        stacks = live.run_dir / "logs" / "stop-stacks.log"
+        with contextlib.suppress(OSError):
+            stacks.parent.mkdir(parents=True, exist_ok=True)
+            with stacks.open("w") as out:
+                faulthandler.dump_traceback(out, all_threads=True)
+        error = self._signals.stopped_by or InterruptedRun(signum)
+        sys.stdout, sys.stderr = live.streams  # the warning goes where the run's own output does
+        logging.getLogger("hybridflow").warning("the run did not end within %gs of its stop request; every "
+                                                "thread's stack is in %s", seconds, stacks)
+        # the main thread holds _ending when what hangs is its own cleanup (an engine's stop)
+        self._end_around(live, error, holding=self._ending.acquire(blocking=False))
+
+    def _end_around(self, live: _LiveRun, error: HybridflowError, *, holding: bool) -> None:
+        """End the run from this helper thread: see _end_stuck_run. Holds _reporting."""
         self._signals.ended = error  # from now on nothing more of this run may happen in the main thread
         self._ender = threading.current_thread()
         try:
-            self._engines.abandon()
+            if self._engines is not None:
+                self._engines.abandon()
             processes.end_all()
             sys.stdout, sys.stderr = live.streams  # the stuck stage's own prints went to its log
             for result in live.results.values():
@@ -335,20 +383,26 @@ class Runner:
                     self._finish(result, "not run", reason="the run was ended")
             self.catalog.discard_staging(self._run_id)
             status = "interrupted" if isinstance(error, InterruptedRun) else "failed"
-            run = RunResult(self._run_id, self.pipeline.name, status, live.results, dict(self._engines.seconds),
+            run = RunResult(self._run_id, self.pipeline.name, status, live.results,
+                            dict(self._engines.seconds) if self._engines is not None else {},
                             live.started.isoformat(timespec="seconds"), time.monotonic() - live.clock,
                             live.run_dir, resume_command=f"hybridflow run {self.pipeline.shown_file} --resume",
                             error=error, workdir_uri=self._workdir_uri)
-            self._engines.output.close()
+            if self._engines is not None:
+                self._engines.output.close()
             self.events.run_finished(run)
         finally:
-            for stream in live.streams:
+            for stream in (sys.stdout, sys.stderr):
                 with contextlib.suppress(Exception):
                     stream.flush()  # os._exit skips it: a summary sent to a file or a pipe would be lost
             processes.end_all()  # again: an engine still running in a thread here replaces what died
             if self.exit_when_stuck:
+                with contextlib.suppress(Exception):
+                    self._lock.release()  # a lease in object storage: the next run need not wait out its expiry
                 os._exit(int(error.exit_code))
-            self._ending.release()  # the main thread, back from its native call, raises the error
+            self._reporting.release()
+            if holding:
+                self._ending.release()  # the main thread, back from its native call, raises the error
 
     def _collect_garbage(self) -> None:
         """Old versions go after a successful run; failing to remove them never fails the run."""

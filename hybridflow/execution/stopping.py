@@ -126,12 +126,17 @@ class SignalState:
         self.on_stuck = None  # called with an InterruptedRun when the stage does not end after a cancel
         self.ended = None  # the error the run was ended around a stuck stage with: every check() raises it
         self.stopped_by = None  # the error a run stopped by itself ends with (its lease lost), not a signal's
+        self.on_stop_requested = None  # called once with the first stop request's signal number
+        self._requested = False
         self._switching = threading.Lock()  # installing or removing the handlers, or stopping by a signal
 
     def on_wakeup(self, signum: int) -> None:
         """Called from the watcher thread the moment SIGINT or SIGTERM arrives, even while the main
         thread is blocked in an engine's native wait (ray.get, a Spark action) where Python's own
         handler cannot run: cancelling the engine's work unblocks it, and the handler then runs."""
+        if not self._requested and self.on_stop_requested is not None:
+            self._requested = True
+            self.on_stop_requested(signum)
         engine = self.running
         if engine is None or self._deferred:
             return
@@ -178,6 +183,11 @@ class SignalState:
         if self.installed:
             for signum in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(signum, self.on_signal)
+
+    def reset(self) -> None:
+        """A new run of the same Runner (a watch loop) starts with no stop asked for."""
+        self.signum = self.ended = self.stopped_by = None
+        self._requested = False
 
     def check(self) -> None:
         if self.ended is not None:

@@ -20,6 +20,7 @@ class HttpGate:
         self.holds = holds
         self.opened = threading.Event()
         self.held: list[str] = []  # "METHOD path" of each request held
+        self.holding = threading.Event()  # set once a request is held
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -41,6 +42,7 @@ class HttpGate:
     def forward(self, request: BaseHTTPRequestHandler) -> None:
         if self.holds(request.command, request.path) and not self.opened.is_set():
             self.held.append(f"{request.command} {request.path}")
+            self.holding.set()
             self.opened.wait()
         body = request.rfile.read(int(request.headers.get("Content-Length") or 0))
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
