@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from .errors import ConfigError, HybridflowError, LockedError, UsageError
-from .results import Listener, RunResult, Selection, new_run_id
+from .results import Listener, RunOptions, RunResult, Selection, new_run_id
 
 # Each function imports what it needs when called: `hybridflow validate` must not pay for the runner,
 # the catalog or pyarrow, nor `--help` for anything (tests/unit/test_imports.py).
@@ -158,9 +158,10 @@ def run(pipeline: PipelineLike, *, only: Names | None = None, from_: Names | Non
     loaded.scheduled_for, loaded.calendar = moment, calendar
     if dry_run:
         return planning.plan(loaded, selection_of(arguments), chosen)
-    runner = new_runner(loaded, arguments, keep_going=keep_going, wait_for_lock=wait, trigger=trigger, force=chosen,
-                        listener=listener, subscribers=_notifications(loaded, trigger, listener) if notify else (),
-                        exit_when_stuck=exit_when_stuck, scheduled_for=moment)
+    options = RunOptions(force=chosen, keep_going=keep_going, wait_for_lock=wait, trigger=trigger,
+                         exit_when_stuck=exit_when_stuck, scheduled_for=moment, arguments=arguments)
+    runner = new_runner(loaded, options, listener=listener,
+                        subscribers=_notifications(loaded, trigger, listener) if notify else ())
     return _run_notifying_failed_start(runner, notify)
 
 
@@ -199,9 +200,9 @@ def watch(pipeline: str | os.PathLike, *, only: Names | None = None, from_: Name
     loaded = load(pipeline, params)  # a file that does not load at the start is an error, as for run
     session = WatchSession(loaded.file, _param_strings(params),
                            subscribers=lambda pipeline, listener: _notifications(pipeline, "manual", listener),
-                           selection=Selection(_names(only), _names(from_), _names(to)),
-                           force=forced(loaded, force), report=report or WatchReport(),
-                           options={"keep_going": keep_going, "exit_when_stuck": exit_when_stuck})
+                           report=report or WatchReport(),
+                           options=RunOptions(Selection(_names(only), _names(from_), _names(to)), forced(loaded, force),
+                                              keep_going=keep_going, exit_when_stuck=exit_when_stuck))
     return session.loop(runs)
 
 
@@ -263,8 +264,9 @@ def _run_notifying_failed_start(runner: Runner, notify: bool) -> RunResult:
         if notify and not runner.ended_around_stuck_stage:  # that run's end was notified already
             from .ops.notify import Notifications
 
-            Notifications(runner.pipeline, runner.trigger, runner.listener).send(failed_start_summary(
-                runner.pipeline, exc, run_id=runner.run_id, trigger=runner.trigger, stages=runner.stages,
+            trigger = runner.options.trigger
+            Notifications(runner.pipeline, trigger, runner.listener).send(failed_start_summary(
+                runner.pipeline, exc, run_id=runner.run_id, trigger=trigger, stages=runner.stages,
                 started_at=started, duration=time.monotonic() - clock))
         raise
 

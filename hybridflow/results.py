@@ -1,5 +1,5 @@
-"""What a run reports: the selection it was asked for, each stage's result, the run's result, and
-the Listener that hears about progress (the CLI draws it; hybridflow.run takes one)."""
+"""What a run is asked for (its selection and options) and what it reports: each stage's result, the
+run's result, and the Listener that hears about progress (the CLI draws it; hybridflow.run takes one)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import secrets
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from .errors import HybridflowError
 
@@ -18,6 +18,23 @@ class Selection:
     only: Sequence[str] = ()
     start: Sequence[str] = ()  # --from
     end: Sequence[str] = ()  # --to
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How one run was asked for, beyond its pipeline: made once (by hybridflow.run, or by a watch
+    session for each of its runs) and read where the run uses it, never spread over signatures."""
+
+    selection: Selection = field(default_factory=Selection)  # --only/--from/--to
+    force: bool | set[str] = False  # stages run though unchanged: every one (True) or these
+    keep_going: bool = False  # a failed stage stops only the stages below it
+    wait_for_lock: bool = False  # wait for the run holding the pipeline's lock instead of failing
+    trigger: str = "manual"  # manual | cron
+    # the CLI's: a run ended around a stage stuck in native code, or one past its stop deadline, ends
+    # this process with the error's code; a library caller's gets the error raised instead
+    exit_when_stuck: bool = False
+    scheduled_for: datetime | None = None  # the time the run is for (its cron tick, --for); None: the minute it starts
+    arguments: dict[str, Any] = field(default_factory=dict)  # as recorded for --resume: secrets as ${env:...}
 
 
 @dataclass

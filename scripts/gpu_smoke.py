@@ -31,7 +31,8 @@ sys.path.insert(0, str(REPO))
 from hybridflow.backends import gpu  # noqa: E402
 from hybridflow.definition.config import load_pipeline  # noqa: E402
 from hybridflow.errors import ExitCode  # noqa: E402
-from hybridflow.execution.runner import Runner, Selection  # noqa: E402
+from hybridflow.execution.runner import Runner  # noqa: E402
+from hybridflow.results import RunOptions, Selection  # noqa: E402
 
 CONFIG = REPO / "configs" / "weekly_retrain.yaml"
 DATA = "data/retrain"  # where the example pipeline's datasets live, relative to its root
@@ -71,7 +72,7 @@ def raw_rows(data: Path) -> int:
 
 def timed(file: Path, stage: str) -> tuple[float, int | None, bool | None, str | None]:
     """One forced run of one stage: (seconds without engine start-up, rows in, ran on GPU, why)."""
-    result = Runner(load_pipeline(file), Selection(only=[stage]), force=True).run()
+    result = Runner(load_pipeline(file), RunOptions(Selection(only=[stage]), force=True)).run()
     ran = result.stages[stage]
     if result.status != "success":
         raise SystemExit(f"{stage} failed: {ran.error} (log: {ran.log_path})")
@@ -83,7 +84,8 @@ def benchmark(data: Path, workdir: Path, repeat: int) -> None:
         modes = {"cpu": False, "gpu": "auto"}
         files = {device: variant(data, workdir, {s: mode for s in BENCH_STAGES}, Path(tmp) / f"{device}.yaml",
                                  bench=True) for device, mode in modes.items()}
-        Runner(load_pipeline(files["cpu"]), Selection(only=["etl"]), force=True).run()  # inputs for features
+        # the inputs for features
+        Runner(load_pipeline(files["cpu"]), RunOptions(Selection(only=["etl"]), force=True)).run()
         print(f"{'stage':<9} {'engine':<6} {'rows in':>12} {'CPU s':>8} {'CPU rows/s':>12} {'GPU s':>8} "
               f"{'GPU rows/s':>12} {'GPU/CPU':>8}")
         for stage in BENCH_STAGES:

@@ -19,7 +19,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -31,7 +31,7 @@ from ..definition.pipeline import Pipeline
 from ..definition.runvalues import this_minute
 from ..errors import DataError, HybridflowError, InterruptedRun, first_line, is_out_of_space, out_of_space
 from ..reporting.timeline import Timeline
-from ..results import Listener, PlannedInput, RunResult, Selection, StageResult, new_run_id, now  # noqa: F401 - re-exported
+from ..results import Listener, PlannedInput, RunOptions, RunResult, Selection, StageResult, new_run_id, now  # noqa: F401 - re-exported
 from ..store import faults
 from ..store.state import recorded_arguments
 from ..store.workspace import Workspace
@@ -54,37 +54,28 @@ __all__ = ["Runner", "Selection", "StageResult", "RunResult", "Listener", "Plann
 class Runner:
     """One run of a pipeline's selected stages (see run()); plan() and decisions() say what it would do."""
 
-    def __init__(self, pipeline: Pipeline, selection: Selection | None = None, *, keep_going: bool = False,  # noqa: PLR0913 - a run's options, keyword-only, as api.run passes them
-                 listener: Listener | None = None, wait_for_lock: bool = False, trigger: str = "manual",
-                 engines: dict[str, Any] | None = None, force: bool | set[str] = False,
-                 arguments: dict[str, Any] | None = None, pool: Callable[..., EnginePool] = EnginePool,
-                 exit_when_stuck: bool = False, subscribers: Sequence[Listener] = (),
-                 scheduled_for: datetime | None = None) -> None:
-        """pool: makes the run's engine pool; a watch session's (warmpool.py) keeps its engines between runs.
-        exit_when_stuck: once a run was ended around a stage stuck in native code (see _end_stuck_run),
-        end this process with the error's exit code, as the CLI asks; otherwise (a library caller's
-        notebook) the error is raised to the caller when the stage's native call returns. subscribers:
-        told the run's events after the listener (the API's notifications). scheduled_for: the time the
-        run is for (its cron tick, --for); None: the minute each run starts."""
+    def __init__(self, pipeline: Pipeline, options: RunOptions | None = None, *, listener: Listener | None = None,
+                 engines: dict[str, Any] | None = None, pool: Callable[..., EnginePool] = EnginePool,
+                 subscribers: Sequence[Listener] = ()) -> None:
+        """options: how the run was asked for (results.RunOptions). engines: started by the caller,
+        used and never stopped here. pool: makes the run's engine pool; a watch session's
+        (warmpool.py) keeps its engines between runs. subscribers: told the run's events after the
+        listener (the API's notifications)."""
         self.pipeline = pipeline
-        self.selection = selection or Selection()
-        self.keep_going = keep_going
+        self.options = options = options or RunOptions()
         self.listener = listener or Listener()
-        self.wait_for_lock = wait_for_lock
-        self.trigger = trigger
         self.home = pipeline.workdir / pipeline.name
         self.workspace = Workspace.of(pipeline)  # where the workdir lives: decided once, for every run
         self.catalog = self.workspace.catalog()
         self.store = self.workspace.run_store()
-        self.stages = pipeline.dag.select(self.selection.only, self.selection.start, self.selection.end)
+        self.stages = pipeline.dag.select(options.selection.only, options.selection.start, options.selection.end)
         self.records = RunRecords(pipeline, self.store, self.stages, self.workspace)
         pushed = [RunPush(self.records)] if pipeline.remote is not None else []
         # OpenLineage and MLflow (tracking/) before the listener: what they failed to deliver ends its summary
-        tracked = tracking.subscribers(pipeline, self.catalog, trigger)
+        tracked = tracking.subscribers(pipeline, self.catalog, options.trigger)
         self.events = RunEvents([self.records, RunReport(pipeline, self.store, self.workspace), *pushed, *tracked,
                                  self.listener, *subscribers])
-        self.planner = Planner(pipeline, self.catalog, force, runs=self.store)
-        self.arguments = arguments or {}  # how the run was asked for, so --resume can ask again
+        self.planner = Planner(pipeline, self.catalog, options.force, runs=self.store)
         self.inputs = StageInputs(pipeline, self.catalog, self.planner)
         self._given = dict(engines or {})  # started by the caller: used, never stopped here
         self._foreseen: dict[str, Decision] = {}  # decisions taken before the run, still valid
@@ -102,9 +93,7 @@ class Runner:
         self._signals.on_stop_requested = self._arm_stop_deadline
         self._over = threading.Event()  # set when run() returns or raises: a stop deadline has nothing to do
         self._reporting = threading.Lock()  # held by whichever tells the run's end: _close or an overdue end
-        self.exit_when_stuck = exit_when_stuck
         self._ender: threading.Thread | None = None  # the thread that ended it
-        self.scheduled_for = scheduled_for
 
     @property
     def ended_around_stuck_stage(self) -> bool:
@@ -155,7 +144,7 @@ class Runner:
 
     def run(self) -> RunResult:
         run_id = self._run_id = new_run_id()
-        self.pipeline.scheduled_for = self.scheduled_for or this_minute(self.pipeline.zone)  # one time per run
+        self.pipeline.scheduled_for = self.options.scheduled_for or this_minute(self.pipeline.zone)  # one time per run
         # a Runner may run again (a watch loop)
         self._signals.reset()
         self._over = threading.Event()
@@ -165,7 +154,7 @@ class Runner:
         lock = self._lock = self.workspace.lock()
         try:
             self.workspace.require_trusted()  # a store that ignores conditional writes: the lease protects nothing
-            lock.acquire(run_id, wait=self.wait_for_lock)
+            lock.acquire(run_id, wait=self.options.wait_for_lock)
             # a run that cannot prove it still holds its lease publishes nothing, and stops
             self.catalog.confirm = lock.confirm
             lock.on_lost(self._signals.stop_for)
@@ -234,7 +223,7 @@ class Runner:
     def _open_record(self, run_id: str, run_dir: Path, results: dict[str, StageResult]) -> _LiveRun:
         """The run recorded as running: a waiting run starts when it gets the lock."""
         started, clock = datetime.now(timezone.utc), time.monotonic()
-        record = self.records.open(run_id, run_dir, started, self.trigger, self.arguments)
+        record = self.records.open(run_id, run_dir, started, self.options.trigger, self.options.arguments)
         return _LiveRun(run_dir, results, record, started, clock)
 
     def _prepare(self, live: _LiveRun, clusters: RunClusters) -> list[str]:
@@ -254,7 +243,8 @@ class Runner:
         private_dir(logs)  # 0700: logs may quote data
         warnings = self._reap_clusters(clusters, logs / "cluster-reap.log")
         # none for a stage whose input's footers already fail a check (footerchecks)
-        ahead = engines_worth_starting(self.pipeline, self.inputs, self.stages, self._engines_ahead(), self.keep_going)
+        ahead = engines_worth_starting(self.pipeline, self.inputs, self.stages, self._engines_ahead(),
+                                       self.options.keep_going)
         try:
             self._fetch_for_object_storage(ahead)
         except HybridflowError as exc:
@@ -341,7 +331,7 @@ class Runner:
         process (an engine's stop that waits forever, an engine thread that never returns) is written
         to the run's logs as every thread's stack, and the run is ended around it as around a stuck
         stage. A library caller's process is never ended from here."""
-        if not self.exit_when_stuck:
+        if not self.options.exit_when_stuck:
             return
         over, seconds = self._over, stop_deadline(self.pipeline)
 
@@ -396,7 +386,7 @@ class Runner:
                 with contextlib.suppress(Exception):
                     stream.flush()  # os._exit skips it: a summary sent to a file or a pipe would be lost
             processes.end_all()  # again: an engine still running in a thread here replaces what died
-            if self.exit_when_stuck:
+            if self.options.exit_when_stuck:
                 with contextlib.suppress(Exception):
                     self._lock.release()  # a lease in object storage: the next run need not wait out its expiry
                 os._exit(int(error.exit_code))
@@ -424,7 +414,7 @@ class Runner:
             if blocked:
                 self._finish(result, "not run", reason=f"upstream stage '{blocked[0]}' did not finish")
                 continue
-            if first_error and not self.keep_going:
+            if first_error and not self.options.keep_going:
                 self._finish(result, "not run", reason="an earlier stage failed")
                 continue
             decision = None
@@ -456,7 +446,7 @@ class Runner:
     def _engines_still_needed(self, results: dict[str, StageResult], failed: bool) -> set[str]:
         """The engines of the stages still to come that can still run: none after a failure (without
         --keep-going), and none for a stage below a failed one."""
-        if failed and not self.keep_going:
+        if failed and not self.options.keep_going:
             return set()
         ended = {s for s, r in results.items() if r.status in ("failed", "not run")}
         return {results[s].backend for s in self.stages
@@ -505,12 +495,13 @@ class _LiveRun:
     streams: tuple = field(default_factory=lambda: (sys.stdout, sys.stderr))
 
 
-def new_runner(pipeline: Pipeline, arguments: dict[str, Any], **options) -> Runner:
-    """The one way a run is made (api.run, a watch session's runs): `arguments` (only/from/to/params/
-    force) select its stages and are recorded with every secret replaced by the ${env:...} that holds
-    it, never stored. `options`: Runner's."""
+def new_runner(pipeline: Pipeline, options: RunOptions, **collaborators) -> Runner:
+    """The one way a run is made (api.run, a watch session's runs): `options.arguments` (only/from/to/
+    params/force, as asked) select its stages and are recorded with every secret replaced by the
+    ${env:...} that holds it, never stored. `collaborators`: Runner's listener, pool, subscribers."""
+    arguments = options.arguments
     recorded = recorded_arguments(arguments, pipeline.secrets, pipeline.secret_sources(os.environ))
-    return Runner(pipeline, selection_of(arguments), arguments=recorded, **options)
+    return Runner(pipeline, replace(options, selection=selection_of(arguments), arguments=recorded), **collaborators)
 
 
 def selection_of(arguments: dict[str, Any]) -> Selection:

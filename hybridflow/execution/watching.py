@@ -17,15 +17,15 @@ import importlib.util
 import signal
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from ..backends.stagelog import private_dir
 from ..data import storage
 from ..definition.codereach import CodeIndex
 from ..definition.pipeline import Pipeline
 from ..errors import HybridflowError, InterruptedRun
-from ..results import Listener, RunResult, Selection, new_run_id
+from ..results import Listener, RunOptions, RunResult, new_run_id
 from ..store.workdir import claim
 from .stopping import Terminated
 from .warmpool import WarmPool
@@ -55,14 +55,13 @@ class WatchReport:
 
 
 class WatchSession:
-    def __init__(self, file: Path, params: list[str], *, selection: Selection, force: bool | set[str],
-                 report: WatchReport, poll: float = POLL_SECONDS, options: dict[str, Any] | None = None,
-                 subscribers=lambda pipeline, listener: ()) -> None:
-        """options: each run's Runner options (keep_going, exit_when_stuck); subscribers: (pipeline,
-        listener) -> each run's other subscribers (the API's notifications)."""
+    def __init__(self, file: Path, params: list[str], *, options: RunOptions, report: WatchReport,
+                 poll: float = POLL_SECONDS, subscribers=lambda pipeline, listener: ()) -> None:
+        """options: each run's (its force for the first run only); subscribers: (pipeline, listener)
+        -> each run's other subscribers (the API's notifications)."""
         self.file = file
         self.params = params  # given on the command line, as key=value strings
-        self.selection, self.force, self.options = selection, force, options or {}
+        self.options = options
         self.report, self.poll = report, poll
         self.subscribers = subscribers
         self.pool: WarmPool | None = None
@@ -107,12 +106,13 @@ class WatchSession:
             # claimed first: the session's logs are the first thing it writes there
             logs = private_dir(claim(pipeline.workdir) / pipeline.name / "watch" / new_run_id() / "logs")
             self.pool = WarmPool(pipeline, logs, notice=self.report.notice)
-        arguments = {"only": list(self.selection.only), "from": list(self.selection.start),
-                     "to": list(self.selection.end), "params": list(pipeline.param_args)}
+        selection = self.options.selection
+        arguments = {"only": list(selection.only), "from": list(selection.start), "to": list(selection.end),
+                     "params": list(pipeline.param_args)}
         listener = self.report.listener()
-        runner = new_runner(pipeline, arguments, force=self.force, listener=listener, pool=self.pool.for_run,
-                            subscribers=self.subscribers(pipeline, listener), **self.options)
-        self.force = False  # --force is for the first run; later ones run what changed
+        runner = new_runner(pipeline, replace(self.options, arguments=arguments), listener=listener,
+                            pool=self.pool.for_run, subscribers=self.subscribers(pipeline, listener))
+        self.options = replace(self.options, force=False)  # --force is for the first run; later ones run what changed
         try:
             try:
                 self.last = runner.run()

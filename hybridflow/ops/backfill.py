@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from ..definition.pipeline import Pipeline
 from ..errors import DataError, UsageError
-from ..results import Listener, RunResult
+from ..results import Listener, RunOptions, RunResult
 from ..store.state import json_field
 from ..store.workspace import Workspace
 
@@ -190,8 +190,8 @@ def run_chunk(pipeline: Pipeline, backfill: Backfill, chunk: Chunk, listener: Li
     pipeline.calendar = backfill.notes(chunk)
     arguments = {"only": [], "from": [], "to": [], **backfill.selection, "params": list(pipeline.param_args),
                  "force": None}
-    runner = new_runner(pipeline, arguments, trigger=TRIGGER, listener=listener, wait_for_lock=wait,
-                        subscribers=subscribers)
+    runner = new_runner(pipeline, RunOptions(trigger=TRIGGER, wait_for_lock=wait, arguments=arguments),
+                        listener=listener, subscribers=subscribers)
     runner.planner.backfill = chooser(backfill, chunk)
     try:
         return runner.run()

@@ -15,6 +15,7 @@ from hybridflow.errors import DataError, ExitCode
 from hybridflow.execution import planning
 from hybridflow.execution.planner import SKIP
 from hybridflow.execution.runner import Runner
+from hybridflow.results import RunOptions
 from hybridflow.store.catalog import Catalog
 from tests.support.engines import ENGINES, engines_for_module
 from tests.support.projects import Project
@@ -264,7 +265,7 @@ def test_a_forced_stage_that_writes_the_same_rows_lets_the_next_stage_skip(engin
     assert Runner(load_pipeline(path), engines=engines).run().status == "success"
     catalog = Catalog(shared_project.home(f"rerun-{name}"))
     first = catalog.current("made").id
-    forced = Runner(load_pipeline(path), engines=engines, force={"make"}).run()
+    forced = Runner(load_pipeline(path), RunOptions(force={"make"}), engines=engines).run()
     assert forced.status == "success", forced.error
     assert catalog.current("made").id != first  # a new version was written...
     decisions = planning.plan(load_pipeline(path)).decisions

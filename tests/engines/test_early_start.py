@@ -15,6 +15,7 @@ from hybridflow.errors import ExitCode
 from hybridflow.execution.enginepool import BACKGROUND_NICENESS
 from hybridflow.execution.runner import Runner
 from hybridflow.reporting.timeline import CALL, ENGINE_START, ENGINE_STOP
+from hybridflow.results import RunOptions
 from hybridflow.store.catalog import Catalog
 from hybridflow.store.state import RunStore
 from tests.support.engines import child_pids
@@ -198,7 +199,7 @@ stages:
 
 def test_an_engine_started_early_for_a_stage_a_failure_blocked_is_stopped_while_the_run_goes_on(project):
     project.stages(KEPT_OR_STOPPED)
-    result = Runner(load_pipeline(project.pipeline(GIVEN_UP_PIPELINE)), keep_going=True).run()
+    result = Runner(load_pipeline(project.pipeline(GIVEN_UP_PIPELINE)), RunOptions(keep_going=True)).run()
     assert [result.stages[s].status for s in ("make", "use", "count")] == ["failed", "not run", "done"]
     recorded = spans(project, result.run_id)
     assert "dask" in [s["detail"] for s in recorded if s["kind"] == ENGINE_START]  # started early, for `use`

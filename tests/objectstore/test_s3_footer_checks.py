@@ -12,6 +12,7 @@ import pytest
 from hybridflow.definition.config import load_pipeline
 from hybridflow.execution.runner import Runner
 from hybridflow.reporting.timeline import ENGINE_START
+from hybridflow.results import RunOptions
 from hybridflow.store.state import RunStore
 
 pytestmark = pytest.mark.timeout(300)
@@ -42,7 +43,7 @@ def test_a_stale_truncated_s3_delivery_fails_from_its_footers_with_no_engine(pro
                                "event_time": pa.array(times, pa.timestamp("ns", tz="UTC"))}))
     project.stages("def same(events):\n    return events\n")
     moment = dt.datetime(2026, 11, 27, 9, 0, tzinfo=dt.timezone.utc)
-    result = Runner(load_pipeline(project.pipeline(PIPELINE)), scheduled_for=moment).run()
+    result = Runner(load_pipeline(project.pipeline(PIPELINE)), RunOptions(scheduled_for=moment)).run()
 
     assert result.status == "failed" and result.stages["copy"].status == "failed"
     spans = RunStore(project.root / ".hybridflow" / "runs.db").spans(result.run_id)

@@ -15,6 +15,7 @@ from hybridflow.definition.config import load_pipeline
 from hybridflow.errors import ExitCode
 from hybridflow.execution.runner import Runner
 from hybridflow.reporting.timeline import ENGINE_START
+from hybridflow.results import RunOptions
 from hybridflow.store.state import RunStore
 
 STAGES = '''
@@ -63,7 +64,7 @@ def deliver(project, name: str, statistics: bool) -> None:
 def run(project, name: str, engine: str, least: int, statistics: bool = True):
     deliver(project, name, statistics)
     path = project.pipeline(PIPELINE.format(name=name, engine=engine, least=least), f"{name}.yaml")
-    result = Runner(load_pipeline(path), scheduled_for=MOMENT).run()
+    result = Runner(load_pipeline(path), RunOptions(scheduled_for=MOMENT)).run()
     started = [s["detail"] for s in RunStore(project.root / ".hybridflow" / "runs.db").spans(result.run_id)
                if s["kind"] == ENGINE_START]
     return result, started
@@ -109,8 +110,8 @@ stages:
 def test_with_keep_going_the_other_stages_run_and_only_their_engines_start(checked):
     deliver(checked, "going", statistics=True)
     deliver(checked, "accounts", statistics=True)
-    result = Runner(load_pipeline(checked.pipeline(KEEP_GOING, "going.yaml")), keep_going=True,
-                    scheduled_for=MOMENT).run()
+    result = Runner(load_pipeline(checked.pipeline(KEEP_GOING, "going.yaml")),
+                    RunOptions(keep_going=True, scheduled_for=MOMENT)).run()
     assert result.stages["copy"].status == "failed" and result.stages["keep"].status == "done"
     spans = RunStore(checked.root / ".hybridflow" / "runs.db").spans(result.run_id)
     assert [s["detail"] for s in spans if s["kind"] == ENGINE_START] == ["python"]

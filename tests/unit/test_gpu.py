@@ -331,9 +331,9 @@ def test_runs_db_from_before_gpu_columns_gets_them(tmp_path):
 
 
 def _selection(only):
-    from hybridflow.execution.runner import Selection
+    from hybridflow.results import RunOptions, Selection
 
-    return Selection(only=only)
+    return RunOptions(Selection(only=only))
 
 
 # -- the settings each engine gets -------------------------------------------------------------

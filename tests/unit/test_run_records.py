@@ -10,6 +10,7 @@ from hybridflow.cli import app
 from hybridflow.definition.config import load_pipeline
 from hybridflow.errors import ExitCode
 from hybridflow.execution.runner import Runner
+from hybridflow.results import RunOptions
 from hybridflow.store.state import RunStore
 from tests.unit.test_cli import STEPS, STEPS_PIPELINE
 from tests.unit.test_runner import PIPELINE, STAGES
@@ -23,7 +24,7 @@ def test_every_run_and_stage_is_recorded_with_lineage(project):
     first = Runner(load_pipeline(path)).run()
     bad = project.pipeline(PIPELINE.replace("mypkg.steps:sink", "mypkg.steps:boom").replace("[doubled]", "[numbers]"),
                            "bad.yaml")
-    failed = Runner(load_pipeline(bad), trigger="cron").run()
+    failed = Runner(load_pipeline(bad), RunOptions(trigger="cron")).run()
     store = RunStore(project.root / ".hybridflow" / "runs.db")
     runs = store.runs("demo")
     assert [r["run_id"] for r in runs] == [failed.run_id, first.run_id]  # newest first

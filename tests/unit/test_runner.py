@@ -6,7 +6,8 @@ import pytest
 from hybridflow.data.tables import read_arrow
 from hybridflow.definition.config import check_file, load_pipeline
 from hybridflow.errors import DataError, ExitCode, LockedError
-from hybridflow.execution.runner import Runner, Selection
+from hybridflow.execution.runner import Runner
+from hybridflow.results import RunOptions, Selection
 from hybridflow.store.catalog import Catalog
 from hybridflow.store.lock import RunLock
 from tests.support.projects import last_run_record
@@ -72,8 +73,8 @@ datasets:
 '''
 
 
-def run(path, params=(), **kwargs):
-    return Runner(load_pipeline(path, list(params)), **kwargs).run()
+def run(path, params=(), **options):
+    return Runner(load_pipeline(path, list(params)), RunOptions(**options)).run()
 
 
 def current_frame(project, dataset, pipeline="demo"):
