@@ -174,12 +174,13 @@ def last_backfill(pipeline: Pipeline) -> tuple[Backfill, dict[int, str]] | None:
 
 
 def failed_values(pipeline: Pipeline) -> set[str]:
-    """The values of the last backfill's chunks that did not succeed (reprocess failed)."""
+    """The values of the last backfill's chunks that did not succeed (reprocess failed): those that
+    failed or were killed, and those a failed chunk kept from running."""
     last = last_backfill(pipeline)
     if last is None:
         return set()
     backfill, statuses = last
-    return {v for c in backfill.chunks if statuses.get(c.number, "success") != "success" for v in c.values}
+    return {v for c in backfill.chunks if statuses.get(c.number) != "success" for v in c.values}
 
 
 def run_chunk(pipeline: Pipeline, backfill: Backfill, chunk: Chunk, listener: Listener, *, wait: bool,

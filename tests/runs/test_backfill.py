@@ -27,6 +27,8 @@ def agg(raw, ctx):
     ctx.log.info("called for %s", ",".join(weeks))
     if (Path(__file__).parent.parent / "KILL").exists() and "2026-01-19" in weeks:
         os.kill(os.getpid(), signal.SIGKILL)  # the run's process dies in the middle of a chunk
+    if (Path(__file__).parent.parent / "FAIL").exists() and "2026-01-19" in weeks:
+        raise ValueError("a bad delivery in 2026-01-19")
     return raw.groupby("week", as_index=False)["value"].sum().assign(run=ctx.run_id)
 
 
@@ -152,3 +154,23 @@ def test_reprocess_missing_processes_only_partitions_never_processed(project):
     after = partitions(project)
     assert {w: after[w] for w in WEEKS} == {w: before[w] for w in WEEKS}
     assert "2026-02-09" in after
+
+
+def test_reprocess_failed_processes_only_the_partitions_of_the_last_backfills_failed_chunks(project):
+    delivered(project)
+    before = partitions(project)
+    (project.root / "FAIL").touch()
+    asked = f"week={WEEKS[0]}..{WEEKS[4]}"
+    failed = hybridflow(project, "backfill", "pipeline.yaml", "--partitions", asked, "--chunk", "2")
+    assert failed.returncode != 0 and "a bad delivery in 2026-01-19" in failed.stderr, failed.stderr
+    middle = partitions(project)
+    assert all(middle[w] != before[w] for w in WEEKS[:2]) and all(middle[w] == before[w] for w in WEEKS[2:4])
+    (project.root / "FAIL").unlink()
+    assert [(json.loads(r["calendar"])["chunk"], r["status"]) for r in backfill_runs(project)] == \
+        [(1, "success"), (2, "failed")]  # chunk 3 never ran
+    again = hybridflow(project, "backfill", "pipeline.yaml", "--partitions", asked, "--reprocess", "failed")
+    assert again.returncode == 0, again.stderr
+    after = partitions(project)
+    # the failed chunk's weeks and the one its failure kept from running, never the done chunk's
+    assert [w for w in WEEKS if after[w] != middle[w]] == WEEKS[2:]
+    assert backfill_runs(project)[-1]["status"] == "success"
