@@ -29,7 +29,7 @@ class RunOptions:
     force: bool | set[str] = False  # stages run though unchanged: every one (True) or these
     keep_going: bool = False  # a failed stage stops only the stages below it
     wait_for_lock: bool = False  # wait for the run holding the pipeline's lock instead of failing
-    trigger: str = "manual"  # manual | cron
+    trigger: str = "manual"  # manual | cron | backfill
     # the CLI's: a run ended around a stage stuck in native code, or one past its stop deadline, ends
     # this process with the error's code; a library caller's gets the error raised instead
     exit_when_stuck: bool = False

@@ -48,7 +48,7 @@ from .records import RunPush, RunRecords, RunReport
 from .stageerrors import StageErrors
 from .stopping import RunEnded, SignalState, Terminated, signals_as_exceptions
 
-__all__ = ["Runner", "Selection", "StageResult", "RunResult", "Listener", "PlannedInput", "new_run_id"]
+__all__ = ["Runner", "RunOptions", "Selection", "StageResult", "RunResult", "Listener", "PlannedInput", "new_run_id"]
 
 
 class Runner:
@@ -93,6 +93,7 @@ class Runner:
         self._signals.on_stop_requested = self._arm_stop_deadline
         self._over = threading.Event()  # set when run() returns or raises: a stop deadline has nothing to do
         self._reporting = threading.Lock()  # held by whichever tells the run's end: _close or an overdue end
+        self._telling = False  # the main thread holds _reporting
         self._ender: threading.Thread | None = None  # the thread that ended it
 
     @property
@@ -161,8 +162,13 @@ class Runner:
             try:  # the lock is held until the run's record is final: the next run trusts what it finds
                 return self._run_locked(run_id, run_dir, results)
             finally:
-                lock.release()
-                self._over.set()
+                try:
+                    lock.release()
+                finally:
+                    self._over.set()
+                    if self._telling:  # held since _close: a stop deadline could not tell the end again
+                        self._telling = False
+                        self._reporting.release()
         except RunEnded as ended:
             raise ended.error from None
         except Exception as exc:  # the run's record or log could not be written: the disk is full
@@ -286,8 +292,8 @@ class Runner:
 
     def _close(self, live: _LiveRun, status: str, error: HybridflowError | None, warnings: list[str]) -> RunResult:
         """The run's result, told as its end: its final record, its report, the listener."""
-        self._reporting.acquire()  # an overdue end telling it already ends this process
-        self._reporting.release()
+        self._reporting.acquire()  # (an overdue end telling it already ends this process) released by run()
+        self._telling = True
         result = RunResult(live.record["run_id"], self.pipeline.name, status, live.results, dict(self._engines.seconds),
                            live.started.isoformat(timespec="seconds"), time.monotonic() - live.clock, live.run_dir,
                            error=error, warnings=warnings, workdir_uri=self._workdir_uri)
@@ -317,7 +323,8 @@ class Runner:
         the CLI's process exits with the error's code (exit_when_stuck); a library caller's does not:
         when the native call returns, the main thread raises the error to it, publishing nothing
         (every check of the signal state raises RunEnded from then on). Published data is safe: no
-        commit is under way (a commit defers stop requests), and staging is never read."""
+        commit is under way (a commit defers stop requests; a stop deadline waits for it), and
+        staging is never read."""
         live = self._live
         if live is None or self._signals.ended is not None or not self._ending.acquire(blocking=False):
             return  # the main thread is ending the run, or it was ended already (a second stop request)
@@ -343,24 +350,45 @@ class Runner:
 
     def _end_overdue_run(self, signum: int, seconds: float) -> None:
         live = self._opened
+        waited = time.monotonic()
+        while self._signals.deferring and time.monotonic() - waited < seconds:
+            time.sleep(0.5)  # a commit under way ends first: what it publishes is recorded as published
+        stacks = self._dump_stacks(live)
+        shown = f"every thread's stack is in {stacks}" if stacks else "its threads' stacks could not be written"
+        error = self._signals.stopped_by or InterruptedRun(signum)
         if self._signals.ended is not None or not self._reporting.acquire(blocking=False):
-            return  # ended around a stuck stage already, or the main thread is telling the run's end
+            # ended around a stuck stage, or telling its end: each has bounds of its own (trackers,
+            # notifications) that have run out too
+            if not self._over.wait(TELLING_WAIT):
+                logging.getLogger("hybridflow").warning("the run's end was not told within %gs; %s",
+                                                        TELLING_WAIT, shown)
+                _exit_now(int(error.exit_code))
+            return
+        sys.stdout, sys.stderr = live.streams  # the warning goes where the run's own output does
+        logging.getLogger("hybridflow").warning("the run did not end within %gs of its stop request; %s",
+                                                seconds, shown)
+        # the main thread holds _ending when what hangs is its own cleanup (an engine's stop)
+        self._end_around(live, error, holding=self._ending.acquire(blocking=False))
+
+    @staticmethod
+    def _dump_stacks(live: _LiveRun) -> Path | None:
         stacks = live.run_dir / "logs" / "stop-stacks.log"
-        with contextlib.suppress(OSError):
+        try:
             stacks.parent.mkdir(parents=True, exist_ok=True)
             with stacks.open("w") as out:
                 faulthandler.dump_traceback(out, all_threads=True)
-        error = self._signals.stopped_by or InterruptedRun(signum)
-        sys.stdout, sys.stderr = live.streams  # the warning goes where the run's own output does
-        logging.getLogger("hybridflow").warning("the run did not end within %gs of its stop request; every "
-                                                "thread's stack is in %s", seconds, stacks)
-        # the main thread holds _ending when what hangs is its own cleanup (an engine's stop)
-        self._end_around(live, error, holding=self._ending.acquire(blocking=False))
+        except OSError:
+            return None
+        return stacks
 
     def _end_around(self, live: _LiveRun, error: HybridflowError, *, holding: bool) -> None:
         """End the run from this helper thread: see _end_stuck_run. Holds _reporting."""
         self._signals.ended = error  # from now on nothing more of this run may happen in the main thread
         self._ender = threading.current_thread()
+        if self.options.exit_when_stuck:  # telling the end (trackers, notifications) must not hold the process
+            bound = threading.Timer(TELLING_WAIT, _exit_now, (int(error.exit_code),))
+            bound.daemon = True
+            bound.start()
         try:
             if self._engines is not None:
                 self._engines.abandon()
@@ -382,14 +410,14 @@ class Runner:
                 self._engines.output.close()
             self.events.run_finished(run)
         finally:
-            for stream in (sys.stdout, sys.stderr):
-                with contextlib.suppress(Exception):
-                    stream.flush()  # os._exit skips it: a summary sent to a file or a pipe would be lost
             processes.end_all()  # again: an engine still running in a thread here replaces what died
             if self.options.exit_when_stuck:
-                with contextlib.suppress(Exception):
-                    self._lock.release()  # a lease in object storage: the next run need not wait out its expiry
-                os._exit(int(error.exit_code))
+                # a lease in object storage: the next run need not wait out its expiry (bounded: a store
+                # that does not answer must not keep the process)
+                releasing = threading.Thread(target=self._lock.release, daemon=True)
+                releasing.start()
+                releasing.join(LEASE_RELEASE_WAIT)
+                _exit_now(int(error.exit_code))
             self._reporting.release()
             if holding:
                 self._ending.release()  # the main thread, back from its native call, raises the error
@@ -480,6 +508,19 @@ class Runner:
         listener told after run_finished)."""
         if self._signals.ended is not None and threading.current_thread() is not self._ender:
             raise RunEnded(self._signals.ended)
+
+
+TELLING_WAIT = 150.0  # seconds telling a run's end may take: MLflow's wait for its records, notifications' tries
+LEASE_RELEASE_WAIT = 10.0  # seconds a forced end waits for the lease's release before the process exits
+
+
+def _exit_now(code: int) -> None:
+    """End the process at once (a forced end), its output flushed first: os._exit skips it, and a
+    summary sent to a file or a pipe would be lost."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 @dataclass

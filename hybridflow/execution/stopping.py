@@ -136,7 +136,12 @@ class SignalState:
         handler cannot run: cancelling the engine's work unblocks it, and the handler then runs."""
         if not self._requested and self.on_stop_requested is not None:
             self._requested = True
-            self.on_stop_requested(signum)
+            try:
+                self.on_stop_requested(signum)
+            except Exception as exc:  # this thread must go on watching, and the stage must still be cancelled
+                import logging
+
+                logging.getLogger("hybridflow").warning("could not arm the stop deadline: %s", exc)
         engine = self.running
         if engine is None or self._deferred:
             return
@@ -167,6 +172,11 @@ class SignalState:
             # raises at its next check()
             if self.installed and threading.current_thread() is not threading.main_thread():
                 signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+
+    @property
+    def deferring(self) -> bool:
+        """A stop request is held (a commit is under way)."""
+        return self._deferred
 
     @contextlib.contextmanager
     def deferred(self):

@@ -118,8 +118,8 @@ def incremental_stages(pipeline: Pipeline, column: str) -> list[tuple[str, str]]
 def plan(pipeline: Pipeline, partitions: Partitions, *, chunk: int, reprocess: str, datums_of,
          failed: set[str] = frozenset()) -> tuple[Backfill, dict[str, list[str]]]:
     """The backfill and, per partitioned input, its partition keys in range. `datums_of(dataset)`:
-    {partition key: digest} of a dataset as it is now; `failed`: the values of the failed chunks of
-    the last backfill (reprocess failed)."""
+    {partition key: digest} of a dataset as it is now; `failed`: the values of the last backfill's
+    chunks that did not succeed (reprocess failed)."""
     if reprocess not in REPROCESS:
         raise UsageError(f"--reprocess must be one of {', '.join(REPROCESS)}, not '{reprocess}'")
     if chunk < 0:
@@ -133,8 +133,8 @@ def plan(pipeline: Pipeline, partitions: Partitions, *, chunk: int, reprocess: s
     if reprocess == "failed":
         values = [v for v in values if v in failed]
     if not values:
-        raise DataError(f"--partitions {partitions.shown()} names no partition of "
-                        f"{', '.join(keys)}" + (" that failed in the last backfill" if reprocess == "failed" else ""),
+        unfinished = " that the last backfill did not finish" if reprocess == "failed" else ""
+        raise DataError(f"--partitions {partitions.shown()} names no partition of {', '.join(keys)}{unfinished}",
                         hint="hybridflow backfill --dry-run with a wider range lists the partitions there are")
     size = chunk or len(values)
     chunks = [Chunk(i + 1, tuple(values[start:start + size])) for i, start in enumerate(range(0, len(values), size))]
@@ -180,7 +180,11 @@ def failed_values(pipeline: Pipeline) -> set[str]:
     if last is None:
         return set()
     backfill, statuses = last
-    return {v for c in backfill.chunks if statuses.get(c.number) != "success" for v in c.values}
+    # chunks run in order and stop at the first that fails: one above every recorded chunk never ran
+    # (one below them without a record is older than the run records read: it ran)
+    ran = max(statuses, default=0)
+    return {v for c in backfill.chunks if statuses.get(c.number, "success" if c.number <= ran else "not run")
+            != "success" for v in c.values}
 
 
 def run_chunk(pipeline: Pipeline, backfill: Backfill, chunk: Chunk, listener: Listener, *, wait: bool,
