@@ -236,6 +236,23 @@ def count_distinct(parts: list[BatchKeys | None], columns: tuple[str, ...]) -> i
     return _distinct_keys(pa.concat_tables([p.table for p in parts]), columns).num_rows if parts else 0
 
 
+def distinct_in_order(files, columns: tuple[str, ...], batch_rows: int = 1 << 20) -> int | None:
+    """The distinct keys of Parquet files whose key columns, read a batch at a time, rise within each
+    batch and whose batches do not overlap (an output written in key order); None, at the first batch
+    out of order or holding a NULL, where their order does not prove them distinct."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    parts = []
+    for file in files:
+        for batch in pq.ParquetFile(file).iter_batches(batch_size=batch_rows, columns=list(columns)):
+            keys = batch_keys(pa.Table.from_batches([batch]), columns, keep=False)
+            if keys.rows and keys.span is None:
+                return None
+            parts.append(keys)
+    return count_distinct(parts, columns)
+
+
 def _increasing_span(keys):
     """(first key, last key) when each row's key is greater than the one before (compared column after
     column, as tuples; no NULL), else None."""

@@ -5,9 +5,10 @@ counted exactly over the keys the batches kept (or left to the engine when they 
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from hybridflow.backends.checkplan import batch_keys, count_distinct
+from hybridflow.backends.checkplan import batch_keys, count_distinct, distinct_in_order
 
 KEY = ("customer", "week")
 
@@ -51,3 +52,19 @@ def test_without_kept_keys_only_rising_batches_apart_are_counted(name, proven):
     tables = CASES[name]
     counted = count_distinct([batch_keys(t, KEY, keep=False) for t in tables], KEY)
     assert counted == (distinct(tables) if proven else None)
+
+
+@pytest.mark.parametrize(("name", "proven"), [("rising, apart", True), ("rising, out of order between batches", True),
+                                              ("a key repeated in the next batch", False),
+                                              ("spans overlapping, keys distinct", False), ("descending", False),
+                                              ("NULLs, as one value", False), ("NaN and -0.0 between batches", False),
+                                              ("empty batches", True)])
+def test_written_files_in_key_order_are_counted_a_batch_at_a_time(tmp_path, name, proven):
+    """What Spark's written output gives (a file per task, read back a batch of key columns at a time,
+    here two rows): a count where their order proves it, else None (a Spark job counts them)."""
+    files = []
+    for number, table in enumerate(CASES[name]):
+        files.append(tmp_path / f"part-{number}.parquet")
+        pq.write_table(table.append_column("other", pa.array(["x"] * table.num_rows)), files[-1])
+    counted = distinct_in_order(files, KEY, batch_rows=2)
+    assert counted == (distinct(CASES[name]) if proven else None)
