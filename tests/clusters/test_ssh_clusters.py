@@ -245,9 +245,11 @@ class Stranger(threading.Thread):
                 (self.folder / f"{engine}.done").touch()
 
     def look(self, engine: str) -> None:
-        names = {name for pid in tagged("hf-sshflow-") for name in re.findall(
-            rb"(?:^|\0)HYBRIDFLOW_CLUSTER_NAME=(hf-sshflow-[^\0]*-" + engine.encode() + rb")\0",
-            Path(f"/proc/{pid}/environ").read_bytes())}
+        names = set()
+        for pid in tagged("hf-sshflow-"):
+            with contextlib.suppress(OSError):  # the cluster before this one, being taken down, ends meanwhile
+                names.update(re.findall(rb"(?:^|\0)HYBRIDFLOW_CLUSTER_NAME=(hf-sshflow-[^\0]*-" + engine.encode()
+                                        + rb")\0", Path(f"/proc/{pid}/environ").read_bytes()))
         for name in names:
             folder = Path(scratch(name.decode()))
             self.folders[str(folder)] = {path.name: path.stat().st_mode & 0o777 for path in [folder, *folder.iterdir()]}
@@ -300,7 +302,7 @@ def test_three_clusters_brought_up_over_ssh_give_the_embedded_answer_and_leave_n
     # nobody without the run's credentials got in; each cluster's folder was its own, and is gone
     assert stranger.tried["spark"]["ui"] is False, stranger.tried  # the master's web UI: loopback only
     assert stranger.tried["spark"]["app"].startswith("refused"), stranger.tried
-    assert all(": refused" in outcome for outcome in stranger.tried["dask"]), stranger.tried
+    assert all(": refused" in outcome for outcome in stranger.tried["dask"]), stranger.tried["dask"]
     assert stranger.tried["ray"].startswith("refused"), stranger.tried
     assert len(stranger.folders) == 3 and len(stranger.secrets) == 3, (stranger.folders, stranger.secrets)
     for folder, modes in stranger.folders.items():
