@@ -34,7 +34,7 @@ STOP_WAIT = 90.0  # seconds the engines of a run may take to stop before their p
 def stop_deadline(pipeline) -> float:
     """Seconds a run asked to stop may take to end: its engines' stop, then the longest take-down
     of a cluster it brought up, and a margin for recording it."""
-    clusters = [getattr(pipeline.engine_settings(stage.backend), "cluster", None) for stage in pipeline.stages.values()]
+    clusters = [cluster_spec(pipeline, stage.backend) for stage in pipeline.stages.values()]
     return STOP_WAIT + max((c.down_timeout for c in clusters if c is not None), default=0) + RECORD_MARGIN
 
 

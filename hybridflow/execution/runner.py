@@ -353,33 +353,33 @@ class Runner:
         waited = time.monotonic()
         while self._signals.deferring and time.monotonic() - waited < seconds:
             time.sleep(0.5)  # a commit under way ends first: what it publishes is recorded as published
-        stacks = self._dump_stacks(live)
-        shown = f"every thread's stack is in {stacks}" if stacks else "its threads' stacks could not be written"
         error = self._signals.stopped_by or InterruptedRun(signum)
         if self._signals.ended is not None or not self._reporting.acquire(blocking=False):
             # ended around a stuck stage, or telling its end: each has bounds of its own (trackers,
             # notifications) that have run out too
             if not self._over.wait(TELLING_WAIT):
                 logging.getLogger("hybridflow").warning("the run's end was not told within %gs; %s",
-                                                        TELLING_WAIT, shown)
+                                                        TELLING_WAIT, self._dump_stacks(live))
                 _exit_now(int(error.exit_code))
             return
         sys.stdout, sys.stderr = live.streams  # the warning goes where the run's own output does
         logging.getLogger("hybridflow").warning("the run did not end within %gs of its stop request; %s",
-                                                seconds, shown)
+                                                seconds, self._dump_stacks(live))
         # the main thread holds _ending when what hangs is its own cleanup (an engine's stop)
         self._end_around(live, error, holding=self._ending.acquire(blocking=False))
 
     @staticmethod
-    def _dump_stacks(live: _LiveRun) -> Path | None:
+    def _dump_stacks(live: _LiveRun) -> str:
+        """Every thread's stack written to the run's logs, when the run is about to be ended around
+        them; says where, for the warning."""
         stacks = live.run_dir / "logs" / "stop-stacks.log"
         try:
             stacks.parent.mkdir(parents=True, exist_ok=True)
             with stacks.open("w") as out:
                 faulthandler.dump_traceback(out, all_threads=True)
         except OSError:
-            return None
-        return stacks
+            return "its threads' stacks could not be written"
+        return f"every thread's stack is in {stacks}"
 
     def _end_around(self, live: _LiveRun, error: HybridflowError, *, holding: bool) -> None:
         """End the run from this helper thread: see _end_stuck_run. Holds _reporting."""

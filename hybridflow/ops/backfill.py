@@ -183,8 +183,8 @@ def failed_values(pipeline: Pipeline) -> set[str]:
     # chunks run in order and stop at the first that fails: one above every recorded chunk never ran
     # (one below them without a record is older than the run records read: it ran)
     ran = max(statuses, default=0)
-    return {v for c in backfill.chunks if statuses.get(c.number, "success" if c.number <= ran else "not run")
-            != "success" for v in c.values}
+    return {v for c in backfill.chunks if c.number > ran or statuses.get(c.number, "success") != "success"
+            for v in c.values}
 
 
 def run_chunk(pipeline: Pipeline, backfill: Backfill, chunk: Chunk, listener: Listener, *, wait: bool,

@@ -215,13 +215,12 @@ class SparkBackend(Backend):
         Spark's workers read it, one Spark job over the key columns counts them."""
         from pyspark.sql import functions as F
 
-        if not isinstance(directory, ObjectPath):
-            files = sorted(f for f in directory.rglob("*.parquet") if not f.name.startswith((".", "_")))
-            proven = distinct_in_order(files, keys)
+        remote = isinstance(directory, ObjectPath)
+        source = TableSource("checked", (directory,), "parquet", schema, (), directory, self.store if remote else None)
+        if not remote:
+            proven = distinct_in_order(parquet_files(source), keys)
             if proven is not None:
                 return proven
-        source = TableSource("checked", (directory,), "parquet", schema, (), directory,
-                             self.store if isinstance(directory, ObjectPath) else None)
         return self.read(source).agg(F.expr(expression).alias("n")).collect()[0]["n"]
 
     def check_frame(self, source: TableSource):
