@@ -120,23 +120,25 @@ def _side_by_side_group(item, tier: str) -> str:
     return item.nodeid.split("::")[0]
 
 
-# `bash .ci/run` runs the suite in three pytest processes side by side (`--lane`), each one test at a time:
+# `bash .ci/run` runs the suite in four pytest processes side by side (`--lane`), each one test at a time:
 # - crontab: the "crontab" group, in the background: its tests mostly wait for the cron daemon's minute
 #   ticks, and what they share (the user's crontab, the cron daemon) is then never used by two at once;
 # - light: the tiers that start no engine, server or cluster (unit, runs, docs), in the background at a
-#   lower CPU priority, on what the main lane leaves idle;
-# - main: every engine, cluster and object-store test, in the foreground, never beside another such
-#   test (a starved cluster or engine start is what makes those flaky); the cluster tier last, once
-#   the light lane is likely done.
-LANES = {"crontab": ("cron",), "light": ("unit", "runs", "docs"), "main": ("engines", "objectstore", "clusters")}
-BACKGROUND_LANES = ("crontab", "light")
+#   lower CPU priority, on what the two heavy lanes leave idle;
+# - engines and stores: the engine tests in one, the object-store then cluster tests in the other; each
+#   heavy lane runs one test at a time, so at most two engine or cluster starts meet (a start starved
+#   by more is what made those flaky), and the cluster tier comes last, once the light lane is likely done.
+LANES = {"crontab": ("cron",), "light": ("unit", "runs", "docs"), "engines": ("engines",),
+         "stores": ("objectstore", "clusters")}
+BACKGROUND_LANES = ("crontab", "light", "stores")
 
 
 def pytest_addoption(parser):
     parser.addoption("--lane", choices=tuple(LANES), default=None,
                      help="run only one lane of `bash .ci/run`: crontab (the tests that touch the crontab or the "
-                          "cron daemon), light (the other tests of tests/unit, tests/runs, tests/docs) or main "
-                          "(the other tests of tests/engines, tests/objectstore, tests/clusters)")
+                          "cron daemon), light (the other tests of tests/unit, tests/runs, tests/docs), engines "
+                          "(the other tests of tests/engines) or stores (the other tests of tests/objectstore, "
+                          "then tests/clusters)")
 
 
 def pytest_configure(config):
@@ -164,7 +166,7 @@ def _lane(item) -> str:
 
 
 def _in_lane(config, items) -> None:
-    """Only the tests of `--lane`, if given; in the main lane the cluster tier last (a stable sort: each
+    """Only the tests of `--lane`, if given; in the stores lane the cluster tier last (a stable sort: each
     module's tests stay together, so its fixtures are made once)."""
     lane = config.getoption("lane")
     if lane is None:

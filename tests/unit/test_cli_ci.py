@@ -67,11 +67,12 @@ def test_ci_run_passes_on_arguments_and_fails_when_pytest_fails_or_collects_noth
                          "-m hybridflow.backends.spark_s3_jars", "-m hybridflow.backends.spark_lineage_jar",
                          "-m hybridflow.backends.spark.gcs_jar", "-m tests.support.versitygw",
                          "-m tests.support.gcsserver", "-m tests.support.azurite"]
-    # every tier, in three lanes side by side, each one test at a time
-    assert sorted(calls[7:10]) == ["-m pytest tests -n 0 --lane crontab --durations=10 -m not cron",
-                                  "-m pytest tests -n 0 --lane light --durations=10 -m not cron",
-                                  "-m pytest tests -n 0 --lane main --durations=40 -m not cron"]
-    assert len(calls) == 4 * 10  # the same ten calls, in each of the four runs
+    # every tier, in four lanes side by side, each one test at a time
+    assert sorted(calls[7:11]) == ["-m pytest tests -n 0 --lane crontab --durations=10 -m not cron",
+                                   "-m pytest tests -n 0 --lane engines --durations=30 -m not cron",
+                                   "-m pytest tests -n 0 --lane light --durations=10 -m not cron",
+                                   "-m pytest tests -n 0 --lane stores --durations=20 -m not cron"]
+    assert len(calls) == 4 * 11  # the same eleven calls, in each of the four runs
 
 
 def test_ci_run_fails_when_any_lane_fails_and_when_none_has_a_test(tmp_path):
@@ -82,14 +83,15 @@ def test_ci_run_fails_when_any_lane_fails_and_when_none_has_a_test(tmp_path):
         '[ "$2" = pytest ] && exit "$FAKE_PYTEST_EXIT"',
         'lane="${*#*--lane }"; lane="${lane%% *}"\n'
         '[ "$2" = pytest ] && echo "the $lane lane ran" && eval exit "\\$FAKE_${lane}_EXIT"'))
-    outcomes = {(0, 0, 0): 0, (0, 1, 0): 1, (0, 0, 2): 2, (1, 0, 0): 1, (2, 1, 0): 2, (5, 0, 0): 0, (0, 5, 5): 0,
-                (5, 5, 1): 1, (5, 1, 5): 1, (1, 5, 5): 1, (5, 5, 5): 5}
-    for (main, crontab, light), expected in outcomes.items():
+    outcomes = {(0, 0, 0, 0): 0, (0, 1, 0, 0): 1, (0, 0, 2, 0): 2, (1, 0, 0, 0): 1, (2, 1, 0, 0): 2, (0, 0, 0, 1): 1,
+                (5, 0, 0, 0): 0, (0, 5, 5, 5): 0, (5, 5, 1, 5): 1, (5, 1, 5, 5): 1, (1, 5, 5, 5): 1, (5, 5, 5, 2): 2,
+                (5, 5, 5, 5): 5}
+    for (engines, crontab, light, stores), expected in outcomes.items():
         done = subprocess.run(["/bin/bash", str(root / ".ci" / "run")], capture_output=True, text=True, timeout=120,
-                              env={**env, "FAKE_main_EXIT": str(main), "FAKE_crontab_EXIT": str(crontab),
-                                   "FAKE_light_EXIT": str(light)})
-        assert done.returncode == expected, (main, crontab, light, done.stderr)
-        for lane in ("main", "crontab", "light"):  # every lane's output is shown
+                              env={**env, "FAKE_engines_EXIT": str(engines), "FAKE_crontab_EXIT": str(crontab),
+                                   "FAKE_light_EXIT": str(light), "FAKE_stores_EXIT": str(stores)})
+        assert done.returncode == expected, (engines, crontab, light, stores, done.stderr)
+        for lane in ("engines", "stores", "crontab", "light"):  # every lane's output is shown
             assert f"the {lane} lane ran" in done.stdout, done.stdout
         assert ("pytest collected no tests" in done.stderr) == (expected == 5), done.stderr
 
@@ -103,8 +105,8 @@ def test_ci_run_runs_only_the_tests_named_where_a_path_or_node_id_is_given(tmp_p
                               env={**env, "FAKE_PYTEST_EXIT": "0"}, timeout=120, cwd=root)
         assert done.returncode == 0, done.stderr
     calls = [c for c in (root / ".venv" / "bin" / "calls").read_text().splitlines() if c.startswith("-m pytest")]
-    lanes = [f"-m pytest -n 0 --lane {lane} --durations={shown}" for lane, shown in (("crontab", 10), ("light", 10),
-                                                                                      ("main", 40))]
+    lanes = [f"-m pytest -n 0 --lane {lane} --durations={shown}"
+             for lane, shown in (("crontab", 10), ("light", 10), ("stores", 20), ("engines", 30))]
     assert sorted(calls) == sorted([f"{lane} tests/unit" for lane in lanes] +
                                    [f"{lane} -x tests/unit/test_one.py::test_it" for lane in lanes])
 
