@@ -324,8 +324,9 @@ def check(pipeline: PipelineLike, datasets: Names | None = None) -> list[dict[st
     from .store.workspace import Workspace
 
     loaded = _pipeline(pipeline)
-    catalog = Workspace.of(loaded).catalog()
-    inputs = StageInputs(loaded, catalog, Planner(loaded, catalog, False))
+    workspace = Workspace.of(loaded)
+    catalog = workspace.catalog()
+    inputs = StageInputs(workspace, Planner(loaded, catalog, False))
     return [{**o.record(), "dataset": o.dataset, "line": o.line()}
             for o in check_datasets(loaded, catalog, inputs, list(_names(datasets)))]
 

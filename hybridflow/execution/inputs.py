@@ -1,10 +1,10 @@
-"""A stage's inputs: where each comes from (an external path or a published version), read as the
+"""A stage's inputs: where each comes from (the workspace locates it), read as the
 engine's frame, counted (rows and bytes, from manifests and footers, never the data), and named by
 the version the stage used (what its outputs' manifests record)."""
 
 from __future__ import annotations
 
-from pathlib import Path, PurePath
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 from ..data import storage
@@ -15,58 +15,54 @@ from ..data.textfiles import input_schema, text_files
 from ..definition.datachecks import dataset_checks
 from ..definition.pipeline import Pipeline
 from ..errors import DataError, HybridflowError, first_line
-from ..store.catalog import Catalog, Version
 from ..store.incremental import partition_key, schema_types
+from ..store.locations import Location
 from .stopping import Terminated
 
-if TYPE_CHECKING:  # imported where used: validate and a skipped run never load it
-    pass
+if TYPE_CHECKING:
+    from ..store.workspace import Workspace
 
 
 class StageInputs:
-    """The inputs of a run's stages. External Parquet footers are read once per run: a stage counts
-    its rows from them before it reads the input, and several stages may read one input. A published
-    input's version is looked up once (in object storage, a read of CURRENT) until a stage of this run
-    commits that dataset: the version a stage counts, reads and records is one."""
+    """The inputs of a run's stages, each read from where the workspace locates it. A location is
+    looked up once (for a published input in object storage, a read of CURRENT) until a stage of
+    this run commits that dataset: the version a stage counts, reads and records is one. External
+    Parquet footers are read once per run: a stage counts its rows from them before it reads the
+    input, and several stages may read one input."""
 
-    def __init__(self, pipeline: Pipeline, catalog: Catalog, planner) -> None:
-        self.pipeline = pipeline
-        self.catalog = catalog
+    def __init__(self, workspace: Workspace, planner) -> None:
+        self.workspace = workspace
+        self.pipeline: Pipeline = workspace.pipeline
         self.planner = planner  # for the content digest of an external input
         self._footers: dict[str, Footers] = {}
-        self._versions: dict[str, Version | None] = {}
+        self._located: dict[str, Location] = {}
 
     def forget(self) -> None:
         """A new run: external inputs may have changed since the last one, and so may what is published."""
         self._footers.clear()
-        self._versions.clear()
+        self._located.clear()
 
     def committed(self, datasets) -> None:
-        """These datasets' versions may have changed (a commit of this run, whole or not): looked up again."""
+        """These datasets' versions may have changed (a commit of this run, whole or not): located again."""
         for dataset in datasets:
-            self._versions.pop(dataset, None)
+            self._located.pop(dataset, None)
 
-    def _current(self, dataset: str) -> Version | None:
-        if dataset not in self._versions:
-            self._versions[dataset] = self.catalog.current(dataset)
-        return self._versions[dataset]
+    def locate(self, dataset: str) -> Location:
+        if dataset not in self._located:
+            self._located[dataset] = self.workspace.locate(dataset)
+        return self._located[dataset]
 
     def read(self, dataset: str, backend, partitions: set[str] | None = None) -> Any:
         """An input as the engine's frame; `partitions`: read only these (incremental stages). The
         engine reads the files itself: only footers and first blocks are read here."""
-        ds = self.pipeline.dataset(dataset)
-        if self.pipeline.is_external(dataset):
-            path = self.pipeline.external_path(dataset)
-            if ds.kind == "files":  # an object-store prefix as its URI, for the stage's own client
-                return path if isinstance(path, Path) else storage.uri_of(path)
-            source = self.external_source(dataset, partitions)
-        else:
-            version = self._current(dataset)
-            if ds.kind == "files":  # a folder, also from object storage (downloaded once)
-                return self.catalog.local_copy(version)
-            source = version.source()
-            if partitions is not None:
-                source = only_partitions(source, partitions)
+        location = self.locate(dataset)
+        if self.pipeline.dataset(dataset).kind == "files":
+            # a folder: an external one in object storage as its URI (for the stage's own client), a
+            # published one also from object storage (downloaded once)
+            if location.external:
+                return location.path if location.store is None else location.uri
+            return self.workspace.catalog().local_copy(location.version)
+        source = self.source(location, partitions)
         try:
             return backend.read(source)
         except (KeyboardInterrupt, Terminated, HybridflowError):
@@ -74,14 +70,21 @@ class StageInputs:
         except Exception as exc:
             raise DataError(f"{backend.name} cannot read input '{dataset}': {first_line(exc)}") from exc
 
+    def source(self, location: Location, partitions: set[str] | None = None) -> TableSource:
+        """A located table as engines read it; `partitions`: only these."""
+        if location.external:
+            return self.external_source(location.dataset, partitions)
+        source = location.version.source()
+        return source if partitions is None else only_partitions(source, partitions)
+
     def external_source(self, dataset: str, partitions: set[str] | None = None) -> TableSource:
         """An external table as engines read it, checked against its declared schema from what
         costs no data: Parquet footers, the first block of each text file."""
         import pyarrow as pa
 
         ds = self.pipeline.dataset(dataset)
-        path = self.pipeline.external_path(dataset)
-        store, filesystem = self.pipeline.store_of(path), self.pipeline.filesystem_of(path)
+        location = self.locate(dataset)
+        path, store, filesystem = location.path, location.store, location.filesystem
         declared = declared_schema(ds.schema_)
         schema = pa.schema(list(declared.items())) if declared else None
         if ds.format == "parquet":
@@ -103,42 +106,40 @@ class StageInputs:
         """Rows and bytes a stage reads: from manifests; an external input counts its bytes only."""
         rows, size = 0, 0
         for dataset in datasets:
-            if self.pipeline.is_external(dataset):
-                path = self.pipeline.external_path(dataset)
-                filesystem = self.pipeline.filesystem_of(path)
-                size += sum(storage.size_of(f, filesystem) for f in storage.files_under(path, filesystem))
+            location = self.locate(dataset)
+            if location.external:
+                filesystem = location.filesystem
+                size += sum(storage.size_of(f, filesystem) for f in storage.files_under(location.path, filesystem))
                 ds = self.pipeline.dataset(dataset)
                 countable = ds.kind == "table" and ds.format == "parquet"
                 rows = None if rows is None or not countable else rows + self.external_footers(dataset).rows
             else:
-                version = self._current(dataset)
-                size += version.bytes
-                rows = None if rows is None or version.rows is None else rows + version.rows
+                size += location.version.bytes
+                rows = None if rows is None or location.version.rows is None else rows + location.version.rows
         return rows, size
 
     def external_footers(self, dataset: str) -> Footers:
         """An external Parquet input's footers, checked; read once per run (a stage counts its rows
         from them before it reads the input, and several stages may read one input)."""
         if dataset not in self._footers:
-            path = self.pipeline.external_path(dataset)
-            filesystem = self.pipeline.filesystem_of(path)
-            files = parquet_files(TableSource(dataset, (path,), store=self.pipeline.store_of(path)))
+            location = self.locate(dataset)
+            files = parquet_files(TableSource(dataset, (location.path,), store=location.store))
             # the newest values freshness checks ask for, where the statistics tell them (footerchecks)
             newest = [c.columns[0] for c in dataset_checks(self.pipeline, dataset) if c.kind == "freshness"]
-            self._footers[dataset] = read_footers(dataset, files, filesystem, newest)
+            self._footers[dataset] = read_footers(dataset, files, location.filesystem, newest)
         return self._footers[dataset]
 
     def version_of(self, dataset: str) -> str:
-        if self.pipeline.is_external(dataset):  # the content digest the stage's fingerprint used
+        """The version a stage read, as its outputs' manifests record it: an external input's content
+        digest (the one the stage's fingerprint used)."""
+        location = self.locate(dataset)
+        if location.external:
             return f"external:{self.planner.input_digest(dataset)[:16]}"
-        version: Version | None = self._current(dataset)
-        return version.id if version else "unknown"
+        return location.version.id if location.version else "unknown"
 
     def paths(self, dataset: str) -> list[PurePath]:
-        if self.pipeline.is_external(dataset):
-            return [self.pipeline.external_path(dataset)]
-        version = self._current(dataset)
-        return [version.directory] if version else []
+        location = self.locate(dataset)
+        return [location.path] if location.found else []
 
 
 def only_partitions(source: TableSource, partitions: set[str], files: list[PurePath] | None = None) -> TableSource:

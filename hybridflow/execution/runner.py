@@ -76,7 +76,7 @@ class Runner:
         self.events = RunEvents([self.records, RunReport(pipeline, self.store, self.workspace), *pushed, *tracked,
                                  self.listener, *subscribers])
         self.planner = Planner(pipeline, self.catalog, options.force, runs=self.store)
-        self.inputs = StageInputs(pipeline, self.catalog, self.planner)
+        self.inputs = StageInputs(self.workspace, self.planner)
         self._given = dict(engines or {})  # started by the caller: used, never stopped here
         self._foreseen: dict[str, Decision] = {}  # decisions taken before the run, still valid
         self._signals = SignalState()

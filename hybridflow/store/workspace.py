@@ -1,7 +1,8 @@
 """Where a pipeline's workdir lives, decided in one place: on this machine, or in object storage
 (with this machine's cache of it). A workspace is made once per run (or per command) and hands out
 what lives there: the catalog, the run lock (with the lease in object storage), the run store,
-the cluster records; in object storage all of them share its one store client.
+the cluster records; in object storage all of them share its one store client. It also answers
+where each dataset is read from (`locate`), published or external alike.
 
 Layout (unchanged): <workdir>/runs.db, and per pipeline <workdir>/<pipeline>/ holding its datasets,
 runs/, clusters/, run.lock; in object storage <workdir>/runs/<run>.json, <workdir>/<pipeline>/CURRENT,
@@ -15,9 +16,10 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import runsync
+from . import locations, runsync
 from .catalog import Catalog
 from .clusterrecords import FOLDER, LocalRecords, ObjectRecords
+from .locations import Location
 from .lock import LEASE, Lease, PipelineLock, RunLock
 from .objectcatalog import ObjectCatalog, gc_grace
 from .state import RunStore
@@ -36,6 +38,7 @@ class Workspace:
     def __init__(self, local: Path, remote: ObjectPath | None = None, settings: Settings | None = None,
                  pipeline: Any = None) -> None:
         self.local, self.remote, self.settings, self.pipeline = local, remote, settings, pipeline
+        self._catalog: Catalog | None = None
 
     @classmethod
     def of(cls, pipeline) -> Workspace:
@@ -67,10 +70,20 @@ class Workspace:
         return self.local / self.pipeline.name
 
     def catalog(self) -> Catalog:
-        """The pipeline's datasets: in its local workdir, or in its workdir in object storage."""
-        if self.remote is None:
-            return Catalog(self.home)
-        return ObjectCatalog(self.home, self.remote / self.pipeline.name, self.objects, gc_grace(self.pipeline))
+        """The pipeline's datasets: in its local workdir, or in its workdir in object storage (one
+        catalog per workspace: its commits and their journal are the run's)."""
+        if self._catalog is None:
+            self._catalog = Catalog(self.home) if self.remote is None else \
+                ObjectCatalog(self.home, self.remote / self.pipeline.name, self.objects, gc_grace(self.pipeline))
+        return self._catalog
+
+    def locate(self, dataset: str) -> Location:
+        """Where `dataset` is read from now: an external input's path, or the current version published
+        (in object storage, a read of CURRENT: a run keeps what it located until it commits there)."""
+        if self.pipeline.is_external(dataset):
+            path = self.pipeline.external_path(dataset)
+            return locations.external(dataset, path, self.pipeline.store_of(path))
+        return locations.published(dataset, self.catalog().current(dataset))
 
     def lock(self) -> PipelineLock:
         """The pipeline's run lock: the kernel lock here, and the lease in object storage."""

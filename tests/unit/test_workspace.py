@@ -58,3 +58,50 @@ def test_a_workdir_named_by_its_uri_alone_reads_its_runs_through_the_same_client
     run = {"run_dir": str(workspace.local / "q" / "runs" / "r1"), "pipeline": "q"}
     published = workspace.published_by(run)  # a recorded run's catalog, for its report
     assert str(published.remote) == "team-bucket/wd/q" and published.objects is workspace.objects
+
+
+EXTERNAL = """name: p
+workdir: {workdir}
+datasets:
+  raw: {{path: data/raw}}
+stages:
+  a: {{run: "m:f", inputs: [raw], outputs: [b]}}
+  c: {{run: "m:f", inputs: [b], outputs: [d]}}
+"""
+
+
+def test_a_dataset_is_located_the_same_way_published_or_external(tmp_path):
+    import pyarrow as pa
+
+    from hybridflow.data.tables import write_arrow
+    from hybridflow.execution.inputs import StageInputs
+    from hybridflow.execution.planner import Planner
+
+    (tmp_path / "m.py").write_text("def f(**inputs):\n    return None\n")
+    (tmp_path / "data" / "raw").mkdir(parents=True)
+    write_arrow(pa.table({"x": [1, 2, 3]}), tmp_path / "data" / "raw")
+    file = tmp_path / "pipeline.yaml"
+    file.write_text(EXTERNAL.format(workdir=tmp_path / "wd"))
+    pipeline = load_pipeline(file, environ={VARIABLE: str(tmp_path / "cache")})
+    workspace = Workspace.of(pipeline)
+    assert workspace.catalog() is workspace.catalog()  # one catalog: the run's commits and their journal
+
+    raw = workspace.locate("raw")
+    assert raw.external and raw.found and raw.path == tmp_path / "data" / "raw" and raw.version is None
+    assert raw.store is None and raw.filesystem is None and raw.uri == str(tmp_path / "data" / "raw")
+    assert not workspace.locate("b").found and not workspace.locate("b").external  # not published yet
+
+    inputs = StageInputs(workspace, Planner(pipeline, workspace.catalog(), False))
+    (tmp_path / "wd").mkdir()  # as a run's store makes it
+    assert inputs.paths("b") == [] and inputs.version_of("b") == "unknown"
+    staging = workspace.catalog().new_staging("run1", "b")
+    write_arrow(pa.table({"y": [1.0, 2.0]}), staging)
+    version = workspace.catalog().publish("b", staging, kind="table", stage="a", run_id="run1", inputs={})
+    assert inputs.paths("b") == []  # what this run located stays until it commits there
+    inputs.committed(["b"])
+    b = workspace.locate("b")
+    assert (b.version.id, b.path, b.external) == (version.id, version.directory, False)
+    assert inputs.paths("b") == [version.directory] and inputs.version_of("b") == version.id
+    assert inputs.version_of("raw").startswith("external:") and inputs.paths("raw") == [raw.path]
+    rows, size = inputs.size(["raw", "b"])
+    assert rows == 3 + 2 and size == version.bytes + sum(f.stat().st_size for f in raw.path.iterdir())
