@@ -31,6 +31,52 @@ class Conflict(Exception):
     """A conditional write lost: the object exists (create-only) or changed (compare-and-swap)."""
 
 
+class Busy(Conflict):
+    """A conditional write met another one under way on the same object (S3 answers 409): worth another try."""
+
+
+class ConditionalWrites:
+    """Small JSON objects written create-only or compare-and-swap, the same way on every store: each
+    store makes one conditional put (`_put`) and reads an object back (`_read_bytes`).
+
+    A store's client retries a request whose answer was lost, and the retry fails its condition
+    against the write it made itself: a failed condition is a lost race only when the object now
+    holds something else. Callers make what they write unique (a run id, a nonce), so equal bytes
+    mean the write was ours."""
+
+    def _put(self, path: ObjectPath, body: bytes, create_only: bool, if_match: str | None) -> str:
+        """Store `body` under the condition; its new tag. Raises Conflict when the condition fails
+        (Busy when another conditional write was under way)."""
+        raise NotImplementedError
+
+    def _read_bytes(self, path: ObjectPath) -> tuple[bytes | None, str | None]:
+        """(the object's bytes, its tag), or (None, None) when there is no such object."""
+        raise NotImplementedError
+
+    def read_json(self, path: ObjectPath) -> tuple[Any, str | None]:
+        """(the object's JSON, its tag: ETag or generation), or (None, None) when there is no such object."""
+        return json_and_tag(path, *self._read_bytes(path))
+
+    def write_json(self, path: ObjectPath, value: Any, *, create_only: bool = False,
+                   if_match: str | None = None) -> str:
+        """Write the object; returns its new tag. `create_only`: only if it does not exist; `if_match`:
+        only if its tag is still this one. Raises Conflict when the condition fails."""
+        body = json.dumps(value, indent=1, sort_keys=True).encode()
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                return self._put(path, body, create_only, if_match)
+            except Conflict as exc:
+                stored, tag = self._read_bytes(path)
+                if stored == body:
+                    return tag  # our own write, whose answer was lost
+                if isinstance(exc, Busy) and tries < _CONFLICT_TRIES:
+                    time.sleep(0.2 * tries)  # another conditional write was under way: try again
+                    continue
+                raise Conflict(path.uri) from exc
+
+
 def json_and_tag(path: ObjectPath, body: bytes | None, tag: str | None) -> tuple[Any, str | None]:
     """A small object's JSON and its tag (ETag, generation), from its bytes; (None, None) when absent."""
     if body is None:
@@ -66,7 +112,7 @@ def store_age(written: datetime, said: str | None) -> float:
     return max(0.0, (now - written).total_seconds())
 
 
-class ObjectStore:
+class ObjectStore(ConditionalWrites):
     wrong_tag = '"00000000000000000000000000000000"'  # the MD5 of no object a probe writes
 
     def __init__(self, settings: StoreSettings) -> None:
@@ -96,41 +142,20 @@ class ObjectStore:
 
     # small JSON objects, written conditionally
 
-    def read_json(self, path: ObjectPath) -> tuple[Any, str | None]:
-        """(the object's JSON, its ETag), or (None, None) when there is no such object."""
-        return json_and_tag(path, *self._read_bytes(path))
-
-    def write_json(self, path: ObjectPath, value: Any, *, create_only: bool = False,
-                   if_match: str | None = None) -> str:
-        """Write the object; returns its new ETag. `create_only`: only if it does not exist;
-        `if_match`: only if its ETag is still this one. Raises Conflict when the condition fails.
-
-        A conditional write whose answer was lost is retried by botocore, and the retry fails its
-        condition against the write it made itself: a 412 (or 409) is a lost race only when the object
-        now holds something else. Callers make what they write unique (a run id, a nonce), so equal
-        bytes mean the write was ours."""
-        body = json.dumps(value, indent=1, sort_keys=True).encode()
+    def _put(self, path: ObjectPath, body: bytes, create_only: bool, if_match: str | None) -> str:
         condition = {"IfNoneMatch": "*"} if create_only else {"IfMatch": if_match} if if_match else {}
-        tries = 0
-        while True:
-            tries += 1
-            try:
-                answer = self._client.put_object(Bucket=path.bucket, Key=_key(path), ContentType="application/json",
-                                                 Body=body, **condition)
-                return answer["ETag"]
-            except Exception as exc:
-                code = _code(exc)
-                # If-Match on an object that is gone: S3 answers 404, which fails the condition too
-                gone = bool(if_match) and code in ("NoSuchKey", "404")
-                if code not in _CONDITION_FAILED + _CONCURRENT and not gone:
-                    raise self._error(exc, path) from exc
-                stored, etag = self._read_bytes(path)
-                if stored == body:
-                    return etag  # our own write, whose answer was lost
-                if code in _CONCURRENT and tries < _CONFLICT_TRIES:
-                    time.sleep(0.2 * tries)  # another conditional write was under way: try again
-                    continue
+        try:
+            answer = self._client.put_object(Bucket=path.bucket, Key=_key(path), ContentType="application/json",
+                                             Body=body, **condition)
+        except Exception as exc:  # botocore's errors, all of them, are mapped here
+            code = _code(exc)
+            if code in _CONCURRENT:
+                raise Busy(path.uri) from exc
+            # If-Match on an object that is gone: S3 answers 404, which fails the condition too
+            if code in _CONDITION_FAILED or (if_match and code in ("NoSuchKey", "404")):
                 raise Conflict(path.uri) from exc
+            raise self._error(exc, path) from exc
+        return answer["ETag"]
 
     def _read_bytes(self, path: ObjectPath) -> tuple[bytes | None, str | None]:
         """(the object's bytes, its ETag), or (None, None) when there is no such object."""

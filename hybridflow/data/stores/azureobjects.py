@@ -4,29 +4,27 @@ files uploaded and downloaded, prefixes listed and deleted.
 
 `If-None-Match: *` writes only if the blob is absent, `If-Match: <ETag>` only if it is unchanged; a
 failed condition is HTTP 412 (409 for a create over an existing blob). The client retries requests
-whose answer was lost, so a conditional write can meet its own earlier write: a 412 or 409 is a lost
-race only when the blob now holds other bytes (the rule S3's and GCS's clients follow).
+whose answer was lost, so a conditional write can meet its own earlier write (objectstore.ConditionalWrites
+tells the two apart, for every store).
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 from ...errors import DataError, HybridflowError, StorageError, UnavailableError, store_error
 from ...installing import install_extras
 from .. import untrusted
-from ..objectstore import Conflict, in_parallel, json_and_tag, store_age
+from ..objectstore import ConditionalWrites, Conflict, in_parallel, store_age
 from .azure import HINT, AzurePath, AzureSettings
 
 _TIMEOUTS = {"connection_timeout": 10, "read_timeout": 60}  # seconds to connect, to read an answer
 
 
-class AzureObjectStore:
+class AzureObjectStore(ConditionalWrites):
     wrong_tag = '"0x8D000000000000F"'  # an ETag no blob has (Azure's are the blob's write time, in hex)
 
     def __init__(self, settings: AzureSettings) -> None:
@@ -53,30 +51,16 @@ class AzureObjectStore:
 
     # small JSON blobs, written conditionally
 
-    def read_json(self, path: AzurePath) -> tuple[Any, str | None]:
-        """(the blob's JSON, its ETag), or (None, None) when there is no such blob."""
-        return json_and_tag(path, *self._read_bytes(path))
-
-    def write_json(self, path: AzurePath, value: Any, *, create_only: bool = False, if_match: str | None = None) -> str:
-        """Write the blob; returns its new ETag. `create_only`: only if it does not exist; `if_match`:
-        only if its ETag is still this one. Raises Conflict when the condition fails."""
+    def _put(self, path: AzurePath, body: bytes, create_only: bool, if_match: str | None) -> str:
         from azure.core import MatchConditions
         from azure.storage.blob import ContentSettings
 
-        body = json.dumps(value, indent=1, sort_keys=True).encode()
         # overwrite=False is If-None-Match: * (the library adds it when no other condition is given)
         condition = ({"overwrite": False} if create_only else
                      {"overwrite": True, "etag": if_match, "match_condition": MatchConditions.IfNotModified}
                      if if_match else {"overwrite": True})
-        try:
-            answer = self._call(path, lambda: self._blob(path).upload_blob(
-                body, content_settings=ContentSettings(content_type="application/json"), **condition),
-                conflicts=True)
-        except Conflict:
-            stored, etag = self._read_bytes(path)
-            if stored == body:
-                return etag  # our own write, whose answer was lost
-            raise
+        answer = self._call(path, lambda: self._blob(path).upload_blob(
+            body, content_settings=ContentSettings(content_type="application/json"), **condition), conflicts=True)
         return answer["etag"]
 
     def _read_bytes(self, path: AzurePath) -> tuple[bytes | None, str | None]:

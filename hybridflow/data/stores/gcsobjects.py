@@ -5,13 +5,12 @@ files uploaded and downloaded through pyarrow's GcsFileSystem, prefixes listed a
 `ifGenerationMatch=0` is S3's If-None-Match: *, `ifGenerationMatch=<generation>` its If-Match; a
 failed precondition is HTTP 412 (Conflict). The generation is the tag handed back and kept. Requests
 that fail in transit are retried by the session, so a conditional write can meet its own earlier
-write: a 412 is a lost race only when the object now holds other bytes.
+write (objectstore.ConditionalWrites tells the two apart).
 """
 
 from __future__ import annotations
 
 import functools
-import json
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from urllib.parse import quote
 from ...errors import DataError, StorageError, UnavailableError, store_error
 from ...installing import install_extras
 from .. import untrusted
-from ..objectstore import Conflict, in_parallel, json_and_tag, store_age
+from ..objectstore import ConditionalWrites, Conflict, in_parallel, store_age
 from .gcs import GcsPath, GcsSettings
 
 _SCOPE = "https://www.googleapis.com/auth/devstorage.read_write"
@@ -29,7 +28,7 @@ _HINT = ("set GOOGLE_APPLICATION_CREDENTIALS to a service account key allowed to
          "(or STORAGE_EMULATOR_HOST to an emulator)")
 
 
-class GcsObjectStore:
+class GcsObjectStore(ConditionalWrites):
     wrong_tag = "1"  # a generation no object has (generations are microsecond timestamps)
 
     def __init__(self, settings: GcsSettings) -> None:
@@ -66,23 +65,13 @@ class GcsObjectStore:
 
     # small JSON objects, written conditionally
 
-    def read_json(self, path: GcsPath) -> tuple[Any, str | None]:
-        """(the object's JSON, its generation), or (None, None) when there is no such object."""
-        return json_and_tag(path, *self._read_bytes(path))
-
-    def write_json(self, path: GcsPath, value: Any, *, create_only: bool = False, if_match: str | None = None) -> str:
-        """Write the object; returns its new generation. `create_only`: only if it does not exist;
-        `if_match`: only if its generation is still this one. Raises Conflict when the condition fails."""
-        body = json.dumps(value, indent=1, sort_keys=True).encode()
+    def _put(self, path: GcsPath, body: bytes, create_only: bool, if_match: str | None) -> str:
         params = {"uploadType": "media", "name": _key(path)}
         if create_only or if_match:
             params["ifGenerationMatch"] = "0" if create_only else _generation(if_match)
         answer = self._request("POST", path, self._url(f"/upload/storage/v1/b/{path.bucket}/o"), params=params,
                                data=body, headers={"Content-Type": "application/json"})
         if answer.status_code == 412:
-            stored, generation = self._read_bytes(path)
-            if stored == body:
-                return generation  # our own write, whose answer was lost
             raise Conflict(path.uri)
         self._check(answer, path)
         return str(answer.json()["generation"])
