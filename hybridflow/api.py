@@ -605,12 +605,13 @@ def release_schedule(pipeline: PipelineLike) -> str:
 
 def backfill(pipeline: PipelineLike, partitions: str | None = None, *, chunk: int = 0, reprocess: str = "all",  # noqa: PLR0913 - the backfill's options, one per CLI flag
              resume: bool = False, dry_run: bool = False, wait: bool = False, only: Names | None = None,
-             to: Names | None = None, listener: Callable[[], Listener] | None = None, notify: bool = True):
+             to: Names | None = None, listener: Callable[[], Listener] | None = None, notify: bool = True,
+             exit_when_stuck: bool = False):
     """Reprocess chosen partitions of the incremental stages and rerun what depends on them
     (ops/backfill.py): `partitions` "column=low..high" or "column=a,b,c"; `chunk` partitions per run
     (0: one run); `reprocess` missing, failed or all; `resume` runs the last backfill's unfinished
-    chunks; `only`/`to` limit the stages each chunk runs, as for run(). Returns backfill.Outcome
-    (each chunk's RunResult), or backfill.DryRun when dry_run."""
+    chunks; `only`/`to` limit the stages each chunk runs, and exit_when_stuck is, as for run(). Returns
+    backfill.Outcome (each chunk's RunResult), or backfill.DryRun when dry_run."""
     from .ops import backfill as backfills
 
     loaded = _pipeline(pipeline)
@@ -620,7 +621,7 @@ def backfill(pipeline: PipelineLike, partitions: str | None = None, *, chunk: in
     plan, done = backfills.prepare(loaded, partitions, chunk=chunk, reprocess=reprocess, resume=resume,
                                    selection=selection)
     listen = listener or Listener
-    return backfills.run(loaded, plan, done, listen, wait=wait,
+    return backfills.run(loaded, plan, done, listen, wait=wait, exit_when_stuck=exit_when_stuck,
                          subscribers=lambda p: _notifications(p, backfills.TRIGGER, Listener()) if notify else [])
 
 

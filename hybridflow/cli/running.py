@@ -160,7 +160,7 @@ def backfill(  # noqa: PLR0913 - a typer command takes one parameter per option
 
     def run_it() -> None:
         outcome = api.backfill(pipeline_file, partitions, chunk=chunk, reprocess=reprocess, resume=resume,
-                               wait=wait, only=only, to=end, listener=terminal_run_report)
+                               wait=wait, only=only, to=end, listener=terminal_run_report, exit_when_stuck=True)
         done = f"; chunks {', '.join(map(str, outcome.skipped))} were done already" if outcome.skipped else ""
         out.print(f"backfill {outcome.backfill.id}: {len(outcome.results)} of {len(outcome.backfill.chunks)} "
                   f"chunk(s) run{done}", soft_wrap=True, markup=False)

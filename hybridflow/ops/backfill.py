@@ -188,15 +188,16 @@ def failed_values(pipeline: Pipeline) -> set[str]:
 
 
 def run_chunk(pipeline: Pipeline, backfill: Backfill, chunk: Chunk, listener: Listener, *, wait: bool,
-              subscribers=()) -> RunResult:
-    """One chunk as one run (the pipeline's lock, its own commit and record)."""
+              subscribers=(), exit_when_stuck: bool = False) -> RunResult:
+    """One chunk as one run (the pipeline's lock, its own commit and record); exit_when_stuck as for
+    hybridflow.run (the CLI's)."""
     from ..execution.runner import new_runner
 
     pipeline.calendar = backfill.notes(chunk)
     arguments = {"only": [], "from": [], "to": [], **backfill.selection, "params": list(pipeline.param_args),
                  "force": None}
-    runner = new_runner(pipeline, RunOptions(trigger=TRIGGER, wait_for_lock=wait, arguments=arguments),
-                        listener=listener, subscribers=subscribers)
+    options = RunOptions(trigger=TRIGGER, wait_for_lock=wait, exit_when_stuck=exit_when_stuck, arguments=arguments)
+    runner = new_runner(pipeline, options, listener=listener, subscribers=subscribers)
     runner.planner.backfill = chooser(backfill, chunk)
     try:
         return runner.run()
@@ -265,13 +266,15 @@ def dry_run(pipeline: Pipeline, partitions: str | None, *, chunk: int, reprocess
 
 
 def run(pipeline: Pipeline, backfill: Backfill, done: set[int], listener_for: Callable[[], Listener], *,
-        wait: bool, subscribers: Callable[[Pipeline], list] = lambda pipeline: []) -> Outcome:
+        wait: bool, subscribers: Callable[[Pipeline], list] = lambda pipeline: [],
+        exit_when_stuck: bool = False) -> Outcome:
     """Each chunk not done, in order, as its own run; stops at the first that does not succeed."""
     outcome = Outcome(backfill, [], sorted(done))
     for chunk in backfill.chunks:
         if chunk.number in done:
             continue
-        result = run_chunk(pipeline, backfill, chunk, listener_for(), wait=wait, subscribers=subscribers(pipeline))
+        result = run_chunk(pipeline, backfill, chunk, listener_for(), wait=wait, subscribers=subscribers(pipeline),
+                           exit_when_stuck=exit_when_stuck)
         outcome.results.append(result)
         if result.status != "success":
             break

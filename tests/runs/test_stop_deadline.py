@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.support.projects import last_run_record
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +45,7 @@ def create(settings, log_dir):
 
 
 registry.register(dataclasses.replace(arrow_tables.ENGINE, name="neverstops", module="__main__"))
-sys.argv = ["hybridflow", "run", "pipeline.yaml"]
+sys.argv = ["hybridflow", *sys.argv[1:]]
 hybridflow.cli.main()
 '''
 
@@ -53,21 +55,32 @@ import time
 import pyarrow as pa
 
 
-def wait():
+def wait(events):
     time.sleep(600)
-    return pa.table({"x": [1]})
+    return pa.table({"x": [1], "day": [1]})
 '''
 
 
-def test_a_run_whose_engine_never_stops_is_ended_past_its_deadline_and_recorded(project):
+@pytest.mark.parametrize("command", [["run", "pipeline.yaml"], ["backfill", "pipeline.yaml", "--partitions", "day=1..2"]],
+                         ids=["run", "backfill"])
+def test_a_run_whose_engine_never_stops_is_ended_past_its_deadline_and_recorded(project, command):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     project.stages(STAGES)
+    for day in (1, 2):
+        (project.root / "events" / f"day={day}").mkdir(parents=True)
+        pq.write_table(pa.table({"n": [day]}), project.root / "events" / f"day={day}" / "part-0.parquet")
     project.pipeline("""
         name: held
+        datasets:
+          events: {path: events, partition_by: [day], schema: {n: int64, day: int64}}
+          x: {partition_by: [day]}
         stages:
-          waits: {run: 'mypkg.steps:wait', backend: neverstops, outputs: [x]}
+          waits: {run: 'mypkg.steps:wait', backend: neverstops, inputs: [events], outputs: [x], incremental: true}
         """)
     project.write("driver.py", DRIVER)
-    run = subprocess.Popen([sys.executable, "driver.py"], cwd=project.root, text=True,
+    run = subprocess.Popen([sys.executable, "driver.py", *command], cwd=project.root, text=True,
                            env={**os.environ, "PYTHONPATH": str(ROOT)},
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
