@@ -101,7 +101,8 @@ class Engine:
     # the stage `hybridflow init` writes for it: (module code, where {input} is the dataset it reads;
     # the function, which also names the dataset it writes); None: init does not offer the engine
     example: tuple[str, str] | None = None
-    # the object stores (their URI schemes) the engine reaches; None: every one hybridflow knows
+    # the object stores (their URI schemes) the engine reaches; None: every one hybridflow knows. On this
+    # machine it reaches the others through local copies (backends.create); attached, not at all
     stores: tuple[str, ...] | None = None
     # what the engine needs to read the given store's paths beyond hybridflow's own extras, checked
     # without starting it (doctor): returns where it found it, raises UnavailableError saying how to get it
@@ -115,6 +116,10 @@ class Engine:
     # folder on each host) -> ClusterLaunch, with credentials made afresh; None: the engine has no
     # cluster of its own to start
     cluster_launch: Callable[[str, str, int | None, str, float, str], ClusterLaunch] | None = None
+
+    def reaches(self, scheme: str) -> bool:
+        """The engine reads and writes `scheme`:// paths itself."""
+        return self.stores is None or scheme in self.stores
 
     @property
     def install(self) -> str:
@@ -206,11 +211,16 @@ def create(name: str, settings, log_dir, gpu=None, secrets=(), store=None):
     """A new, not yet started, backend instance; `gpu` (a gpu.EngineGpu) starts it with GPU resources;
     `secrets`: the pipeline's ${env:...} values, for engines that must be told to redact them; `store`
     (a storage.StoreSettings): the object store the pipeline reads or writes, for engines that must
-    be set up for it when they start."""
+    be set up for it when they start; one the engine does not reach, it reaches through local copies."""
     require(name)
     backend = engine(name).create(settings, log_dir)
     backend.gpu = gpu
     backend.secrets = tuple(secrets)
     backend.store = store
+    if store is not None and not engine(name).reaches(store.scheme):
+        if engine(name).attached(settings):  # its workers elsewhere cannot read this machine's copies
+            raise UnavailableError(f"{name} on a cluster does not reach {store.scheme}:// paths",
+                                   hint=f"run {name} on this machine, or the stage on another engine")
+        backend.store, backend.writes_object_storage, backend.local_copies = None, False, True
     backend.target_file_size = getattr(settings, "target_file_size", None)
     return backend

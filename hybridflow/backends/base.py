@@ -62,6 +62,11 @@ class Backend(ABC):
     # Engines running in the runner's process write a local staging directory, which is uploaded.
     writes_object_storage: bool = False
 
+    # Whether the engine reaches the pipeline's object store through this machine (it has no way of its
+    # own there: Spark and az://): its inputs are copies hybridflow downloads, its outputs local staging
+    # hybridflow uploads. Set by backends.create.
+    local_copies: bool = False
+
     # The engine's own target_file_size setting, or None (then the dataset's, or the default, applies).
     # Set by backends.create.
     target_file_size: int | None = None

@@ -329,18 +329,23 @@ def _check_extras(p: Pipeline) -> list[Problem]:
 
 
 def _check_stores(p: Pipeline) -> list[Problem]:
-    """A stage on an engine that cannot reach the pipeline's object store (Spark and az://) is refused
-    here, at its backend: line, not when the run reaches it."""
+    """A stage on an engine that cannot reach the pipeline's object store from a cluster (Spark on a
+    cluster and az://) is refused here, at its backend: line, not when the run reaches it; on this
+    machine such an engine reads and writes the store through local copies."""
     if not p.uses_object_storage:
         return []
     scheme = p.store_uri.split("://", 1)[0]
-    reaching = [name for name, info in engines().items() if info.stores is None or scheme in info.stores]
+    reaching = [name for name, info in engines().items() if info.reaches(scheme)]
     problems = []
     for stage, spec in p.stages.items():
         info = engines().get(spec.backend)
-        if info is not None and info.stores is not None and scheme not in info.stores:
-            problems.append(p.source.problem(("stages", stage, "backend"), f"stage '{stage}' runs on {spec.backend}, "
-                                             f"which does not reach {scheme}:// paths yet: run it on "
+        if info is None or info.reaches(scheme):
+            continue
+        settings = p.engine_settings(spec.backend)
+        if info.attached(settings) or getattr(settings, "cluster", None) is not None:
+            problems.append(p.source.problem(("stages", stage, "backend"), f"stage '{stage}' runs on a "
+                                             f"{spec.backend} cluster, which does not reach {scheme}:// paths: "
+                                             f"run it on {spec.backend} on this machine, or on "
                                              f"{', '.join(reaching)}"))
     return problems
 

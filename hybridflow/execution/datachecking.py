@@ -237,7 +237,7 @@ class InputChecks:
                 continue
             if dataset not in self._done:
                 try:
-                    source = self.inputs.external_source(dataset)
+                    source = self.inputs.table_for(dataset, backend)  # as the stage will read it
                     self._done[dataset] = self.checker.judged(dataset, backend, source, checks)
                 except (KeyboardInterrupt, Terminated, HybridflowError):
                     raise

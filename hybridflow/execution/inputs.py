@@ -4,12 +4,16 @@ the version the stage used (what its outputs' manifests record)."""
 
 from __future__ import annotations
 
-from pathlib import PurePath
+import hashlib
+import shutil
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 from ..data import storage
 from ..data.contract import check_schema, declared_schema
+from ..data.copies import local_source
 from ..data.footers import Footers, read_footers
+from ..data.storage import uri_of
 from ..data.tables import TableSource, parquet_files
 from ..data.textfiles import input_schema, text_files
 from ..definition.datachecks import dataset_checks
@@ -62,7 +66,7 @@ class StageInputs:
             if location.external:
                 return location.path if location.store is None else location.uri
             return self.workspace.catalog().local_copy(location.version)
-        source = self.source(location, partitions)
+        source = self.table_for(dataset, backend, partitions)
         try:
             return backend.read(source)
         except (KeyboardInterrupt, Terminated, HybridflowError):
@@ -70,12 +74,32 @@ class StageInputs:
         except Exception as exc:
             raise DataError(f"{backend.name} cannot read input '{dataset}': {first_line(exc)}") from exc
 
-    def source(self, location: Location, partitions: set[str] | None = None) -> TableSource:
-        """A located table as engines read it; `partitions`: only these."""
+    def table_for(self, dataset: str, backend, partitions: set[str] | None = None) -> TableSource:
+        """A located table as `backend` reads it (`partitions`: only these): where the engine has no
+        way of its own to the store, from a copy on this machine."""
+        location = self.locate(dataset)
         if location.external:
-            return self.external_source(location.dataset, partitions)
-        source = location.version.source()
-        return source if partitions is None else only_partitions(source, partitions)
+            source = self.external_source(dataset, partitions)
+        else:
+            source = location.version.source()
+            if partitions is not None:
+                source = only_partitions(source, partitions)
+        if backend.local_copies and source.store is not None:
+            source = local_source(source, self._copy_folder(location, source))
+        return source
+
+    def _copy_folder(self, location: Location, source: TableSource) -> Path:
+        """Where a copy of `source` is kept: named by the content it holds (the version, or the external
+        input's content digest, and which of its files), so that a copy is never read for other data."""
+        files = hashlib.sha256("\n".join(sorted(uri_of(f) for f in source.files)).encode()).hexdigest()[:12]
+        copies = self.workspace.catalog().home / "copies" / location.dataset
+        if not location.external:
+            return copies / location.version.id / files  # removed with the version (gc)
+        digest = self.planner.input_digest(location.dataset)[:16]
+        for older in (copies / "external").glob("*"):  # an earlier delivery's copies: never read again
+            if not older.name.startswith(digest):
+                shutil.rmtree(older, ignore_errors=True)
+        return copies / "external" / f"{digest}-{files}"
 
     def external_source(self, dataset: str, partitions: set[str] | None = None) -> TableSource:
         """An external table as engines read it, checked against its declared schema from what

@@ -268,7 +268,8 @@ class Runner:
             return
         for name in dict.fromkeys(engines):
             fetch = registry.engine(name).object_storage_fetch
-            if fetch is not None and name not in self._given:
+            reached = registry.engine(name).reaches(self.pipeline.store.scheme)  # else through local copies
+            if fetch is not None and reached and name not in self._given:
                 fetch(self.pipeline.engine_settings(name), self.pipeline.store)
 
     def _raise_if_ended(self) -> None:

@@ -340,17 +340,20 @@ def check_object_storage(target: Target) -> Iterable[Finding]:
             yield Finding("object storage", "ok", f"bucket {bucket} answers at {where}")
     if pipeline.remote is not None and pipeline.remote.bucket in answering:
         yield _conditional_writes(objects, pipeline.remote)
-    scheme = pipeline.store.scheme
     for name in sorted(target.backends):
-        check = engines()[name].object_storage_check
-        if check is None:
-            continue
-        try:
-            found = check(pipeline.store)
-        except UnavailableError as exc:
-            yield Finding(f"{name} and {scheme}://", "error", exc.message, exc.hint or "")
-        else:
-            yield Finding(f"{name} and {scheme}://", "ok", found)
+        if engines()[name].object_storage_check is not None:
+            yield _engine_reaches(name, pipeline.store)
+
+
+def _engine_reaches(name: str, store) -> Finding:
+    """What the engine needs to read the store's paths, found (or how it reaches them without it)."""
+    check = f"{name} and {store.scheme}://"
+    if not engines()[name].reaches(store.scheme):
+        return Finding(check, "ok", "through copies on this machine (no connector of its own)")
+    try:
+        return Finding(check, "ok", engines()[name].object_storage_check(store))
+    except UnavailableError as exc:
+        return Finding(check, "error", exc.message, exc.hint or "")
 
 
 def _conditional_writes(objects, workdir) -> Finding:

@@ -3,8 +3,9 @@ key made for the run): Put Blob's conditions refuse a second create-only write a
 compare-and-swap, a write whose answer was lost on the way back is recognised as ours when the
 library's retry meets it, trees of files go up, down and are listed, copied and deleted, the store
 check trusts it and keeps its answer, a missing or wrong key is one line with exit 74 that shows no
-secret, and a Spark stage on an az:// workdir is refused in one line (exit 69). The pipeline suite on
-every engine runs on it too (test_s3_workdir.py)."""
+secret, Spark (no connector for az://) reads and writes it through copies on this machine, and a Spark
+cluster there is refused at its line (exit 78). The pipeline suite on every engine runs on it too
+(test_s3_workdir.py)."""
 
 from __future__ import annotations
 
@@ -185,19 +186,113 @@ SPARK_PIPELINE = '''
 name: sparky
 workdir: az://lake/sparky
 backends:
-  spark: {master: "local[1]"}
+  spark: {master: "local[1]", conf: {spark.sql.shuffle.partitions: 2}}
+datasets:
+  orders:
+    path: az://lake/sparky-in/orders
+    partition_by: [week]
+    schema: {customer: string, amount: double, week: string}
+  totals:
+    checks:
+      - unique: [customer, week]
+      - row_count: {min: 1}
 stages:
-  make: {run: "mypkg.steps:make", backend: spark, outputs: [a]}
+  totals: {run: "mypkg.steps:totals", backend: spark, inputs: [orders], outputs: [totals]}
+  ranked: {run: "mypkg.steps:ranked", inputs: [totals], outputs: [ranked]}
+  best: {run: "mypkg.steps:best", backend: spark, inputs: [ranked], outputs: [best]}
+'''
+SPARK_STAGES = '''
+def totals(orders):
+    from pyspark.sql import functions as F
+
+    return orders.groupBy("customer", "week").agg(F.sum("amount").alias("total"), F.count("*").alias("orders"))
+
+
+def ranked(totals):
+    return totals.sort_values(["week", "total", "customer"], ascending=[True, False, True]).reset_index(drop=True)
+
+
+def best(ranked):
+    from pyspark.sql import functions as F
+
+    return ranked.groupBy("week").agg(F.max("total").alias("best"))
 '''
 
 
-def test_a_spark_stage_on_an_az_workdir_is_refused_at_its_line_before_anything_runs(project, az, tmp_path):
+def put_orders(az, week: str, rows: int):
+    """A week of orders delivered into the input's partition folder; the rows as a pandas frame."""
+    import pandas as pd
+    import pyarrow as pa
+
+    orders = pd.DataFrame({"customer": [f"c{i % 7}" for i in range(rows)], "amount": [i * 0.25 for i in range(rows)]})
+    table = pa.Table.from_pandas(orders, preserve_index=False)
+    az.put_table(f"lake/sparky-in/orders/week={week}/part-0.parquet", table)
+    return orders.assign(week=week)
+
+
+def test_a_spark_stage_reads_and_writes_az_through_copies_on_this_machine_and_a_rerun_skips(project, az, tmp_path,
+                                                                                           monkeypatch):
+    """Spark has no connector for az://: on this machine it reads an external input and a published
+    version from copies hybridflow downloads, and its outputs are uploaded from local staging and
+    checked there; the results equal pandas', the next run skips, a new delivery replaces the copy."""
+    import pandas as pd
+
+    import hybridflow
+    from tests.objectstore.test_s3_workdir import statuses
+
+    orders = pd.concat([put_orders(az, "2026-11-02", 300), put_orders(az, "2026-11-09", 200)])
+    project.stages(SPARK_STAGES)
+    file = project.pipeline(SPARK_PIPELINE)
+    cache = tmp_path / "cache"
+    for name, value in az.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("HYBRIDFLOW_CACHE", str(cache))
+
+    def expected(orders: pd.DataFrame) -> pd.DataFrame:
+        totals = orders.groupby(["customer", "week"], as_index=False).agg(total=("amount", "sum"))
+        return totals.groupby("week", as_index=False).agg(best=("total", "max"))
+
+    done = run(project, tmp_path, az.env())
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert statuses(done.stdout) == {"totals": "done", "ranked": "done", "best": "done"}, done.stdout
+    written = [key for key in az.keys("lake/sparky/") if "/datasets/best/" in key and key.endswith(".parquet")]
+    assert written, az.keys("lake/sparky/")  # uploaded into the store
+    got = hybridflow.read(file, "best", engine="pandas").sort_values("week").reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, expected(orders), check_dtype=False)
+    assert az.secret_key not in done.stdout + done.stderr
+
+    again = run(project, tmp_path, az.env())
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert statuses(again.stdout) == {"totals": "skipped", "ranked": "skipped", "best": "skipped"}, again.stdout
+
+    orders = pd.concat([orders, put_orders(az, "2026-11-16", 100)])  # a new week is delivered
+    newer = run(project, tmp_path, az.env())
+    assert newer.returncode == 0, newer.stdout + newer.stderr
+    assert statuses(newer.stdout) == {"totals": "done", "ranked": "done", "best": "done"}, newer.stdout
+    got = hybridflow.read(file, "best", engine="pandas").sort_values("week").reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, expected(orders), check_dtype=False)
+    copies = [p for p in cache.rglob("copies/orders/external/*") if p.is_dir()]
+    assert len(copies) == 1, copies  # the earlier delivery's copy is gone
+
+    checked = subprocess.run([sys.executable, "-m", "hybridflow.cli", "doctor", "pipeline.yaml"], cwd=project.root,
+                             env={**os.environ, "COLUMNS": "400"}, capture_output=True, text=True, timeout=120)
+    assert "spark and az://" in checked.stdout and "through copies on this machine" in checked.stdout, checked.stdout
+
+
+def test_a_spark_cluster_stage_on_an_az_workdir_is_refused_at_its_line_before_anything_runs(project, az, tmp_path):
     project.stages("import pandas as pd\n\n\ndef make():\n    return pd.DataFrame({\"a\": [1, 2]})\n")
-    project.pipeline(SPARK_PIPELINE)
+    project.pipeline('''
+name: clustered
+workdir: az://lake/clustered
+backends:
+  spark: {master: "spark://127.0.0.1:7077"}
+stages:
+  make: {run: "mypkg.steps:make", backend: spark, outputs: [a]}
+''')
     done = run(project, tmp_path, az.env())
     assert done.returncode == 78, done.stdout + done.stderr  # the pipeline file's error, at the stage's line
     assert "pipeline.yaml:6:" in done.stdout + done.stderr, done.stdout + done.stderr
-    assert "stage 'make' runs on spark, which does not reach az:// paths yet" in done.stdout + done.stderr
+    assert "stage 'make' runs on a spark cluster, which does not reach az:// paths" in done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     assert not Path(project.root / ".hybridflow").exists()
 

@@ -61,8 +61,10 @@ def wait(events):
 '''
 
 
-@pytest.mark.parametrize("command", [["run", "pipeline.yaml"], ["backfill", "pipeline.yaml", "--partitions", "day=1..2"]],
-                         ids=["run", "backfill"])
+COMMANDS = {"run": ["run", "pipeline.yaml"], "backfill": ["backfill", "pipeline.yaml", "--partitions", "day=1..2"]}
+
+
+@pytest.mark.parametrize("command", list(COMMANDS.values()), ids=list(COMMANDS))
 def test_a_run_whose_engine_never_stops_is_ended_past_its_deadline_and_recorded(project, command):
     import pyarrow as pa
     import pyarrow.parquet as pq

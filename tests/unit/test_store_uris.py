@@ -157,16 +157,21 @@ def test_an_az_workdir_without_the_azure_extra_is_told_how_to_install_it(monkeyp
     assert "azure" in (raised.value.hint or "")
 
 
-@pytest.mark.parametrize(("workdir", "refused"), [("az://team/wd", True), ("gs://team/wd", False),
-                                                  ("s3://team/wd", False)])
-def test_a_spark_stage_on_a_store_spark_cannot_reach_is_refused_at_its_backend_line(tmp_path, workdir, refused):
+@pytest.mark.parametrize(("workdir", "master", "refused"), [
+    ("az://team/wd", "spark://10.0.0.5:7077", True), ("az://team/wd", "local[2]", False),
+    ("gs://team/wd", "spark://10.0.0.5:7077", False), ("s3://team/wd", "spark://10.0.0.5:7077", False)])
+def test_a_spark_cluster_stage_on_a_store_spark_cannot_reach_is_refused_at_its_backend_line(tmp_path, workdir, master,
+                                                                                            refused):
+    """Spark on this machine reaches az:// through local copies; a Spark cluster's workers could not read them."""
     file = write(tmp_path, workdir=workdir, path=f"{workdir.split('://')[0]}://lake/raw")
-    file.write_text(file.read_text().replace("{run:", "{backend: spark, run:"))
+    file.write_text(file.read_text().replace("{run:", "{backend: spark, run:") +
+                    f"backends:\n  spark: {{master: \"{master}\"}}\n")
     _, problems = check_file(file, environ={})
     errors = [str(p) for p in problems if p.severity == "error"]
     if not refused:
         assert errors == []
         return
     assert len(errors) == 1 and "pipeline.yaml:6:" in errors[0], errors
-    assert "stage 'a' runs on spark, which does not reach az:// paths yet: run it on" in errors[0], errors
-    assert "duckdb" in errors[0] and "spark" not in errors[0].split("run it on")[1], errors
+    assert "stage 'a' runs on a spark cluster, which does not reach az:// paths: run it on spark on this " \
+           "machine, or on" in errors[0], errors
+    assert "duckdb" in errors[0] and "spark" not in errors[0].split("machine, or on")[1], errors

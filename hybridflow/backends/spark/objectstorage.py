@@ -45,8 +45,9 @@ CONNECTORS = {"s3": Connector("s3a", "hadoop-aws", lambda: s3_jars_fetcher().s3_
 def connector(scheme: str) -> Connector:
     """The connector of the store whose URIs have `scheme`; UnavailableError for a store Spark cannot reach."""
     if scheme not in CONNECTORS:
-        raise UnavailableError(f"Spark does not reach {scheme}:// paths yet",
-                               hint="run this stage on another engine (duckdb, polars, dask, ray or python)")
+        raise UnavailableError(f"Spark has no connector for {scheme}:// paths",
+                               hint="run Spark on this machine (it reaches the store through local copies), or the "
+                                    "stage on another engine")
     return CONNECTORS[scheme]
 
 

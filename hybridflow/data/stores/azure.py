@@ -7,8 +7,9 @@ The account and its key come only from Azure's standard variables: AZURE_STORAGE
 (AccountName, AccountKey, BlobEndpoint; UseDevelopmentStorage=true for a local Azurite), else
 AZURE_STORAGE_ACCOUNT and AZURE_STORAGE_KEY. `storage: endpoint` names an emulator's or another
 cloud's blob endpoint. The key is read from the environment where a client is made, never kept in
-the settings, which records and messages may show. Spark does not reach az:// yet: a Spark stage
-there is refused in one line.
+the settings, which records and messages may show. Spark has no connector for az:// here: on this
+machine it reads copies hybridflow downloads and writes local staging hybridflow uploads (data/copies.py),
+and a Spark cluster there is refused at validate.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ class AzureSettings:
         return options
 
     def spark_conf(self) -> dict[str, str]:
-        """Nothing: Spark has no connector for az:// yet, and the Spark engine refuses such a stage in one line."""
+        """Nothing: Spark has no connector for az:// here (it reaches the store through copies on this machine)."""
         return {}
 
     def objects(self):
