@@ -256,8 +256,8 @@ _DENIED = ("ACCESS_DENIED", "AccessDenied", "INVALID_ACCESS_KEY_ID", "InvalidAcc
 # what to set where a store refused the credentials, by scheme (AWS's for s3:// and any other)
 _AWS_CREDENTIALS = ("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) to credentials allowed to use "
                     "the bucket")
-AZURE_CREDENTIALS = ("set AZURE_STORAGE_CONNECTION_STRING (or AZURE_STORAGE_ACCOUNT and AZURE_STORAGE_KEY) to an "
-                     "account allowed to use the container")
+AZURE_CREDENTIALS = ("set AZURE_STORAGE_CONNECTION_STRING (or AZURE_STORAGE_ACCOUNT and AZURE_STORAGE_KEY or "
+                     "AZURE_STORAGE_SAS_TOKEN) to an account allowed to use the container")
 _CREDENTIALS_HINTS = {"az": AZURE_CREDENTIALS}
 _UNREACHABLE = ("NETWORK_CONNECTION", "Couldn't connect", "curlCode: 7", "curlCode: 28", "Connection refused",
                 "Could not connect", "timed out", "Timeout")

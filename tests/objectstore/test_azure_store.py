@@ -172,7 +172,7 @@ def test_a_wrong_or_missing_key_is_one_line_with_exit_74_and_no_secret(project, 
     output = done.stdout + done.stderr
     assert done.returncode == 74, output
     expected = {"wrong key": "refused access to az://lake/keyed",
-                "no key": f"no key for the Azure storage account '{az.account}'",
+                "no key": f"no key or shared access signature for the Azure storage account '{az.account}'",
                 "malformed key": f"the key of the Azure storage account '{az.account}' is not base64"}[credentials]
     assert expected in output and "AZURE_STORAGE_CONNECTION_STRING" in output, output
     assert "Traceback" not in output and az.secret_key not in output, output
@@ -180,6 +180,80 @@ def test_a_wrong_or_missing_key_is_one_line_with_exit_74_and_no_secret(project, 
     records = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()] if (tmp_path / "cache").exists() else []
     secrets = [secret.encode() for secret in (wrong, az.secret_key) if secret]
     assert not [p for p in records if any(secret in p.read_bytes() for secret in secrets)]
+
+
+SIGNED_PIPELINE = '''
+name: signed
+workdir: az://lake/signed
+backends:
+  dask: {n_workers: 1, threads_per_worker: 1}
+stages:
+  make: {run: "mypkg.steps:make", backend: python, outputs: [a]}
+  on_duckdb: {run: "mypkg.steps:on_duckdb", backend: duckdb, inputs: [a], outputs: [b]}
+  on_polars: {run: "mypkg.steps:on_polars", backend: polars, inputs: [b], outputs: [c]}
+  on_dask: {run: "mypkg.steps:on_dask", backend: dask, inputs: [c], outputs: [d]}
+'''
+SIGNED_STAGES = '''
+import pandas as pd
+
+
+def make():
+    return pd.DataFrame({"a": [1, 2, 3]})
+
+
+def on_duckdb(a):
+    return a.project("a, a * 10 AS b")
+
+
+def on_polars(b):
+    import polars as pl
+
+    return b.with_columns(c=pl.col("b") + 1)
+
+
+def on_dask(c):
+    return c.assign(d=c["c"] * 2)
+'''
+
+
+@pytest.mark.parametrize("given", ["in the connection string", "in AZURE_STORAGE_SAS_TOKEN"])
+def test_a_shared_access_signature_reaches_the_store_on_every_engine_and_is_shown_nowhere(project, az, tmp_path,
+                                                                                           monkeypatch, given):
+    """An account SAS made for the run (no account key anywhere): the commits, the lease and each engine's
+    own reads and writes go through it; no output, record or log holds it."""
+    from datetime import datetime, timedelta, timezone
+
+    from azure.storage.blob import AccountSasPermissions, ResourceTypes, generate_account_sas
+
+    import hybridflow
+
+    allowed = AccountSasPermissions(read=True, write=True, delete=True, list=True, add=True, create=True)
+    resources = ResourceTypes(service=True, container=True, object=True)
+    signature = generate_account_sas(az.account, az.secret_key, resources, allowed,
+                                     expiry=datetime.now(timezone.utc) + timedelta(hours=1))
+    environ = {"AZURE_STORAGE_CONNECTION_STRING": f"BlobEndpoint={az.endpoint};SharedAccessSignature={signature}",
+               "AZURE_STORAGE_ACCOUNT": "", "AZURE_STORAGE_KEY": "", "AZURE_STORAGE_SAS_TOKEN": ""}
+    text = SIGNED_PIPELINE
+    if given == "in AZURE_STORAGE_SAS_TOKEN":
+        environ.update(AZURE_STORAGE_CONNECTION_STRING="", AZURE_STORAGE_ACCOUNT=az.account,
+                       AZURE_STORAGE_SAS_TOKEN=f"?{signature}")
+        text = text.replace("stages:\n", f"storage:\n  endpoint: http://{az.host}:{az.port}\nstages:\n", 1)
+    project.stages(SIGNED_STAGES)
+    file = project.pipeline(text)
+    done = run(project, tmp_path, environ)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("HYBRIDFLOW_CACHE", str(tmp_path / "cache"))
+    got = hybridflow.read(file, "d", engine="pandas").sort_values("a").to_dict("list")
+    assert got == {"a": [1, 2, 3], "b": [10, 20, 30], "c": [11, 21, 31], "d": [22, 42, 62]}
+    assert [k for k in az.keys("lake/signed/") if "/datasets/d/versions/" in k and k.endswith(".parquet")]
+    sig = signature.split("sig=")[1].split("&")[0]  # the signing part, however the token is quoted
+    assert sig not in output and az.secret_key not in output, output
+    kept = [p for p in (tmp_path / "cache").rglob("*") if p.is_file() and sig.encode() in p.read_bytes()]
+    stored = [k for k in az.keys("lake/signed/") if not k.endswith(".parquet") and sig.encode() in az.get_bytes(k)]
+    assert kept == [] and stored == []  # nor in the run records, logs and reports kept here or in the store
 
 
 SPARK_PIPELINE = '''

@@ -128,6 +128,28 @@ def test_an_az_workdir_is_azure_blob_storage_reached_as_the_standard_variables_s
     assert [p for p in problems if p.severity == "error"] == []
 
 
+def test_an_azure_key_or_shared_access_signature_is_found_where_azure_puts_it_and_shown_nowhere():
+    from hybridflow.data.stores.azure import AzureSettings, credential_of
+
+    signed = "BlobEndpoint=https://acct.blob.core.windows.net/;SharedAccessSignature=sv=2024&sig=c2lnbg%3D%3D"
+    # a connection string with a signature and Azure's own endpoint: the account is the endpoint's host's
+    assert (AzureSettings.of(None, {"AZURE_STORAGE_CONNECTION_STRING": signed}).account) == "acct"
+    found = {name: credential_of(environ) for name, environ in {
+        "connection string's key": {"AZURE_STORAGE_CONNECTION_STRING": AZURITE, "AZURE_STORAGE_SAS_TOKEN": "sv=x"},
+        "connection string's signature": {"AZURE_STORAGE_CONNECTION_STRING": signed},
+        "variable key": {"AZURE_STORAGE_KEY": "a2V5", "AZURE_STORAGE_SAS_TOKEN": "sv=x"},
+        "variable signature": {"AZURE_STORAGE_SAS_TOKEN": "?sv=2024&sig=c2lnbg%3D%3D"},
+        "none": {"AZURE_STORAGE_ACCOUNT": "acct"}}.items()}
+    sas = ("sas", "sv=2024&sig=c2lnbg%3D%3D")
+    assert {name: found and (found.kind, found.secret) for name, found in found.items()} == {
+        "connection string's key": ("key", "a2V5"), "connection string's signature": sas,
+        "variable key": ("key", "a2V5"), "variable signature": sas, "none": None}
+    assert "c2lnbg" not in repr(found["variable signature"])
+    reached = AzureSettings.of(None, {"AZURE_STORAGE_ACCOUNT": "acct"}).reached(
+        {"AZURE_STORAGE_ACCOUNT": "acct", "AZURE_STORAGE_SAS_TOKEN": "sv=2024&sig=c2lnbg%3D%3D"})
+    assert reached["credentials"] == "AZURE_STORAGE_SAS_TOKEN" and "c2lnbg" not in str(reached)
+
+
 def test_an_input_in_another_store_than_the_workdirs_is_a_located_config_error(tmp_path):
     _, problems = check_file(write(tmp_path, workdir="s3://team-bucket/wd", path="gs://lake/raw"), environ={})
     errors = [str(p) for p in problems if p.severity == "error"]

@@ -3,11 +3,12 @@ and Dask through fsspec's wrapper of it, Polars through its own object_store rea
 commits through Put Blob's conditions: `If-None-Match: *` writes only if the blob is absent,
 `If-Match: <ETag>` only if it was not written since.
 
-The account and its key come only from Azure's standard variables: AZURE_STORAGE_CONNECTION_STRING
-(AccountName, AccountKey, BlobEndpoint; UseDevelopmentStorage=true for a local Azurite), else
-AZURE_STORAGE_ACCOUNT and AZURE_STORAGE_KEY. `storage: endpoint` names an emulator's or another
-cloud's blob endpoint. The key is read from the environment where a client is made, never kept in
-the settings, which records and messages may show. Spark has no connector for az:// here: on this
+The account and its credential come only from Azure's standard variables: AZURE_STORAGE_CONNECTION_STRING
+(AccountName, AccountKey or SharedAccessSignature, BlobEndpoint; UseDevelopmentStorage=true for a local
+Azurite), else AZURE_STORAGE_ACCOUNT with AZURE_STORAGE_KEY or AZURE_STORAGE_SAS_TOKEN (a shared access
+signature). `storage: endpoint` names an emulator's or another cloud's blob endpoint. The credential is
+read from the environment where a client is made, never kept in the settings, which records and
+messages may show. Spark has no connector for az:// here: on this
 machine it reads copies hybridflow downloads and writes local staging hybridflow uploads (data/copies.py),
 and a Spark cluster there is refused at validate.
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 import base64
 import functools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 from urllib.parse import urlsplit
 
@@ -26,6 +27,7 @@ from ..storage import ObjectPath
 
 CONNECTION_VARIABLE = "AZURE_STORAGE_CONNECTION_STRING"
 ACCOUNT_VARIABLE, KEY_VARIABLE = "AZURE_STORAGE_ACCOUNT", "AZURE_STORAGE_KEY"
+SAS_VARIABLE = "AZURE_STORAGE_SAS_TOKEN"
 # Azurite's (and the old emulator's) documented account: public, the same on every machine
 DEVELOPMENT_ACCOUNT = "devstoreaccount1"
 DEVELOPMENT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -58,38 +60,43 @@ class AzureSettings:
         parts = connection_parts(environ)
         account = parts.get("AccountName") or environ.get(ACCOUNT_VARIABLE) or None
         endpoint = (section or {}).get("endpoint") or parts.get("BlobEndpoint")
-        if account is None and endpoint and "://" in endpoint:  # an emulator's URL names it first in its path
-            account = urlsplit(endpoint).path.strip("/").split("/")[0] or None
+        if account is None and endpoint and "://" in endpoint:  # Azure's URL names it in its host, an emulator's
+            url = urlsplit(endpoint)                            # first in its path
+            host = url.hostname or ""
+            account = (host.split(".")[0] if ".blob." in host else url.path.strip("/").split("/")[0]) or None
         if endpoint is None and account:  # Azure's own, or another Azure cloud's (EndpointSuffix)
             suffix = parts.get("EndpointSuffix", "core.windows.net")
             endpoint = f"{parts.get('DefaultEndpointsProtocol', 'https')}://{account}.blob.{suffix}"
         return cls(account, _account_url(endpoint.rstrip("/"), account) if endpoint else None)
 
     def reached(self, environ: Mapping[str, str]) -> dict[str, str]:
-        """Which account, at which endpoint, and from which variable: never the key or the connection string."""
-        source = CONNECTION_VARIABLE if environ.get(CONNECTION_VARIABLE) else ACCOUNT_VARIABLE
+        """Which account, at which endpoint, and from which variable: never the key, the signature or the
+        connection string."""
+        source = CONNECTION_VARIABLE if environ.get(CONNECTION_VARIABLE) else \
+            SAS_VARIABLE if environ.get(SAS_VARIABLE) and not environ.get(KEY_VARIABLE) else ACCOUNT_VARIABLE
         return {"endpoint": self.endpoint or self.label, "account": self.account or "(none)", "credentials": source}
 
     def adopt_checksum_policy(self) -> None:
         """Nothing to adopt: Azure takes the checksums every client sends (S3's settings need this)."""
 
-    def credential(self) -> str:
-        """The account's key, from the environment (never kept); StorageError when there is none."""
+    def credential(self) -> Credential:
+        """The account's key or shared access signature, from the environment (never kept); StorageError
+        when there is neither."""
         from ...errors import StorageError
 
         if not self.account:
             raise StorageError("no Azure storage account to reach az:// paths", hint=HINT)
-        key = account_key(os.environ)
-        if not key:
-            signed = "SharedAccessSignature" in connection_parts(os.environ)
-            raise StorageError(f"no key for the Azure storage account '{self.account}'"
-                               + (" (a shared access signature is not supported yet)" if signed else ""), hint=HINT)
-        try:  # a key that is not base64 fails every request deep in the libraries, with no word of which
-            base64.b64decode(key, validate=True)
-        except ValueError:
-            raise StorageError(f"the key of the Azure storage account '{self.account}' is not base64 "
-                               f"(a key is copied whole from the account's Access keys)", hint=HINT) from None
-        return key
+        found = credential_of(os.environ)
+        if found is None:
+            raise StorageError(f"no key or shared access signature for the Azure storage account '{self.account}'",
+                               hint=HINT)
+        if found.kind == "key":
+            try:  # a key that is not base64 fails every request deep in the libraries, with no word of which
+                base64.b64decode(found.secret, validate=True)
+            except ValueError:
+                raise StorageError(f"the key of the Azure storage account '{self.account}' is not base64 "
+                                   f"(a key is copied whole from the account's Access keys)", hint=HINT) from None
+        return found
 
     def arrow_filesystem(self):
         """pyarrow's AzureFileSystem for these settings, made once per account key."""
@@ -104,7 +111,9 @@ class AzureSettings:
     def polars_options(self) -> dict[str, str]:
         """Polars' storage_options: object_store reads neither AZURE_STORAGE_KEY nor a connection string,
         so the account and key are handed over here, in this process only (never recorded)."""
-        options = {"azure_storage_account_name": self.account or "", "azure_storage_account_key": self.credential()}
+        credential = self.credential()
+        secret = "azure_storage_account_key" if credential.kind == "key" else "azure_storage_sas_key"
+        options = {"azure_storage_account_name": self.account or "", secret: credential.secret}
         if self.endpoint:
             options.update(azure_storage_endpoint=self.endpoint,
                            azure_allow_http=str(self.endpoint.startswith("http://")).lower())
@@ -131,8 +140,27 @@ def connection_parts(environ: Mapping[str, str]) -> dict[str, str]:
     return parts
 
 
-def account_key(environ: Mapping[str, str]) -> str | None:
-    return connection_parts(environ).get("AccountKey") or environ.get(KEY_VARIABLE) or None
+@dataclass(frozen=True)
+class Credential:
+    """An account key ("key") or a shared access signature ("sas", without its leading '?'): a secret,
+    shown nowhere."""
+
+    kind: str
+    secret: str = field(repr=False)
+
+
+def credential_of(environ: Mapping[str, str]) -> Credential | None:
+    """The connection string's key or signature, else AZURE_STORAGE_KEY's, else AZURE_STORAGE_SAS_TOKEN's."""
+    parts = connection_parts(environ)
+    if parts.get("AccountKey"):
+        return Credential("key", parts["AccountKey"])
+    if parts.get("SharedAccessSignature"):
+        return Credential("sas", parts["SharedAccessSignature"].lstrip("?"))
+    if environ.get(KEY_VARIABLE):
+        return Credential("key", environ[KEY_VARIABLE])
+    if environ.get(SAS_VARIABLE):
+        return Credential("sas", environ[SAS_VARIABLE].lstrip("?"))
+    return None
 
 
 def _account_url(endpoint: str, account: str | None) -> str:
@@ -146,7 +174,7 @@ def _account_url(endpoint: str, account: str | None) -> str:
 
 
 @functools.lru_cache(maxsize=4)
-def _arrow_filesystem(settings: AzureSettings, key: str):
+def _arrow_filesystem(settings: AzureSettings, credential: Credential):
     from .azurearrow import AzureArrowFileSystem
 
     options: dict[str, Any] = {}
@@ -159,7 +187,9 @@ def _arrow_filesystem(settings: AzureSettings, key: str):
             host = host[len(settings.account):]
         options.update(blob_storage_authority=host, blob_storage_scheme=url.scheme,
                        dfs_storage_authority=host.replace(".blob.", ".dfs."), dfs_storage_scheme=url.scheme)
-    filesystem = AzureArrowFileSystem(settings.account, account_key=key, **options)
+    # pyarrow appends a signature to each request's URL as given: it must bring its own '?'
+    secret = {"account_key": credential.secret} if credential.kind == "key" else {"sas_token": f"?{credential.secret}"}
+    filesystem = AzureArrowFileSystem(settings.account, **secret, **options)
     filesystem.settings = settings
     return filesystem
 

@@ -43,7 +43,9 @@ class AzureObjectStore(ConditionalWrites):
         # every method: a write is conditional or idempotent, and a repeat that meets itself is recognised;
         # a store that stopped answering fails a run in seconds (the library's default waits minutes)
         retry = LinearRetry(backoff=0.5, random_jitter_range=0.25, retry_total=3)
-        credential = {"account_name": self.settings.account, "account_key": self.settings.credential()}
+        found = self.settings.credential()
+        credential = {"account_name": self.settings.account, "account_key": found.secret} if found.kind == "key" \
+            else found.secret  # a shared access signature, as the library takes it
         return BlobServiceClient(self.settings.endpoint, credential=credential, retry_policy=retry, **_TIMEOUTS)
 
     def _blob(self, path: AzurePath):
