@@ -610,8 +610,8 @@ def backfill(pipeline: PipelineLike, partitions: str | None = None, *, chunk: in
     """Reprocess chosen partitions of the incremental stages and rerun what depends on them
     (ops/backfill.py): `partitions` "column=low..high" or "column=a,b,c"; `chunk` partitions per run
     (0: one run); `reprocess` missing, failed or all; `resume` runs the last backfill's unfinished
-    chunks; `only`/`to` limit the stages each chunk runs, and exit_when_stuck is, as for run(). Returns
-    backfill.Outcome (each chunk's RunResult), or backfill.DryRun when dry_run."""
+    chunks; `only`/`to` limit the stages each chunk runs, as for run(), and so does exit_when_stuck.
+    Returns backfill.Outcome (each chunk's RunResult), or backfill.DryRun when dry_run."""
     from .ops import backfill as backfills
 
     loaded = _pipeline(pipeline)

@@ -4,16 +4,14 @@ the version the stage used (what its outputs' manifests record)."""
 
 from __future__ import annotations
 
-import hashlib
 import shutil
-from pathlib import Path, PurePath
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 from ..data import storage
 from ..data.contract import check_schema, declared_schema
-from ..data.copies import local_source
+from ..data.copies import Copy
 from ..data.footers import Footers, read_footers
-from ..data.storage import uri_of
 from ..data.tables import TableSource, parquet_files
 from ..data.textfiles import input_schema, text_files
 from ..definition.datachecks import dataset_checks
@@ -76,30 +74,32 @@ class StageInputs:
 
     def table_for(self, dataset: str, backend, partitions: set[str] | None = None) -> TableSource:
         """A located table as `backend` reads it (`partitions`: only these): where the engine has no
-        way of its own to the store, from a copy on this machine."""
+        way of its own to the store, from a copy on this machine (of the whole input: one copy per
+        content, whichever partitions a stage reads)."""
         location = self.locate(dataset)
-        if location.external:
-            source = self.external_source(dataset, partitions)
-        else:
-            source = location.version.source()
-            if partitions is not None:
-                source = only_partitions(source, partitions)
-        if backend.local_copies and source.store is not None:
-            source = local_source(source, self._copy_folder(location, source))
-        return source
+        copied = backend.local_copies and location.store is not None
+        if location.external and not copied:
+            return self.external_source(dataset, partitions)
+        source = self.external_source(dataset) if location.external else location.version.source()
+        if copied:
+            source = self._copied(location, source)
+        return source if partitions is None else only_partitions(source, partitions)
 
-    def _copy_folder(self, location: Location, source: TableSource) -> Path:
-        """Where a copy of `source` is kept: named by the content it holds (the version, or the external
-        input's content digest, and which of its files), so that a copy is never read for other data."""
-        files = hashlib.sha256("\n".join(sorted(uri_of(f) for f in source.files)).encode()).hexdigest()[:12]
+    def _copied(self, location: Location, source: TableSource) -> TableSource:
+        """`source` as a copy on this machine. Only the newest is kept: a copy of a version replaces the
+        copies of the dataset's earlier versions (gc removes those of versions it deletes), a copy of a
+        new delivery of an external input the copies of its earlier ones."""
+        copy = Copy(source, listed=location.external)
         copies = self.workspace.catalog().home / "copies" / location.dataset
-        if not location.external:
-            return copies / location.version.id / files  # removed with the version (gc)
-        digest = self.planner.input_digest(location.dataset)[:16]
-        for older in (copies / "external").glob("*"):  # an earlier delivery's copies: never read again
-            if not older.name.startswith(digest):
+        folder = copies / "external" / copy.name() if location.external else \
+            copies / location.version.id / copy.name()
+        if not folder.is_dir():
+            for older in folder.parent.parent.glob("[!.]*"):  # never another process's partial copy
+                if older != folder.parent:
+                    shutil.rmtree(older, ignore_errors=True)
+            for older in folder.parent.glob("[!.]*"):
                 shutil.rmtree(older, ignore_errors=True)
-        return copies / "external" / f"{digest}-{files}"
+        return copy.into(folder)
 
     def external_source(self, dataset: str, partitions: set[str] | None = None) -> TableSource:
         """An external table as engines read it, checked against its declared schema from what

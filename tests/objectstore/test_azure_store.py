@@ -266,6 +266,8 @@ datasets:
     path: az://lake/sparky-in/orders
     partition_by: [week]
     schema: {customer: string, amount: double, week: string}
+    checks:
+      - not_null: [customer]
   totals:
     checks:
       - unique: [customer, week]
