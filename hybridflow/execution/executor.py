@@ -9,14 +9,13 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .. import processes
 from ..backends.context import StageContext
 from ..backends.stagelog import stage_log
 from ..backends.stagemlflow import record_of
 from ..definition import signature
-from ..definition.pipeline import Pipeline
 from ..definition.sqlstage import is_sql, sql_function
 from ..definition.stagecode import import_function
 from ..errors import (
@@ -28,18 +27,19 @@ from ..errors import (
     is_out_of_space,
     out_of_space,
 )
-from ..reporting.timeline import ATTEMPT, CALL, PUBLISH, READ, RETRY_WAIT, Timeline
+from ..reporting.timeline import ATTEMPT, CALL, PUBLISH, READ, RETRY_WAIT
 from ..results import StageResult
-from ..store.catalog import Catalog
 from . import childprocess
 from .datachecking import InputChecks
 from .enginepool import EnginePool
-from .inputs import StageInputs
-from .planner import INCREMENTAL, Decision, Planner
+from .planner import INCREMENTAL, Decision
 from .publisher import Publisher, Written
 from .stageerrors import StageErrors
 from .stageprogress import watched
 from .stopping import SignalState, Terminated, time_limit
+
+if TYPE_CHECKING:  # the session makes the executor
+    from .session import RunSession
 
 # Failures worth another try: the stage's own code (a flaky source), a timeout, an engine that
 # could not start or be reached. Config and data-contract errors would fail the same way again.
@@ -48,19 +48,20 @@ MAX_RETRY_DELAY = 600.0
 
 
 class StageExecutor:
-    def __init__(self, pipeline: Pipeline, catalog: Catalog, planner: Planner, engines: EnginePool,  # noqa: PLR0913 - the run's collaborators; a run session object would carry them
-                 inputs: StageInputs, publisher: Publisher, errors: StageErrors, signals: SignalState, *,
-                 gpu: Any, changed: Callable[[StageResult], None],
-                 end_run: Callable[[HybridflowError], None], timeline: Timeline | None = None) -> None:
-        self.pipeline, self.catalog, self.planner = pipeline, catalog, planner
-        self.engines, self.inputs, self.publisher, self.errors = engines, inputs, publisher, errors
+    def __init__(self, session: RunSession, engines: EnginePool, publisher: Publisher, errors: StageErrors,
+                 signals: SignalState, *, gpu: Any, changed: Callable[[StageResult], None],
+                 end_run: Callable[[HybridflowError], None]) -> None:
+        """A run's: its session's pipeline, catalog, planner and inputs, the run's engines, its outputs'
+        publisher and its stages' errors."""
+        self.pipeline, self.catalog, self.planner = session.pipeline, session.catalog, session.planner
+        self.engines, self.inputs, self.publisher, self.errors = engines, session.inputs, publisher, errors
         self.signals = signals
         self.gpu = gpu  # the run's gpu.GpuPlan, decided before the first stage
         self.changed = changed  # a stage's result changed: report and record it
         self.end_run = end_run  # a stage stuck past its timeout: the run is ended around it
-        self.home = catalog.home
-        self.timeline = timeline or Timeline()
-        self.input_checks = InputChecks(pipeline, inputs)  # one run's: each run makes its executor
+        self.home = session.catalog.home
+        self.timeline = engines.timeline
+        self.input_checks = InputChecks(self.pipeline, self.inputs)  # one run's: each run makes its executor
 
     def run_stage(self, run_id: str, run_dir: Path, result: StageResult, decision: Decision) -> None:
         spec = self.pipeline.stages[result.name]

@@ -1,7 +1,8 @@
-"""Runs a pipeline: one run session holds the pipeline's lock and its run record, installs the stop
-signals, plans the stages, has each run by the stage executor (executor.py) on the engines of its
-engine pool (enginepool.py), and always ends the same way: engines stopped, staging dropped, the
-record final, the listener told.
+"""Runs a pipeline: a run holds the pipeline's lock and its run record, installs the stop signals,
+plans the stages, has each run by the stage executor (executor.py) on the engines of its engine pool
+(enginepool.py), and always ends the same way: engines stopped, staging dropped, the record final,
+the listener told. What the runs are made with (catalog, run store, records, events, planner, inputs,
+each run's executor and publisher) is built in one place, the run session (session.py).
 
 The runner never prints. It reports progress to a listener (the CLI renders it) and returns a
 RunResult; errors come back as hybridflow errors with exit codes. The pieces a stage goes through
@@ -24,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .. import processes, registry, tracking
+from .. import processes, registry
 from ..backends import gpu
 from ..backends.stagelog import private_dir
 from ..definition.pipeline import Pipeline
@@ -34,18 +35,13 @@ from ..reporting.timeline import Timeline
 from ..results import Listener, PlannedInput, RunOptions, RunResult, Selection, StageResult, new_run_id, now  # noqa: F401 - re-exported
 from ..store import faults
 from ..store.state import recorded_arguments
-from ..store.workspace import Workspace
 from . import planning
 from .enginepool import EnginePool, stop_deadline
-from .events import RunEvents
 from .executor import StageExecutor
 from .footerchecks import engines_worth_starting
-from .inputs import StageInputs
-from .planner import SKIP, Decision, Planner
+from .planner import SKIP, Decision
 from .provisioning import RunClusters, reap
-from .publisher import Publisher
-from .records import RunPush, RunRecords, RunReport
-from .stageerrors import StageErrors
+from .session import RunSession
 from .stopping import RunEnded, SignalState, Terminated, signals_as_exceptions
 
 __all__ = ["Runner", "RunOptions", "Selection", "StageResult", "RunResult", "Listener", "PlannedInput", "new_run_id"]
@@ -60,23 +56,14 @@ class Runner:
         """options: how the run was asked for (results.RunOptions). engines: started by the caller,
         used and never stopped here. pool: makes the run's engine pool; a watch session's
         (warmpool.py) keeps its engines between runs. subscribers: told the run's events after the
-        listener (the API's notifications)."""
+        listener (the API's notifications). What the runs are made with is the session's (session.py)."""
         self.pipeline = pipeline
         self.options = options = options or RunOptions()
         self.listener = listener or Listener()
-        self.home = pipeline.workdir / pipeline.name
-        self.workspace = Workspace.of(pipeline)  # where the workdir lives: decided once, for every run
-        self.catalog = self.workspace.catalog()
-        self.store = self.workspace.run_store()
-        self.stages = pipeline.dag.select(options.selection.only, options.selection.start, options.selection.end)
-        self.records = RunRecords(pipeline, self.store, self.stages, self.workspace)
-        pushed = [RunPush(self.records)] if pipeline.remote is not None else []
-        # OpenLineage and MLflow (tracking/) before the listener: what they failed to deliver ends its summary
-        tracked = tracking.subscribers(pipeline, self.catalog, options.trigger)
-        self.events = RunEvents([self.records, RunReport(pipeline, self.store, self.workspace), *pushed, *tracked,
-                                 self.listener, *subscribers])
-        self.planner = Planner(pipeline, self.catalog, options.force, runs=self.store)
-        self.inputs = StageInputs(self.workspace, self.planner)
+        self.session = session = RunSession(pipeline, options, listener=self.listener, subscribers=subscribers)
+        self.workspace, self.home, self.stages = session.workspace, session.home, session.stages
+        self.catalog, self.store, self.records = session.catalog, session.store, session.records
+        self.events, self.planner, self.inputs = session.events, session.planner, session.inputs
         self._given = dict(engines or {})  # started by the caller: used, never stopped here
         self._foreseen: dict[str, Decision] = {}  # decisions taken before the run, still valid
         self._signals = SignalState()
@@ -482,11 +469,8 @@ class Runner:
                 if results[s].status == "waiting" and not self.pipeline.dag.ancestors(s) & ended}
 
     def _stage_executor(self) -> StageExecutor:
-        errors = StageErrors(self.pipeline, self.inputs, self.home)
-        publisher = Publisher(self.pipeline, self.catalog, self.inputs, errors, self._signals)
-        return StageExecutor(self.pipeline, self.catalog, self.planner, self._engines, self.inputs, publisher, errors,
-                             self._signals, gpu=self._gpu, changed=self._stage_changed,
-                             end_run=self._end_stuck_run, timeline=self._engines.timeline)
+        return self.session.executor(self._engines, self._signals, gpu=self._gpu, changed=self._stage_changed,
+                                     end_run=self._end_stuck_run)
 
     # -- helpers --------------------------------------------------------------------------------
 

@@ -1,0 +1,51 @@
+"""What a Runner's runs are made with, built in one place from the pipeline, the run options and the
+workspace: the catalog, the run store and its records, the run's events and who is told them, the
+planner and the inputs; and, for each run, the stage executor with its publisher and its errors. The
+Runner is left with the run itself: the lock, the plan, the loop over the stages and the run's end."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from .. import tracking
+from ..definition.pipeline import Pipeline
+from ..errors import HybridflowError
+from ..results import Listener, RunOptions, StageResult
+from ..store.workspace import Workspace
+from .enginepool import EnginePool
+from .events import RunEvents
+from .executor import StageExecutor
+from .inputs import StageInputs
+from .planner import Planner
+from .publisher import Publisher
+from .records import RunPush, RunRecords, RunReport
+from .stageerrors import StageErrors
+from .stopping import SignalState
+
+
+class RunSession:
+    """`listener` and `subscribers` are told the run's events after its records, report and trackers."""
+
+    def __init__(self, pipeline: Pipeline, options: RunOptions, *, listener: Listener,
+                 subscribers: Sequence[Listener] = ()) -> None:
+        self.pipeline = pipeline
+        self.workspace = Workspace.of(pipeline)  # where the workdir lives: decided once, for every run
+        self.home = self.workspace.home
+        self.catalog = self.workspace.catalog()
+        self.store = self.workspace.run_store()
+        self.stages = pipeline.dag.select(options.selection.only, options.selection.start, options.selection.end)
+        self.records = RunRecords(pipeline, self.store, self.stages, self.workspace)
+        pushed = [RunPush(self.records)] if pipeline.remote is not None else []
+        # OpenLineage and MLflow (tracking/) before the listener: what they failed to deliver ends its summary
+        tracked = tracking.subscribers(pipeline, self.catalog, options.trigger)
+        self.events = RunEvents([self.records, RunReport(pipeline, self.store, self.workspace), *pushed, *tracked,
+                                 listener, *subscribers])
+        self.planner = Planner(pipeline, self.catalog, options.force, runs=self.store)
+        self.inputs = StageInputs(self.workspace, self.planner)
+
+    def executor(self, engines: EnginePool, signals: SignalState, *, gpu: Any,
+                 changed: Callable[[StageResult], None], end_run: Callable[[HybridflowError], None]) -> StageExecutor:
+        """A run's stage executor, on the run's engines: each output passes from it to the publisher."""
+        errors = StageErrors(self.pipeline, self.inputs, self.home)
+        publisher = Publisher(self.pipeline, self.catalog, self.inputs, errors, signals)
+        return StageExecutor(self, engines, publisher, errors, signals, gpu=gpu, changed=changed, end_run=end_run)
