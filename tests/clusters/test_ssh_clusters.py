@@ -538,31 +538,34 @@ ENDING = ("import pathlib, socket, sys, time; s = socket.socket(); "
           "    time.sleep(0.1)")
 
 
+@pytest.mark.parametrize(("engine", "port", "head"), [("dask", 8786, b"dask_scheduler"),
+                                                     ("spark", 7077, b"deploy.master.Master")])
 def test_a_head_port_still_held_by_an_ending_process_is_waited_for_then_the_head_started_again(
-        hosts, sshd, tmp_path):
+        hosts, sshd, tmp_path, engine, port, head):
     """The last cluster's head ending as the next one starts (a killed run's, torn down by its tether):
-    its port is waited for, and the head that could not bind it started again; not refused as a stranger's."""
+    its port is waited for, and the head that could not bind it started again; not refused as a
+    stranger's, and not moved to another port (Spark's master tries the next ones unless told not to)."""
     from hybridflow.execution.sshclusters import ssh_down, ssh_up
     from hybridflow.settings import ClusterSection
 
     a = hosts.hosts["a"]
-    record = {"name": "hf-ending-1-dask", "run_id": "ending-1", "engine": "dask"}
+    record = {"name": f"hf-ending-1-{engine}", "run_id": "ending-1", "engine": engine}
     head_log = f"{scratch(record['name'])}/head.log"
-    ending = hosts.launch("a", ["env", "-i", sys.executable, "-c", ENDING, a, "8786", head_log],
+    ending = hosts.launch("a", ["env", "-i", sys.executable, "-c", ENDING, a, str(port), head_log],
                           tmp_path / "ending.log")
     spec = ClusterSection(provider="ssh", hosts=[{"host": a, "head": True}], user="root", key_file=str(sshd),
-                          python=sys.executable, ssh_options=CLIENT_OPTIONS, up_timeout=60)
+                          python=sys.executable, ssh_options=CLIENT_OPTIONS, up_timeout=120)
     try:
         deadline = time.monotonic() + 30
-        while not port_open(a, 8786):
+        while not port_open(a, port):
             assert time.monotonic() < deadline and ending.poll() is None, (tmp_path / "ending.log").read_text()
             time.sleep(0.2)
-        up = ssh_up("dask", spec, record, tmp_path / "cluster.log")
+        up = ssh_up(engine, spec, record, tmp_path / "cluster.log")
         assert ending.poll() is not None  # up only after the ending holder let its port go
         said = (tmp_path / "cluster.log").read_text()
-        assert f"the dask cluster's head on {a} exited at once: starting it again" in said, said
-        assert up["address"].endswith(f"{a}:8786"), up
-        assert [pid for pid in tagged("hf-ending-1-") if b"dask_scheduler" in command_line(pid)]
+        assert f"the {engine} cluster's head on {a} exited at once: starting it again" in said, said
+        assert up["address"].endswith(f"{a}:{port}"), up
+        assert [pid for pid in tagged("hf-ending-1-") if head in command_line(pid)]
     finally:
         hosts.stop([ending])
         assert ssh_down(record, spec, tmp_path / "cluster.log") is None

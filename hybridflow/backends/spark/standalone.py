@@ -33,7 +33,10 @@ def cluster_launch(python: str, head: str, port: int | None, name: str, idle_tim
         spark_class("org.apache.spark.deploy.master.Master", "--host", head, "--port", str(port)),
         lambda host: spark_class("org.apache.spark.deploy.worker.Worker", f"spark://{head}:{port}",
                                  "--host", host, "--work-dir", f"{scratch}/spark-work"),
-        files={"spark-auth.properties": "".join(f"{key}={value}\n" for key, value in auth_conf(secret).items())},
+        # a master that cannot bind its port exits (Spark would try the next ones, where nothing looks):
+        # a port its last holder has not let go of yet is then waited for and the master started again
+        files={"spark-auth.properties": "".join(f"{key}={value}\n" for key, value in
+                                                {**auth_conf(secret), "spark.port.maxRetries": "0"}.items())},
         attach={"auth_secret": secret}, secrets=(secret,),
         head_ready="Starting Spark master at", joined="Successfully registered with master")
 
