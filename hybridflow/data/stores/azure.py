@@ -3,14 +3,14 @@ and Dask through fsspec's wrapper of it, Polars through its own object_store rea
 commits through Put Blob's conditions: `If-None-Match: *` writes only if the blob is absent,
 `If-Match: <ETag>` only if it was not written since.
 
-The account and its credential come only from Azure's standard variables: AZURE_STORAGE_CONNECTION_STRING
-(AccountName, AccountKey or SharedAccessSignature, BlobEndpoint; UseDevelopmentStorage=true for a local
-Azurite), else AZURE_STORAGE_ACCOUNT with AZURE_STORAGE_KEY or AZURE_STORAGE_SAS_TOKEN (a shared access
-signature). `storage: endpoint` names an emulator's or another cloud's blob endpoint. The credential is
-read from the environment where a client is made, never kept in the settings, which records and
-messages may show. Spark has no connector for az:// here: on this
-machine it reads copies hybridflow downloads and writes local staging hybridflow uploads (data/copies.py),
-and a Spark cluster there is refused at validate.
+The account and its credential come only from Azure's standard variables:
+AZURE_STORAGE_CONNECTION_STRING (AccountName, AccountKey or SharedAccessSignature, BlobEndpoint;
+UseDevelopmentStorage=true for a local Azurite), else AZURE_STORAGE_ACCOUNT with AZURE_STORAGE_KEY or
+AZURE_STORAGE_SAS_TOKEN (a shared access signature). `storage: endpoint` names an emulator's or another
+cloud's blob endpoint. The credential is read from the environment where a client is made, never kept
+in the settings, which records and messages may show. Spark has no connector for az:// here: on this
+machine it reads copies hybridflow downloads and writes local staging hybridflow uploads
+(data/copies.py), and a Spark cluster there is refused at validate.
 """
 
 from __future__ import annotations
