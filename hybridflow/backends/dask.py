@@ -216,8 +216,8 @@ class DaskBackend(Backend):
         def forget(names: list[str]) -> None:  # runs on every worker; nested, so it is shipped by value
             import sys
 
-            for module in [m for m in sys.modules if m.split(".")[0] in names]:
-                del sys.modules[module]
+            for module in [m for m in list(sys.modules) if m.split(".")[0] in names]:  # a copy: tasks import too
+                sys.modules.pop(module, None)
 
         # workers drop the stage modules they imported, then import them from the new archive
         if self._workers_elsewhere():

@@ -114,8 +114,11 @@ def _forget_foreign(module_name: str, root: Path) -> None:
     top = module_name.split(".")[0]
     if module_file(root, top) is None and not (root / top).is_dir():
         return  # root does not define this name, so nothing cached can be shadowing it
-    for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
-        file = getattr(sys.modules[name], "__file__", None)
-        paths = [Path(file)] if file else [Path(p) for p in getattr(sys.modules[name], "__path__", [])]
+    # a copy taken at once: another thread may be importing meanwhile (the MLflow sender)
+    for name, module in list(sys.modules.items()):
+        if name != top and not name.startswith(top + "."):
+            continue
+        file = getattr(module, "__file__", None)
+        paths = [Path(file)] if file else [Path(p) for p in getattr(module, "__path__", [])]
         if not any(p.resolve().is_relative_to(root) for p in paths):
-            del sys.modules[name]
+            sys.modules.pop(name, None)

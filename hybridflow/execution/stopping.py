@@ -31,7 +31,7 @@ def time_limit(seconds: float | None, backend, stage: str, end_run=None):
     in_main = threading.current_thread() is main
 
     def on_alarm(signum, frame):
-        if not finished.is_set():
+        if not finished.is_set() and not resent_after_import(signum, frame, lambda: not finished.is_set()):
             raise TimedOut()
 
     def expire():
@@ -91,6 +91,29 @@ def keep_cancelling(engine, done, pause=time.sleep, seconds: float = 60, stuck=N
             engine.cancel()
 
 
+RESEND_AFTER = 0.005  # seconds: a signal that came inside the import machinery is handled again after them
+
+
+def resent_after_import(signum: int, frame, still_wanted) -> bool:
+    """Whether a handler about to raise was called inside CPython's own import code, where an
+    exception can leave the global import lock held for good (between its acquire and the `try`
+    that releases it): every other thread's next import would then wait forever, the stop deadline's
+    included, as it tells the run's end. If so, the signal is sent to the main thread again a moment
+    later, while `still_wanted()`, and the handler, run again, raises outside it."""
+    if frame is None or not frame.f_code.co_filename.startswith("<frozen importlib"):
+        return False
+
+    def resend() -> None:
+        if still_wanted():
+            with contextlib.suppress(ProcessLookupError, RuntimeError):  # the process is ending
+                signal.pthread_kill(threading.main_thread().ident, signum)
+
+    timer = threading.Timer(RESEND_AFTER, resend)
+    timer.daemon = True
+    timer.start()
+    return True
+
+
 def seconds_text(value: float) -> str:
     return f"{value:g}s" if value < 120 else f"{value / 60:g}m"
 
@@ -128,6 +151,7 @@ class SignalState:
         self.stopped_by = None  # the error a run stopped by itself ends with (its lease lost), not a signal's
         self.on_stop_requested = None  # called once with the first stop request's signal number
         self._requested = False
+        self._cancelling = None  # the engine a thread is cancelling now: a signal sent again starts no other
         self._switching = threading.Lock()  # installing or removing the handlers, or stopping by a signal
 
     def on_wakeup(self, signum: int) -> None:
@@ -143,14 +167,18 @@ class SignalState:
 
                 logging.getLogger("hybridflow").warning("could not arm the stop deadline: %s", exc)
         engine = self.running
-        if engine is None or self._deferred:
+        if engine is None or self._deferred or self._cancelling is engine:
             return
+        self._cancelling = engine
 
         def cancel_until_the_stage_ends() -> None:
-            with contextlib.suppress(Exception):
-                engine.cancel()
-            stuck = (lambda: self.on_stuck(self.stopped_by or InterruptedRun(signum))) if self.on_stuck else None
-            keep_cancelling(engine, lambda: self.running is not engine, stuck=stuck)
+            try:
+                with contextlib.suppress(Exception):
+                    engine.cancel()
+                stuck = (lambda: self.on_stuck(self.stopped_by or InterruptedRun(signum))) if self.on_stuck else None
+                keep_cancelling(engine, lambda: self.running is not engine, stuck=stuck)
+            finally:
+                self._cancelling = None
 
         threading.Thread(target=cancel_until_the_stage_ends, name="hybridflow-cancel", daemon=True).start()
 
@@ -158,8 +186,9 @@ class SignalState:
         if self.ended is not None:
             return  # the run was ended already: the main thread's next check() raises RunEnded
         self.signum = signum
-        if not self._deferred:
-            raise Terminated(signum)
+        if self._deferred or resent_after_import(signum, frame, lambda: self.installed and self.ended is None):
+            return  # raised by the next check(), or by this handler once the import code is left
+        raise Terminated(signum)
 
     def stop_for(self, error) -> None:
         """Stop the run as a SIGTERM would, from any thread, ending it with `error` (a HybridflowError)

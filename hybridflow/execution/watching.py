@@ -27,7 +27,7 @@ from ..definition.pipeline import Pipeline
 from ..errors import HybridflowError, InterruptedRun
 from ..results import Listener, RunOptions, RunResult, new_run_id
 from ..store.workdir import claim
-from .stopping import Terminated
+from .stopping import Terminated, resent_after_import
 from .warmpool import WarmPool
 
 POLL_SECONDS = 0.5
@@ -189,4 +189,5 @@ def stopped_signal(exc: BaseException) -> int:
 
 
 def _raise_terminated(signum, frame) -> None:
-    raise Terminated(signum)
+    if not resent_after_import(signum, frame, lambda: signal.getsignal(signum) is _raise_terminated):
+        raise Terminated(signum)

@@ -19,3 +19,36 @@ def test_functions_defined_in_blocks_or_star_imports_are_not_false_errors(tmp_pa
     assert latin.error is None and [p.name for p in latin.params] == ["x"]
     missing = inspect_target(tmp_path, "pkg.guarded:clena")
     assert missing.error == "module 'pkg.guarded' has no function 'clena' (did you mean 'clean'?)"
+
+
+def test_a_stage_function_is_imported_while_another_thread_imports(tmp_path):
+    """The MLflow sender imports mlflow's modules in its thread while the next stage's function is
+    imported in the main thread: sys.modules changing size meanwhile must not fail the stage."""
+    import sys
+    import threading
+
+    from hybridflow.definition.stagecode import import_function
+
+    (tmp_path / "churnsteps.py").write_text("def train(x):\n    return x\n")
+    done = threading.Event()
+
+    def imports_meanwhile() -> None:
+        while not done.is_set():  # modules arriving, then leaving
+            for count in range(20):
+                sys.modules[f"hybridflow_test_racing_{count}"] = sys
+            for count in range(20):
+                sys.modules.pop(f"hybridflow_test_racing_{count}", None)
+
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    racer = threading.Thread(target=imports_meanwhile, daemon=True)
+    racer.start()
+    try:
+        for _ in range(300):
+            assert import_function(tmp_path, "churnsteps:train")(3) == 3
+    finally:
+        done.set()
+        racer.join()
+        sys.setswitchinterval(switching)
+        for name in [n for n in list(sys.modules) if n.startswith(("hybridflow_test_racing_", "churnsteps"))]:
+            sys.modules.pop(name, None)
