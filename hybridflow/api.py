@@ -326,7 +326,7 @@ def check(pipeline: PipelineLike, datasets: Names | None = None) -> list[dict[st
     loaded = _pipeline(pipeline)
     workspace = Workspace.of(loaded)
     catalog = workspace.catalog()
-    inputs = StageInputs(workspace, Planner(loaded, catalog, False))
+    inputs = StageInputs(workspace, Planner(loaded, workspace, False))
     return [{**o.record(), "dataset": o.dataset, "line": o.line()}
             for o in check_datasets(loaded, catalog, inputs, list(_names(datasets)))]
 

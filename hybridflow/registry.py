@@ -27,6 +27,7 @@ ENTRY_POINTS = "hybridflow.backends"
 BACKENDS = "hybridflow.backends"  # the package of the built-in engines' modules
 BUILT_IN = ("python", "spark", "dask", "ray", "duckdb", "polars")
 DEFAULT = "python"  # the engine of a stage that names none
+ITSELF, COPIES = "itself", "copies"  # how an engine reaches an object store's paths: Engine.way_to
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,16 @@ class Engine:
     def reaches(self, scheme: str) -> bool:
         """The engine reads and writes `scheme`:// paths itself."""
         return self.stores is None or scheme in self.stores
+
+    def way_to(self, scheme: str, settings) -> str | None:
+        """How the engine, run with `settings`, reads and writes `scheme`:// paths: ITSELF, through
+        COPIES on this machine, or None: not at all (on a cluster, attached or brought up for the
+        run, its workers cannot read this machine's copies). Decided here alone."""
+        if self.reaches(scheme):
+            return ITSELF
+        if self.attached(settings) or getattr(settings, "cluster", None) is not None:
+            return None
+        return COPIES
 
     @property
     def install(self) -> str:
@@ -217,10 +228,11 @@ def create(name: str, settings, log_dir, gpu=None, secrets=(), store=None):
     backend.gpu = gpu
     backend.secrets = tuple(secrets)
     backend.store = store
-    if store is not None and not engine(name).reaches(store.scheme):
-        if engine(name).attached(settings):  # its workers elsewhere cannot read this machine's copies
-            raise UnavailableError(f"{name} on a cluster does not reach {store.scheme}:// paths",
-                                   hint=f"run {name} on this machine, or the stage on another engine")
+    way = engine(name).way_to(store.scheme, settings) if store is not None else ITSELF
+    if way is None:
+        raise UnavailableError(f"{name} on a cluster does not reach {store.scheme}:// paths",
+                               hint=f"run {name} on this machine, or the stage on another engine")
+    if way == COPIES:
         backend.store, backend.writes_object_storage, backend.local_copies = None, False, True
     backend.target_file_size = getattr(settings, "target_file_size", None)
     return backend

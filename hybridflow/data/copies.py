@@ -19,12 +19,14 @@ class Copy:
     """What a copy of `source` holds: its files (the data files of a folder named as its input), the
     folder they are relative to, and, for an external input, what the store says of each now."""
 
-    def __init__(self, source: TableSource, listed: bool) -> None:
+    def __init__(self, source: TableSource, listed: bool, objects=None) -> None:
+        """listed: what the store says of each file now is part of the copy's name (an external
+        input's); objects: the store client to download with (by default one made for `source`)."""
         self.source = source
         self.files = parquet_files(source) if source.format == "parquet" else list(source.files)
         base = source.base or source.files[0]
         self.base = base.parent if any(file == base for file in self.files) else base  # a file named alone
-        self.objects = source.store.objects()
+        self.objects = objects or source.store.objects()
         self.sizes: dict[PurePath, int] | None = None
         self.tags: list[str] = []
         if listed:

@@ -339,10 +339,7 @@ def _check_stores(p: Pipeline) -> list[Problem]:
     problems = []
     for stage, spec in p.stages.items():
         info = engines().get(spec.backend)
-        if info is None or info.reaches(scheme):
-            continue
-        settings = p.engine_settings(spec.backend)
-        if info.attached(settings) or getattr(settings, "cluster", None) is not None:
+        if info is not None and info.way_to(scheme, p.engine_settings(spec.backend)) is None:
             problems.append(p.source.problem(("stages", stage, "backend"), f"stage '{stage}' runs on a "
                                              f"{spec.backend} cluster, which does not reach {scheme}:// paths: "
                                              f"run it on {spec.backend} on this machine, or on "

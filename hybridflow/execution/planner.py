@@ -19,9 +19,10 @@ from ..definition.libraries import Libraries
 from ..definition.libraries import describe as describe_upgrades
 from ..definition.pipeline import Pipeline
 from ..registry import engine
-from ..store.catalog import Catalog, Version, data_digest
+from ..store.catalog import Version, data_digest
 from ..store.incremental import DatumChanges, compare, external_datums, schema_types, version_datums
 from ..store.state import RunStore
+from ..store.workspace import Workspace
 
 RUN, SKIP, INCREMENTAL = "run", "skip", "incremental"
 
@@ -41,17 +42,18 @@ class Decision:
 
 
 class Planner:
-    def __init__(self, pipeline: Pipeline, catalog: Catalog, force: bool | set[str] = False,
+    def __init__(self, pipeline: Pipeline, workspace: Workspace, force: bool | set[str] = False,
                  runs: RunStore | None = None) -> None:
         """runs: the workdir's run records (opened when first needed if not given)."""
         self.pipeline = pipeline
-        self.catalog = catalog
+        self.workspace = workspace
+        self.catalog = catalog = workspace.catalog()
         self.force = force
         self.hashes = HashCache(catalog.home / "hashes.json", shared=localcache.home() / "hashes.json")
         self.code = CodeIndex(pipeline.root)
         self.libraries = Libraries()  # read once per plan or run: a watch session sees upgrades
-        self.secrets = fp.SecretHasher(pipeline.workdir / ".fingerprint-key", pipeline.secrets,
-                                       agree=_shared_key(pipeline) if pipeline.remote is not None else None)
+        key, agree = workspace.fingerprint_key()
+        self.secrets = fp.SecretHasher(key, pipeline.secrets, agree=agree)
         self._runs = runs
         # a backfill (ops/backfill.py): (stage, partitioned input, its datums now, those its outputs were
         # made from) -> the partitions to process again, or None where it does not apply to the stage
@@ -167,7 +169,7 @@ class Planner:
         """Why a stage has no output yet: its latest attempt failed (a run decides each stage before
         its own attempt is recorded), or it never ran."""
         if self._runs is None:
-            self._runs = RunStore(self.pipeline.workdir / "runs.db")
+            self._runs = self.workspace.local_run_store()
         last = self._runs.last_attempt(self.pipeline.name, stage)
         return f"{last['status']} in run {last['run_id']}" if last and last["status"] != "done" else "never run"
 
@@ -212,25 +214,6 @@ class Planner:
             return external_datums(path, partition_by, self.hashes, types, filesystem)
         version = self.catalog.current(dataset)
         return version_datums(version.manifest, partition_by, schema_types(version.schema)) if version else {}
-
-
-def _shared_key(pipeline: Pipeline):
-    """The fingerprint key of a workdir in object storage, <workdir>/.fingerprint-key: made by the first
-    machine that needs one (create-only), so fingerprints of secret params agree on every machine."""
-    def agree(mine: str) -> str:
-        from ..data.objectstore import Conflict
-
-        objects, path = pipeline.store.objects(), pipeline.remote / ".fingerprint-key"
-        found, _ = objects.read_json(path)
-        if found is None:
-            try:
-                objects.write_json(path, {"key": mine}, create_only=True)
-                return mine
-            except Conflict:
-                found, _ = objects.read_json(path)
-        return found["key"]
-
-    return agree
 
 
 def _same_base(records: list[dict], current: fp.Fingerprint) -> bool:

@@ -48,14 +48,14 @@ class Plan:
 
 
 def plan(pipeline: Pipeline, selection: Selection | None = None, force: bool | set[str] = False, *,
-         catalog: Catalog | None = None, runs=None) -> Plan:
+         runs=None) -> Plan:
     """The plan of a run of `selection` (default: every stage) forcing `force` (True: every stage).
-    catalog and runs (a state.RunStore): the workdir's, opened here when not given."""
+    runs (a state.RunStore): the workdir's, opened here when not given."""
     selection = selection or Selection()
     workspace = Workspace.of(pipeline)
-    catalog = catalog or workspace.catalog()
+    catalog = workspace.catalog()
     stages = pipeline.dag.select(selection.only, selection.start, selection.end)
-    planner = Planner(pipeline, catalog, force, runs=runs if runs is not None else workspace.run_store())
+    planner = Planner(pipeline, workspace, force, runs=runs if runs is not None else workspace.run_store())
     return Plan(pipeline, decide(pipeline, stages, planner), planned_inputs(pipeline, stages, catalog))
 
 

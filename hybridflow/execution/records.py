@@ -113,13 +113,13 @@ class RunRecords(Listener):
     def push(self, run_id: str, run_dir: Path | None = None) -> None:
         """A workdir in object storage holds the run's record (and, at its end, its logs and report):
         a store that does not take them costs other machines the record, never the run."""
-        if self.pipeline.remote is None:
+        if self.workspace.remote is None:
             return
         try:
             self.workspace.push(self.store, run_id, run_dir)
         except HybridflowError as exc:
             logging.getLogger("hybridflow").warning("the run's record was not saved to %s: %s",
-                                                    self.pipeline.remote.uri, exc.one_line())
+                                                    self.workspace.remote.uri, exc.one_line())
 
 
 class RunReport(Listener):

@@ -35,6 +35,7 @@ from ..reporting.timeline import Timeline
 from ..results import Listener, PlannedInput, RunOptions, RunResult, Selection, StageResult, new_run_id, now  # noqa: F401 - re-exported
 from ..store import faults
 from ..store.state import recorded_arguments
+from ..store.workspace import Workspace
 from . import planning
 from .enginepool import EnginePool, stop_deadline
 from .executor import StageExecutor
@@ -52,15 +53,17 @@ class Runner:
 
     def __init__(self, pipeline: Pipeline, options: RunOptions | None = None, *, listener: Listener | None = None,
                  engines: dict[str, Any] | None = None, pool: Callable[..., EnginePool] = EnginePool,
-                 subscribers: Sequence[Listener] = ()) -> None:
+                 subscribers: Sequence[Listener] = (), workspace: Workspace | None = None) -> None:
         """options: how the run was asked for (results.RunOptions). engines: started by the caller,
         used and never stopped here. pool: makes the run's engine pool; a watch session's
         (warmpool.py) keeps its engines between runs. subscribers: told the run's events after the
-        listener (the API's notifications). What the runs are made with is the session's (session.py)."""
+        listener (the API's notifications). workspace: where the runs read, publish and record (by
+        default the pipeline's workdir). What the runs are made with is the session's (session.py)."""
         self.pipeline = pipeline
         self.options = options = options or RunOptions()
         self.listener = listener or Listener()
-        self.session = session = RunSession(pipeline, options, listener=self.listener, subscribers=subscribers)
+        self.session = session = RunSession(pipeline, options, listener=self.listener, subscribers=subscribers,
+                                            workspace=workspace)
         self.workspace, self.home, self.stages = session.workspace, session.home, session.stages
         self.catalog, self.store, self.records = session.catalog, session.store, session.records
         self.events, self.planner, self.inputs = session.events, session.planner, session.inputs
@@ -159,9 +162,9 @@ class Runner:
         except RunEnded as ended:
             raise ended.error from None
         except Exception as exc:  # the run's record or log could not be written: the disk is full
-            if isinstance(exc, HybridflowError) or not is_out_of_space(exc, self.pipeline.workdir):
+            if isinstance(exc, HybridflowError) or not is_out_of_space(exc, self.workspace.local):
                 raise
-            raise out_of_space(self.pipeline.workdir) from exc
+            raise out_of_space(self.workspace.local) from exc
 
     def _reap_clusters(self, clusters: RunClusters, log_file: Path) -> list[str]:
         """Take down the clusters that runs which died left up (we hold the lock: no other run lives)."""
@@ -276,7 +279,7 @@ class Runner:
 
     @property
     def _workdir_uri(self) -> str | None:
-        return self.pipeline.remote.uri if self.pipeline.remote is not None else None
+        return self.workspace.remote.uri if self.workspace.remote is not None else None
 
     def _close(self, live: _LiveRun, status: str, error: HybridflowError | None, warnings: list[str]) -> RunResult:
         """The run's result, told as its end: its final record, its report, the listener."""

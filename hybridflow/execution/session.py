@@ -24,23 +24,25 @@ from .stopping import SignalState
 
 
 class RunSession:
-    """`listener` and `subscribers` are told the run's events after its records, report and trackers."""
+    """`listener` and `subscribers` are told the run's events after its records, report and trackers.
+    `workspace`: where the runs read, publish and record, by default the pipeline's workdir."""
 
     def __init__(self, pipeline: Pipeline, options: RunOptions, *, listener: Listener,
-                 subscribers: Sequence[Listener] = ()) -> None:
+                 subscribers: Sequence[Listener] = (), workspace: Workspace | None = None) -> None:
         self.pipeline = pipeline
-        self.workspace = Workspace.of(pipeline)  # where the workdir lives: decided once, for every run
+        # where the workdir lives: decided once, for every run (the pipeline's, unless one is given)
+        self.workspace = workspace or Workspace.of(pipeline)
         self.home = self.workspace.home
         self.catalog = self.workspace.catalog()
         self.store = self.workspace.run_store()
         self.stages = pipeline.dag.select(options.selection.only, options.selection.start, options.selection.end)
         self.records = RunRecords(pipeline, self.store, self.stages, self.workspace)
-        pushed = [RunPush(self.records)] if pipeline.remote is not None else []
+        pushed = [RunPush(self.records)] if self.workspace.remote is not None else []
         # OpenLineage and MLflow (tracking/) before the listener: what they failed to deliver ends its summary
         tracked = tracking.subscribers(pipeline, self.catalog, options.trigger)
         self.events = RunEvents([self.records, RunReport(pipeline, self.store, self.workspace), *pushed, *tracked,
                                  listener, *subscribers])
-        self.planner = Planner(pipeline, self.catalog, options.force, runs=self.store)
+        self.planner = Planner(pipeline, self.workspace, options.force, runs=self.store)
         self.inputs = StageInputs(self.workspace, self.planner)
 
     def executor(self, engines: EnginePool, signals: SignalState, *, gpu: Any,

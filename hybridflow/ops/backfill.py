@@ -313,4 +313,4 @@ def partition_rows(pipeline: Pipeline, catalog, dataset: str, keys: list[str]) -
 def _planner(pipeline: Pipeline):
     from ..execution.planner import Planner
 
-    return Planner(pipeline, Workspace.of(pipeline).catalog())
+    return Planner(pipeline, Workspace.of(pipeline))

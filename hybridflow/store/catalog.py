@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path, PurePath, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..data.contract import check_schema, schema_to_dict
 from ..data.durable import fsync_path
@@ -83,6 +83,9 @@ class Version:
 class Catalog:
     def __init__(self, home: Path) -> None:
         self.home = home  # <workdir>/<pipeline>
+        # the run lock's proof that it is still held, set by its holder: asked before every commit and
+        # removal, so a lock that can be lost (a lease) publishes and deletes nothing once it is
+        self.confirm: Callable[[], None] = _unguarded
 
     def dataset_dir(self, name: str) -> Path:
         return self._child(self.home / "datasets", name)
@@ -216,6 +219,7 @@ class Catalog:
         durably first, names them all; readers take it as already done, and recover() completes
         it after a crash, so no reader ever sees one output new and another old."""
         self._require_workdir()
+        self.confirm()
         if len(versions) > 1:
             _write_durably(self.home / JOURNAL, json.dumps({v.dataset: v.id for v in versions}))
             faults.checkpoint("publish:journal")
@@ -296,6 +300,7 @@ class Catalog:
 
     def _remove_versions(self, versions: list[tuple[str, str]]) -> None:
         for dataset, version_id in versions:
+            self.confirm()
             trash = self._made(self.home / "trash") / f"{dataset}-{version_id}"
             os.rename(self.dataset_dir(dataset) / "versions" / version_id, trash)
         shutil.rmtree(self.home / "trash", ignore_errors=True)
@@ -495,3 +500,8 @@ def _write_durably(path: Path, text: str) -> None:
             tmp.unlink()
         raise
     fsync_path(path.parent)
+
+
+def _unguarded() -> None:
+    """No lock to confirm (a catalog opened outside a run: reading, planning; or a kernel lock, which
+    cannot be lost while its process lives)."""

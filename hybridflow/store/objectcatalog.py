@@ -33,11 +33,12 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from pathlib import Path, PurePath, PurePosixPath
-from typing import Callable
 
 from ..data import untrusted
+from ..data.copies import Copy
 from ..data.objectstore import Conflict, ObjectStore
 from ..data.storage import ObjectPath
+from ..data.tables import TableSource
 from ..errors import ConfigError, DataError, LockedError
 from . import faults
 from .catalog import MANIFEST, Catalog, Version, describe_version, read_footer
@@ -59,7 +60,6 @@ class ObjectCatalog(Catalog):
         self.objects = objects  # the workspace's store client, shared with its lease and records
         self.settings = objects.settings
         self.grace = grace  # seconds: how long a version without a manifest is spared by gc
-        self.confirm: Callable[[], None] = _unguarded  # the lease's confirmation, set by its holder
         self._manifests: dict[tuple[str, str], dict] = {}  # versions never change: read once
         # CURRENT's ETag as this run last saw it (at its start, then after each of its commits): a
         # commit against any other means another writer committed meanwhile
@@ -161,15 +161,9 @@ class ObjectCatalog(Catalog):
     def local_copy(self, version: Version) -> Path:
         """A version downloaded into this machine's cache (once: versions never change), for stages
         that read a `kind: files` dataset as a folder, as they do from a local workdir."""
-        folder = self.home / "copies" / version.dataset / version.id
-        if not folder.is_dir():
-            partial = folder.with_name(f".{version.id}.{os.getpid()}.partial")
-            shutil.rmtree(partial, ignore_errors=True)
-            self.objects.download([version.directory / f["path"] for f in version.manifest["files"]],
-                                  version.directory, partial)
-            partial.mkdir(parents=True, exist_ok=True)  # a version of no files is an empty folder
-            os.rename(partial, folder)
-        return folder
+        every_file = TableSource(version.dataset, version.files, "files", base=version.directory, store=version.store)
+        return Copy(every_file, listed=False, objects=self.objects).into(self.home / "copies" / version.dataset /
+                                                                         version.id).base
 
     def discard(self, version: Version) -> None:
         current = self.current(version.dataset)
@@ -260,7 +254,3 @@ def gc_grace(pipeline) -> float:
         raise ConfigError(f"{GC_GRACE_ENV} must be a number of seconds, not {os.environ[GC_GRACE_ENV]!r}") from None
     timeouts = [stage.timeout for stage in pipeline.spec.stages.values() if stage.timeout]
     return max([grace, *timeouts])
-
-
-def _unguarded() -> None:
-    """No lease to confirm (a catalog opened outside a run: reading, planning)."""

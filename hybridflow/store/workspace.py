@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import locations, runsync
 from .catalog import Catalog
@@ -23,6 +23,8 @@ from .locations import Location
 from .lock import LEASE, Lease, PipelineLock, RunLock
 from .objectcatalog import ObjectCatalog, gc_grace
 from .state import RunStore
+
+KEY = ".fingerprint-key"  # in the workdir: see fingerprint_key()
 
 if TYPE_CHECKING:
     from ..data.objectstore import ObjectStore
@@ -95,10 +97,35 @@ class Workspace:
             return LocalRecords(self.home / FOLDER, self.pipeline.redact)
         return ObjectRecords(self.objects, self.remote / self.pipeline.name / FOLDER, self.pipeline.redact)
 
+    def fingerprint_key(self) -> tuple[Path, Callable[[str], str] | None]:
+        """Where this machine keeps the key that fingerprints secret params, and, for a workdir in
+        object storage, how it is agreed with every other machine: <workdir>/.fingerprint-key there,
+        made by the first machine that needs one (create-only), so their fingerprints agree."""
+        if self.remote is None:
+            return self.local / KEY, None
+
+        def agree(mine: str) -> str:
+            from ..data.objectstore import Conflict
+
+            found, _ = self.objects.read_json(self.remote / KEY)
+            if found is None:
+                try:
+                    self.objects.write_json(self.remote / KEY, {"key": mine}, create_only=True)
+                    return mine
+                except Conflict:
+                    found, _ = self.objects.read_json(self.remote / KEY)
+            return found["key"]
+
+        return self.local / KEY, agree
+
+    def local_run_store(self) -> RunStore:
+        """The runs.db on this machine alone: nothing is read from object storage for it."""
+        return RunStore(self.local / "runs.db")
+
     def run_store(self, newest: int = 1) -> RunStore:
         """The workdir's runs.db, with the records in object storage added (the `newest` of the
         pipeline's that this machine has not seen finished; older ones when asked for)."""
-        store = RunStore(self.local / "runs.db")
+        store = self.local_run_store()
         if self.remote is not None:
             records = runsync.RemoteRecords(store, self.objects, self.remote, self.local)
             records.pull(newest, self.pipeline.name if self.pipeline is not None else None)

@@ -157,6 +157,7 @@ def test_the_engine_wide_gpu_default_is_part_of_the_fingerprint(project):
 def test_the_requested_gpu_mode_comes_from_the_stage_else_its_engine(project):
     from hybridflow.definition.config import load_pipeline
     from hybridflow.execution.planner import Planner
+    from hybridflow.store.workspace import Workspace
 
     project.stages(STAGES)
     path = project.pipeline('''
@@ -170,7 +171,7 @@ def test_the_requested_gpu_mode_comes_from_the_stage_else_its_engine(project):
       python: {run: mypkg.steps:make, outputs: [d]}
     ''')
     pipeline = load_pipeline(path)
-    planner = Planner(pipeline, Catalog(pipeline.workdir / pipeline.name))
+    planner = Planner(pipeline, Workspace.of(pipeline))
     modes = {stage: planner.fingerprint(stage).settings["gpu"] for stage in pipeline.stages}
     assert modes == {"default": "auto", "own": False, "spark": True, "python": False}
 

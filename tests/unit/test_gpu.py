@@ -196,13 +196,13 @@ def test_stage_value_wins_over_the_engine_default(project):
 
 def test_the_python_engine_default_is_a_python_stage_mode_everywhere(project, no_driver):
     from hybridflow.execution.planner import Planner
-    from hybridflow.store.catalog import Catalog
+    from hybridflow.store.workspace import Workspace
 
     text = PIPELINE.replace("    gpu: MAKE_MODE\n", "").replace("backends:\n", "backends:\n  python: {gpu: AUTO}\n")
     loaded = pipeline(project, text=text)
     assert loaded.spec.backends.python.gpu == "auto"  # the python engine's own settings model
     assert gpu.stage_mode(loaded, "make") == "auto"
-    assert Planner(loaded, Catalog(loaded.workdir / loaded.name)).fingerprint("make").settings["gpu"] == "auto"
+    assert Planner(loaded, Workspace.of(loaded)).fingerprint("make").settings["gpu"] == "auto"
     result = Runner(loaded, _selection(["make"])).run()  # no GPU here: auto falls back to the CPU, saying why
     assert result.status == "success" and result.stages["make"].gpu is False
     assert result.stages["make"].gpu_reason == "auto: no NVIDIA driver (nvidia-smi is not on PATH)"

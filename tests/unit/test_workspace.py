@@ -91,7 +91,7 @@ def test_a_dataset_is_located_the_same_way_published_or_external(tmp_path):
     assert raw.store is None and raw.filesystem is None and raw.uri == str(tmp_path / "data" / "raw")
     assert not workspace.locate("b").found and not workspace.locate("b").external  # not published yet
 
-    inputs = StageInputs(workspace, Planner(pipeline, workspace.catalog(), False))
+    inputs = StageInputs(workspace, Planner(pipeline, workspace, False))
     (tmp_path / "wd").mkdir()  # as a run's store makes it
     assert inputs.paths("b") == [] and inputs.version_of("b") == "unknown"
     staging = workspace.catalog().new_staging("run1", "b")
