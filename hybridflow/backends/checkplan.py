@@ -304,6 +304,9 @@ def _measure_of(check: Check, alias: str) -> Measure | None:
     return None  # row_count and row_count_change use the row count; python checks are called
 
 
+FEW_VALUES = 16  # accepted values up to this many are compared one by one, not as an IN list
+
+
 def _predicate(check: Check):
     """A sqlglot expression, true where a row fails `check` (NULL counts as passing, except in expr)."""
     import sqlglot
@@ -320,7 +323,10 @@ def _predicate(check: Check):
             bounds.append(exp.GT(this=columns[0], expression=_literal(check.args["max"])))
         return exp.or_(*bounds)
     if check.kind == "accepted_values":
-        return exp.not_(exp.In(this=columns[0], expressions=[_literal(v) for v in check.args["values"]]))
+        values = [_literal(v) for v in check.args["values"]]
+        if len(values) <= FEW_VALUES:  # same verdict, NULLs included; DuckDB and Polars compare several times faster
+            return exp.and_(*[exp.NEQ(this=columns[0], expression=value) for value in values])
+        return exp.not_(exp.In(this=columns[0], expressions=values))
     # expr: a row fails unless the expression is true
     return exp.not_(exp.Coalesce(this=exp.paren(sqlglot.parse_one(check.text)), expressions=[exp.false()]))
 

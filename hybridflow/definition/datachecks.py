@@ -185,6 +185,11 @@ def _argument_problems(kind: str, value: dict) -> list[CheckProblem]:  # noqa: C
             problems.append(CheckProblem((kind,), "row_count_change needs max_drop, max_growth or both"))
     if kind == "accepted_values" and "values" in value and not (isinstance(value["values"], list) and value["values"]):
         problems.append(CheckProblem((kind, "values"), "accepted_values.values is a list of values"))
+    elif kind == "accepted_values" and isinstance(value.get("values"), list) and None in value["values"]:
+        # in SQL, x NOT IN (.., NULL) is never true: the check could then fail no row at all
+        problems.append(CheckProblem((kind, "values"), "accepted_values.values cannot hold null: a NULL in the "
+                                                       "column passes accepted_values already (add not_null to "
+                                                       "refuse it)"))
     if kind == "freshness" and "max_age" in value:
         try:
             parse_duration(value["max_age"])

@@ -29,6 +29,13 @@ def test_null_passes_accepted_values_and_range_as_in_sql():
     assert found == {"accepted_values_plan": ("failed", 1), "range_events": ("failed", 1)}  # gold; 200
 
 
+@pytest.mark.parametrize("extra", [0, 40], ids=["compared one by one", "as an IN list"])
+def test_accepted_values_give_one_verdict_however_many_values_are_listed(extra):
+    padding = [f"unused-{i}" for i in range(extra)]  # past FEW_VALUES: an IN list
+    found = outcomes({"accepted_values": {"column": "plan", "values": ["free", "pro", *padding]}})
+    assert found == {"accepted_values_plan": ("failed", 1)}  # gold; NULL passes
+
+
 def test_an_expr_is_true_only_where_sql_says_so():
     found = outcomes({"expr": "active IS TRUE", "name": "is_true"}, {"expr": "active IS FALSE", "name": "is_false"},
                      {"expr": "plan NOT IN ('gold')", "name": "not_gold"})

@@ -119,6 +119,13 @@ def test_bad_bounds_and_durations_are_refused(project):
     assert "null_fraction.max is a fraction between 0 and 1" in errors[2]
 
 
+def test_a_null_among_accepted_values_is_refused_at_its_line(project):
+    path = pipeline_with_checks(project, indented("- accepted_values: {column: plan, values: [free, null]}"))
+    [error] = errors_of(path)
+    assert error.startswith(f"{path}:8:49: error: dataset 'weeks'")  # the check's line, at its values
+    assert "accepted_values.values cannot hold null" in error and "add not_null to refuse it" in error
+
+
 def test_drop_is_refused_on_an_external_input_and_checks_on_a_files_dataset(project):
     project.write("stages/weekly.py", STAGE)
     project.write("data/events/part.csv", "customer_id,events\n1,2\n")
