@@ -103,7 +103,7 @@ class Engine:
     # the function, which also names the dataset it writes); None: init does not offer the engine
     example: tuple[str, str] | None = None
     # the object stores (their URI schemes) the engine reaches; None: every one hybridflow knows. On this
-    # machine it reaches the others through local copies (backends.create); attached, not at all
+    # machine it reaches the others through local copies; on a cluster, not at all (way_to)
     stores: tuple[str, ...] | None = None
     # what the engine needs to read the given store's paths beyond hybridflow's own extras, checked
     # without starting it (doctor): returns where it found it, raises UnavailableError saying how to get it

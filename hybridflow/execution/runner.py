@@ -258,8 +258,8 @@ class Runner:
             return
         for name in dict.fromkeys(engines):
             fetch = registry.engine(name).object_storage_fetch
-            reached = registry.engine(name).reaches(self.pipeline.store.scheme)  # else through local copies
-            if fetch is not None and reached and name not in self._given:
+            way = registry.engine(name).way_to(self.pipeline.store.scheme, self.pipeline.engine_settings(name))
+            if fetch is not None and way == registry.ITSELF and name not in self._given:
                 fetch(self.pipeline.engine_settings(name), self.pipeline.store)
 
     def _raise_if_ended(self) -> None:

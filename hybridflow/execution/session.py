@@ -29,6 +29,8 @@ class RunSession:
 
     def __init__(self, pipeline: Pipeline, options: RunOptions, *, listener: Listener,
                  subscribers: Sequence[Listener] = (), workspace: Workspace | None = None) -> None:
+        if workspace is not None and workspace.pipeline is not pipeline:
+            raise ValueError("the workspace must be opened for this Pipeline object: Workspace(..., pipeline=pipeline)")
         self.pipeline = pipeline
         # where the workdir lives: decided once, for every run (the pipeline's, unless one is given)
         self.workspace = workspace or Workspace.of(pipeline)

@@ -8,6 +8,7 @@ import contextlib
 import signal
 import threading
 import time
+from typing import Callable
 
 from ..errors import InterruptedRun, StageTimeout
 
@@ -18,7 +19,7 @@ class TimedOut(BaseException):
 
 
 @contextlib.contextmanager
-def time_limit(seconds: float | None, backend, stage: str, end_run=None):
+def time_limit(seconds: float | None, backend, stage: str, end_run=None):  # noqa: C901 - the timer, its handler and their cleanup, together
     """Run the body for at most `seconds`. When time is up, a timer thread asks the engine to cancel
     its work (which unblocks a main thread waiting on it) and interrupts the main thread with
     SIGALRM; any way the body then ends becomes a StageTimeout. A body that still has not ended
@@ -30,21 +31,22 @@ def time_limit(seconds: float | None, backend, stage: str, end_run=None):
     main = threading.main_thread()
     in_main = threading.current_thread() is main
 
+    switching = threading.Lock()  # restoring SIGALRM's handler: no alarm put off is sent after it
+    outside = OutsideImports(switching, lambda: not finished.is_set())
+
     def on_alarm(signum, frame):
-        if not finished.is_set() and not resent_after_import(signum, frame, lambda: not finished.is_set()):
+        if not finished.is_set() and outside.now(signum, frame):
             raise TimedOut()
 
     def expire():
+        if finished.is_set():
+            return  # the body ended in time: its result stands
         fired.set()
         with contextlib.suppress(Exception):
             backend.cancel()
         if in_main and not finished.is_set():
             signal.pthread_kill(main.ident, signal.SIGALRM)
-        stuck = StageTimeout(f"stage '{stage}' timed out after {seconds_text(seconds)} and did not stop within "
-                             f"{STUCK_AFTER:g}s more (busy in native code outside its engine), so the run was ended",
-                             hint="raise its timeout, or make it faster")
-        keep_cancelling(backend, finished.is_set, pause=finished.wait,
-                         stuck=(lambda: end_run(stuck)) if end_run and in_main else None)
+        _cancel_until_it_ends(backend, finished, stage, seconds, end_run if in_main else None)
 
     previous = signal.signal(signal.SIGALRM, on_alarm) if in_main else None
     timer = threading.Timer(seconds, expire)
@@ -63,10 +65,21 @@ def time_limit(seconds: float | None, backend, stage: str, end_run=None):
     finally:
         timer.cancel()
         timer.join()  # a late expire() must not cancel or signal anything after this point
+        outside.cancel()
         if in_main:
-            signal.signal(signal.SIGALRM, previous)
-    if fired.is_set() and not in_main:
-        raise timed_out  # no signal could interrupt the body: it ran to the end, but too long
+            with switching:
+                signal.signal(signal.SIGALRM, previous)
+    if fired.is_set():
+        raise timed_out  # no signal interrupted the body (none could, or it ended first): it ran too long
+
+
+def _cancel_until_it_ends(backend, finished: threading.Event, stage: str, seconds: float, end_run) -> None:
+    """A timed-out stage's engine work cancelled again until the stage ends; `end_run(error)` ends the
+    run when it does not within STUCK_AFTER seconds (None: nothing more can be done from here)."""
+    stuck = StageTimeout(f"stage '{stage}' timed out after {seconds_text(seconds)} and did not stop within "
+                         f"{STUCK_AFTER:g}s more (busy in native code outside its engine), so the run was ended",
+                         hint="raise its timeout, or make it faster")
+    keep_cancelling(backend, finished.is_set, pause=finished.wait, stuck=(lambda: end_run(stuck)) if end_run else None)
 
 
 # Seconds a stage may take to end after its engine work was cancelled (a timeout, a stop request)
@@ -91,27 +104,53 @@ def keep_cancelling(engine, done, pause=time.sleep, seconds: float = 60, stuck=N
             engine.cancel()
 
 
-RESEND_AFTER = 0.005  # seconds: a signal that came inside the import machinery is handled again after them
+IMPORT_CODE = "<frozen importlib"  # the file name of CPython's own import code in a frame
+RESEND_AFTER = 0.005  # seconds after which a signal put off is sent again
+RESEND_FOR = 1.0  # seconds one signal is put off at most: past them it is raised wherever it comes
 
 
-def resent_after_import(signum: int, frame, still_wanted) -> bool:
-    """Whether a handler about to raise was called inside CPython's own import code, where an
-    exception can leave the global import lock held for good (between its acquire and the `try`
-    that releases it): every other thread's next import would then wait forever, the stop deadline's
-    included, as it tells the run's end. If so, the signal is sent to the main thread again a moment
-    later, while `still_wanted()`, and the handler, run again, raises outside it."""
-    if frame is None or not frame.f_code.co_filename.startswith("<frozen importlib"):
+class OutsideImports:
+    """Whether a handler may raise where it was called. Inside CPython's import code an exception can
+    leave the global import lock held for good (between its acquire and the `try` that gives it
+    back): every other thread's next import then waits forever, the stop deadline's included as it
+    tells the run's end. There the exception is put off: the signal is sent to the main thread again
+    RESEND_AFTER seconds later, while `wanted()`, checked and sent under `lock` (the lock the handler
+    is removed under, so none is sent once it is gone), until it comes outside that code or RESEND_FOR
+    seconds have passed (the main thread then waits on another thread's import: raising is safe)."""
+
+    def __init__(self, lock: threading.Lock, wanted: Callable[[], bool]) -> None:
+        self.lock, self.wanted = lock, wanted
+        self.resent = False  # the signal being handled was sent again from here
+        self._since: float | None = None
+        self._timer: threading.Timer | None = None
+
+    def now(self, signum: int, frame) -> bool:
+        """True: raise now; False: put off, the signal sent again shortly."""
+        resent, self.resent = self.resent, False
+        if not resent:
+            self._since = None  # a new signal: its own RESEND_FOR
+        inside = frame is not None and frame.f_code.co_filename.startswith(IMPORT_CODE)
+        if not inside or (self._since is not None and time.monotonic() - self._since > RESEND_FOR):
+            self._since = None
+            return True
+        self._since = self._since or time.monotonic()
+        self._timer = threading.Timer(RESEND_AFTER, self._send, (signum,))
+        self._timer.daemon = True
+        self._timer.start()
         return False
 
-    def resend() -> None:
-        if still_wanted():
-            with contextlib.suppress(ProcessLookupError, RuntimeError):  # the process is ending
-                signal.pthread_kill(threading.main_thread().ident, signum)
+    def cancel(self) -> None:
+        """No signal put off is sent again (one being sent is decided under the lock)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._since = None
 
-    timer = threading.Timer(RESEND_AFTER, resend)
-    timer.daemon = True
-    timer.start()
-    return True
+    def _send(self, signum: int) -> None:
+        with self.lock:
+            if self.wanted():
+                self.resent = True
+                with contextlib.suppress(ProcessLookupError, RuntimeError):  # the process is ending
+                    signal.pthread_kill(threading.main_thread().ident, signum)
 
 
 def seconds_text(value: float) -> str:
@@ -153,6 +192,9 @@ class SignalState:
         self._requested = False
         self._cancelling = None  # the engine a thread is cancelling now: a signal sent again starts no other
         self._switching = threading.Lock()  # installing or removing the handlers, or stopping by a signal
+        self._raised = False  # the stop request was raised in the main thread (by the handler or check())
+        self._outside = OutsideImports(self._switching, lambda: self.installed and self.ended is None
+                                       and not self._raised)
 
     def on_wakeup(self, signum: int) -> None:
         """Called from the watcher thread the moment SIGINT or SIGTERM arrives, even while the main
@@ -185,9 +227,13 @@ class SignalState:
     def on_signal(self, signum, frame) -> None:
         if self.ended is not None:
             return  # the run was ended already: the main thread's next check() raises RunEnded
+        if self._outside.resent and self._raised:
+            self._outside.resent = False
+            return  # put off inside import code, then raised by check() before it came again
         self.signum = signum
-        if self._deferred or resent_after_import(signum, frame, lambda: self.installed and self.ended is None):
+        if self._deferred or not self._outside.now(signum, frame):
             return  # raised by the next check(), or by this handler once the import code is left
+        self._raised = True
         raise Terminated(signum)
 
     def stop_for(self, error) -> None:
@@ -199,7 +245,7 @@ class SignalState:
             self.signum = self.signum or signal.SIGTERM
             # our handler, never the default one (which would end the process); the main thread itself
             # raises at its next check()
-            if self.installed and threading.current_thread() is not threading.main_thread():
+            if self.installed and not self._raised and threading.current_thread() is not threading.main_thread():
                 signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
 
     @property
@@ -226,12 +272,14 @@ class SignalState:
     def reset(self) -> None:
         """A new run of the same Runner (a watch loop) starts with no stop asked for."""
         self.signum = self.ended = self.stopped_by = None
-        self._requested = False
+        self._requested = self._raised = False
 
     def check(self) -> None:
         if self.ended is not None:
             raise RunEnded(self.ended)
         if self.signum is not None:
+            self._raised = True
+            self._outside.cancel()
             raise Terminated(self.signum)
 
 
@@ -248,6 +296,7 @@ def signals_as_exceptions(state: SignalState):
         yield
     finally:
         watcher.close()
+        state._outside.cancel()
         with state._switching:
             state.installed = False
             for signum, handler in previous.items():

@@ -16,6 +16,7 @@ import importlib
 import importlib.util
 import signal
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -27,7 +28,7 @@ from ..definition.pipeline import Pipeline
 from ..errors import HybridflowError, InterruptedRun
 from ..results import Listener, RunOptions, RunResult, new_run_id
 from ..store.workdir import claim
-from .stopping import Terminated, resent_after_import
+from .stopping import OutsideImports, Terminated
 from .warmpool import WarmPool
 
 POLL_SECONDS = 0.5
@@ -70,7 +71,15 @@ class WatchSession:
 
     def loop(self, runs: int | None = None) -> RunResult | None:
         """Run, then wait for a change and run again, until a signal (or `runs` runs: for tests)."""
-        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+        switching, installed, stopping = threading.Lock(), [True], [False]
+        outside = OutsideImports(switching, lambda: installed[0] and not stopping[0])
+
+        def stop(signum, frame) -> None:  # between runs (each run installs its own handlers); once
+            if not stopping[0] and outside.now(signum, frame):
+                stopping[0] = True
+                raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
+
+        previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             count = 0
             while True:
@@ -84,13 +93,16 @@ class WatchSession:
             stopped.message = f"watch stopped by {signal.Signals(stopped_signal(exc)).name}; every engine stopped"
             raise stopped from None
         finally:
-            interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the stop short
+            outside.cancel()
+            with switching:
+                installed[0] = False
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the stop short
             try:
                 if self.pool is not None:
                     self.pool.shutdown()
             finally:
-                signal.signal(signal.SIGINT, interrupt)
-                signal.signal(signal.SIGTERM, previous)
+                for signum, handler in previous.items():
+                    signal.signal(signum, handler)
 
     def _run_once(self) -> None:
         from ..definition.config import load_pipeline
@@ -152,7 +164,7 @@ class WatchSession:
                 continue
             path = Path(file).resolve()
             if path in watched or (name.split(".")[0] in tops and path.is_relative_to(root)):
-                del sys.modules[name]
+                sys.modules.pop(name, None)
         importlib.invalidate_caches()
 
 
@@ -187,7 +199,3 @@ def _snapshot(paths: list[Path]) -> dict[Path, tuple[int, int] | None]:
 def stopped_signal(exc: BaseException) -> int:
     return getattr(exc, "signum", signal.SIGINT)
 
-
-def _raise_terminated(signum, frame) -> None:
-    if not resent_after_import(signum, frame, lambda: signal.getsignal(signum) is _raise_terminated):
-        raise Terminated(signum)

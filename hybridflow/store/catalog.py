@@ -503,5 +503,4 @@ def _write_durably(path: Path, text: str) -> None:
 
 
 def _unguarded() -> None:
-    """No lock to confirm (a catalog opened outside a run: reading, planning; or a kernel lock, which
-    cannot be lost while its process lives)."""
+    """No lock to confirm: a catalog opened outside a run (reading, planning)."""

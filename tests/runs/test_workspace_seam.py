@@ -23,6 +23,13 @@ def make(n, token):
 
 def double(numbers):
     return numbers.assign(twice=numbers["id"] * 2)
+
+
+def slow(numbers):
+    import time
+
+    time.sleep(60)  # the lease is lost meanwhile
+    return numbers
 '''
 
 PIPELINE = '''
@@ -75,7 +82,8 @@ def test_a_runner_given_a_workspace_reads_publishes_and_records_only_there(proje
     path = project.pipeline(PIPELINE)
     elsewhere = tmp_path / "elsewhere"
 
-    first = Runner(load_pipeline(path), workspace=Workspace(elsewhere, pipeline=load_pipeline(path))).run()
+    pipeline = load_pipeline(path)
+    first = Runner(pipeline, workspace=Workspace(elsewhere, pipeline=pipeline)).run()
     assert first.status == "success", first.error
     assert not (project.root / ".hybridflow").exists()  # the pipeline's own workdir is never touched
     doubled = Catalog(elsewhere / "seam").current("doubled")
@@ -113,3 +121,31 @@ def test_a_lease_lost_before_the_commit_publishes_nothing_and_fails_the_run(proj
     assert Catalog(tmp_path / "held" / "seam").current("numbers").id == published  # nothing published
     assert lease.holder is None  # given back all the same
     assert RunStore(tmp_path / "held" / "runs.db").run(lost.run_id)["status"] == "failed"
+
+
+def test_a_lease_lost_while_a_stage_runs_stops_the_run_at_once(project, tmp_path, monkeypatch):
+    import threading
+    import time
+
+    monkeypatch.setenv("SEAM_TOKEN", "seam-secret-1")
+    project.stages(STAGES)
+    path = project.pipeline(PIPELINE.replace("outputs: [doubled]}", "outputs: [doubled]}\n"
+                                             "  slow: {run: mypkg.steps:slow, inputs: [numbers], outputs: [late]}"))
+    lease = LeaseInThisProcess()
+    pipeline = load_pipeline(path)
+    runner = Runner(pipeline, workspace=WorkspaceWithLease(tmp_path / "held", pipeline=pipeline, lease=lease))
+    log = tmp_path / "held" / "seam" / "runs"
+
+    def lose_it_once_slow_runs() -> None:
+        deadline = time.monotonic() + 60
+        while not list(log.glob("*/logs/slow.log")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # told only through on_lost: confirm() still passes, so a run that did not stop would publish
+        lease.stop(LeaseLost("the lease was taken over by run 20261128T000000Z-other"))
+
+    threading.Thread(target=lose_it_once_slow_runs, daemon=True).start()
+    lost = runner.run()
+    assert lost.status == "failed" and isinstance(lost.error, LeaseLost), lost.error
+    assert lost.stages["slow"].status == "failed" and "taken over" in lost.stages["slow"].error
+    assert Catalog(tmp_path / "held" / "seam").current("late") is None
+    assert lease.holder is None
