@@ -66,8 +66,11 @@ class EnginePool:
     def __init__(self, pipeline: Pipeline, stages: list[str], log_dir: Path, *, signals: SignalState,  # noqa: PLR0913 - a run's engine settings and the run's hooks, keyword-only
                  given: dict[str, Any] | None = None, gpu: Callable[[str], Any] = lambda name: None,
                  on_started: Callable[[str, float], None] = lambda name, seconds: None,
-                 timeline: Timeline | None = None, clusters=None) -> None:
+                 timeline: Timeline | None = None, clusters=None, shared_workdir: Path | None = None) -> None:
+        """shared_workdir: the workdir a cluster on other hosts must see (a local one; None in object
+        storage, which its workers reach themselves)."""
         self.pipeline = pipeline
+        self.shared_workdir = shared_workdir
         self.stages = stages
         self.log_dir = log_dir
         self.signals = signals
@@ -230,9 +233,8 @@ class EnginePool:
                 early.phase = "checks"
                 engine.check_versions()  # an attached cluster's workers run what this driver runs
                 # a cluster on other hosts must see a local workdir before any stage moves data there
-                # (one in object storage its workers reach themselves, as they do the store's inputs)
-                if self.pipeline.remote is None:
-                    engine.check_shared_workdir(self.pipeline.workdir)
+                if self.shared_workdir is not None:
+                    engine.check_shared_workdir(self.shared_workdir)
         except BaseException:
             with contextlib.suppress(Exception):
                 engine.stop()

@@ -178,7 +178,7 @@ class Runner:
         self._engines = self._pool(self.pipeline, self.stages, run_dir / "logs", signals=self._signals,
                                    given=self._given, gpu=lambda name: self._gpu.engine(name) if self._gpu else None,
                                    on_started=self.events.engine_started, timeline=Timeline(self.store, run_id),
-                                   clusters=clusters)
+                                   clusters=clusters, shared_workdir=self.workspace.shared_folder)
         try:
             # a stop request while the run prepares (recovery, preflight, reaping, early starts) stops it
             # as one during a stage does: exit 130 or 143 and the run recorded as interrupted

@@ -35,12 +35,12 @@ class WarmPool(EnginePool):
     def for_run(self, pipeline: Pipeline, stages: list[str], log_dir: Path, *, signals: SignalState,  # noqa: PLR0913 - EnginePool's own arguments: it is called as EnginePool is
                 given: dict[str, Any] | None = None, gpu: Callable[[str], Any] = lambda name: None,
                 on_started: Callable[[str, float], None] = lambda name, seconds: None, timeline=None,
-                clusters=None) -> WarmPool:
+                clusters=None, shared_workdir: Path | None = None) -> WarmPool:
         """The pool for one run (Runner's `pool`, called as EnginePool would be): its pipeline as loaded
         now, its listener and timeline; engine start seconds count only for the run that paid them."""
         self._settle_early_starts()
         self.pipeline, self.stages, self.signals, self.gpu = pipeline, stages, signals, gpu
-        self.on_started, self.seconds = on_started, {}
+        self.on_started, self.seconds, self.shared_workdir = on_started, {}, shared_workdir
         # the session's first run brings clusters up; they stay, as its engines do, and go at its end
         self.clusters = self.clusters or clusters
         if self.clusters is not None:  # alive to reapers on other machines while the session lasts

@@ -93,6 +93,7 @@ class WatchSession:
             stopped.message = f"watch stopped by {signal.Signals(stopped_signal(exc)).name}; every engine stopped"
             raise stopped from None
         finally:
+            stopping[0] = True  # a signal from here on finds the stop under way: the engines go all the same
             outside.cancel()
             with switching:
                 installed[0] = False

@@ -67,6 +67,12 @@ class Workspace:
         return self.settings.objects()
 
     @property
+    def shared_folder(self) -> Path | None:
+        """The folder a cluster on other hosts must see: a local workdir (None in object storage, which
+        the cluster's workers reach themselves)."""
+        return self.local if self.remote is None else None
+
+    @property
     def home(self) -> Path:
         """The pipeline's folder on this machine: its datasets, or its cache of them; its runs' logs."""
         return self.local / self.pipeline.name

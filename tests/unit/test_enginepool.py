@@ -33,6 +33,7 @@ class HeldStart:
         pass
 
     def check_shared_workdir(self, workdir) -> bool:
+        self.events.append(f"sees {workdir}")
         return True
 
     def stop(self) -> None:
@@ -53,12 +54,12 @@ def held_engine():
     backends.engines().pop(NAME, None)
 
 
-def pool(tmp_path, signals: SignalState) -> EnginePool:
+def pool(tmp_path, signals: SignalState, shared_workdir=None) -> EnginePool:
     pipeline = SimpleNamespace(engine_settings=lambda name: None, secrets=(), stages={}, root=tmp_path, remote=None,
                                spec=SimpleNamespace(lineage=None),
                                workdir=tmp_path, uses_object_storage=False, store=None)
     (tmp_path / "logs").mkdir(exist_ok=True)
-    return EnginePool(pipeline, [], tmp_path / "logs", signals=signals)
+    return EnginePool(pipeline, [], tmp_path / "logs", signals=signals, shared_workdir=shared_workdir)
 
 
 def wait_until(condition, seconds: float = 10.0) -> None:
@@ -126,3 +127,14 @@ def test_an_engine_given_up_while_it_starts_and_then_asked_for_starts_afresh(tmp
     finally:
         engines.stop_all()
     assert held_engine.events[-1] == "stopped" and held_engine.events.count("stopped") == 2
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["a local workdir", "a workdir in object storage"])
+def test_an_engine_is_made_to_prove_it_sees_the_workdir_only_where_the_run_shares_one(tmp_path, held_engine, shared):
+    HeldStart.release.set()
+    engines = pool(tmp_path, SignalState(), shared_workdir=tmp_path / "work" if shared else None)
+    try:
+        engines.get(NAME)
+    finally:
+        engines.stop_all()
+    assert (f"sees {tmp_path / 'work'}" in HeldStart.events) is shared
