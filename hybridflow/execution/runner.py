@@ -257,10 +257,10 @@ class Runner:
         if not self.pipeline.uses_object_storage:
             return
         for name in dict.fromkeys(engines):
-            fetch = registry.engine(name).object_storage_fetch
-            way = registry.engine(name).way_to(self.pipeline.store.scheme, self.pipeline.engine_settings(name))
+            fetch, settings = registry.engine(name).object_storage_fetch, self.pipeline.engine_settings(name)
+            way = registry.engine(name).way_to(self.pipeline.store.scheme, settings)
             if fetch is not None and way == registry.ITSELF and name not in self._given:
-                fetch(self.pipeline.engine_settings(name), self.pipeline.store)
+                fetch(settings, self.pipeline.store)
 
     def _raise_if_ended(self) -> None:
         """The stage's native call returned after the run was ended around it: nothing more happens."""

@@ -71,8 +71,8 @@ class WatchSession:
 
     def loop(self, runs: int | None = None) -> RunResult | None:
         """Run, then wait for a change and run again, until a signal (or `runs` runs: for tests)."""
-        switching, installed, stopping = threading.Lock(), [True], [False]
-        outside = OutsideImports(switching, lambda: installed[0] and not stopping[0])
+        switching, stopping = threading.Lock(), [False]
+        outside = OutsideImports(switching, lambda: not stopping[0])
 
         def stop(signum, frame) -> None:  # between runs (each run installs its own handlers); once
             if not stopping[0] and outside.now(signum, frame):
@@ -96,7 +96,6 @@ class WatchSession:
             stopping[0] = True  # a signal from here on finds the stop under way: the engines go all the same
             outside.cancel()
             with switching:
-                installed[0] = False
                 signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the stop short
             try:
                 if self.pool is not None:
