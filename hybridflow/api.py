@@ -266,7 +266,7 @@ def _run_notifying_failed_start(runner: Runner, notify: bool) -> RunResult:
 
             trigger = runner.options.trigger
             Notifications(runner.pipeline, trigger, runner.listener).send(failed_start_summary(
-                runner.pipeline, exc, run_id=runner.run_id, trigger=trigger, stages=runner.stages,
+                runner.pipeline, exc, run_id=runner.run_id, trigger=trigger, stages=runner.session.stages,
                 started_at=started, duration=time.monotonic() - clock))
         raise
 

@@ -9,8 +9,9 @@ outcomes; the engine never sends a row here except the few examples an error quo
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..definition.datachecks import CHECK_COLUMN, Check
@@ -28,6 +29,7 @@ class Measure:
     op: str  # rows | failing | distinct | max
     columns: tuple[str, ...] = ()
     predicate: Any = None  # a sqlglot expression, true where a row fails (failing)
+    hashed: bool = False  # distinct keys whose order was found not to prove them distinct: count by hashing
 
 
 class CheckPlan:
@@ -43,6 +45,14 @@ class CheckPlan:
             if measure is not None:
                 self.measures.append(measure)
                 self.alias[check.name] = measure.alias
+
+    def without(self, known: dict[str, Any], hashed=()) -> CheckPlan:
+        """This plan with only the measures not `known` (the row count stays: an engine counts it in the
+        same pass); `hashed`: aliases of distinct measures an engine must count by hashing."""
+        rest = copy.copy(self)
+        rest.measures = [replace(m, hashed=m.alias in hashed) for m in self.measures
+                         if m.op == "rows" or m.alias not in known]
+        return rest
 
     @property
     def row_level(self) -> list[Check]:
@@ -236,20 +246,32 @@ def count_distinct(parts: list[BatchKeys | None], columns: tuple[str, ...]) -> i
     return _distinct_keys(pa.concat_tables([p.table for p in parts]), columns).num_rows if parts else 0
 
 
-def distinct_in_order(files, columns: tuple[str, ...], batch_rows: int = 1 << 20) -> int | None:
-    """The distinct keys of Parquet files whose key columns, read a batch at a time, rise within each
-    batch and whose batches do not overlap (an output written in key order); None, at the first batch
-    out of order or holding a NULL, where their order does not prove them distinct."""
-    import pyarrow as pa
+def distinct_in_order(files, columns: tuple[str, ...]) -> int | None:
+    """The distinct keys of local Parquet files whose key columns rise within each row group (no NULL)
+    and whose row groups' keys do not overlap, in whichever order the groups were written (writers in
+    parallel); None, at the first row group whose order does not prove its keys distinct. Row groups
+    are read a few at a time, side by side."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
     import pyarrow.parquet as pq
 
+    def keys_of(group: tuple) -> BatchKeys:
+        path, metadata, index = group  # a reader of its own: one ParquetFile is not safe across threads
+        rows = pq.ParquetFile(path, metadata=metadata).read_row_group(index, columns=list(columns))
+        return batch_keys(rows, columns, keep=False)
+
+    footers = [(str(f), pq.read_metadata(str(f))) for f in files]
+    groups = [(path, metadata, i) for path, metadata in footers for i in range(metadata.num_row_groups)]
     parts = []
-    for file in files:
-        for batch in pq.ParquetFile(file).iter_batches(batch_size=batch_rows, columns=list(columns)):
-            keys = batch_keys(pa.Table.from_batches([batch]), columns, keep=False)
-            if keys.rows and keys.span is None:
-                return None
-            parts.append(keys)
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+        try:
+            for keys in pool.map(keys_of, groups):
+                if keys.rows and keys.span is None:
+                    return None
+                parts.append(keys)
+        finally:
+            pool.shutdown(cancel_futures=True)
     return count_distinct(parts, columns)
 
 
@@ -273,6 +295,10 @@ def _increasing_span(keys):
 def _rising(keys) -> bool:
     """Whether each of 2 or more rows' key is greater than the one before: cheap, a comparison of
     neighbours, the first column first (rows out of order in it end the check at once)."""
+    import pyarrow as pa
+
+    if all(pa.types.is_integer(t) or pa.types.is_temporal(t) for t in keys.schema.types):
+        return _rising_numbers([keys[c].combine_chunks().to_numpy(zero_copy_only=False) for c in keys.column_names])
     import pyarrow.compute as pc
 
     n = keys.num_rows
@@ -287,6 +313,23 @@ def _rising(keys) -> bool:
         else:
             rising, equal = pc.or_(rising, pc.and_(equal, greater)), pc.and_(equal, pc.equal(after, before))
     return bool(pc.all(rising).as_py())
+
+
+def _rising_numbers(columns: list) -> bool:
+    """_rising over numpy arrays of the key's columns (no NULL): numpy compares them in place, without
+    the bitmaps Arrow's kernels build for every step."""
+    rising = equal = None
+    for values in columns:
+        before, after = values[:-1], values[1:]
+        if rising is None:
+            rising = after > before
+            equal = after == before
+            if not (rising | equal).all():
+                return False
+        else:
+            rising |= equal & (after > before)
+            equal &= after == before
+    return bool(rising.all())
 
 
 def _distinct_keys(table, columns: tuple[str, ...]):

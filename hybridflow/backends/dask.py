@@ -216,7 +216,7 @@ class DaskBackend(Backend):
         def forget(names: list[str]) -> None:  # runs on every worker; nested, so it is shipped by value
             import sys
 
-            for module in [m for m in list(sys.modules) if m.split(".")[0] in names]:  # a copy: tasks import too
+            for module in [m for m in sys.modules.copy() if m.split(".")[0] in names]:  # a copy: tasks import too
                 sys.modules.pop(module, None)
 
         # workers drop the stage modules they imported, then import them from the new archive

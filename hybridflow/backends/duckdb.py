@@ -273,7 +273,7 @@ class DuckDBBackend(Backend):
         # A unique check's keys that each rise above the row's before (lag over the scan, streamed, in a
         # query of their own: a streamed window runs on one thread) are distinct: counted by hashing
         # (COUNT DISTINCT, most of the checks' cost) only where they do not.
-        rising = [m for m in plan.measures if m.op == "distinct" and _ordered_types(frame, m.columns)]
+        rising = [m for m in plan.measures if m.op == "distinct" and not m.hashed and _ordered_types(frame, m.columns)]
         aggregates = ["NULL" if m in rising else plan.sql_aggregate(m, "duckdb") for m in plan.measures]
         values = plan.values_of(frame.aggregate(", ".join(f"{a} AS {m.alias}" for a, m in
                                                           zip(aggregates, plan.measures))).fetchall()[0])

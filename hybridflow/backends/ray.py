@@ -114,6 +114,7 @@ ENGINE = Engine(
 
 
 VERSIONED = ("pyarrow", "pandas", "ray")
+IDLE_WORKERS_BEYOND_CPUS = 4  # a local instance's idle workers kept warm beyond one per CPU
 AUTH_VARIABLES = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")  # what a node must run as the driver does
 
 
@@ -168,8 +169,12 @@ class RayBackend(Backend):
                 self._join_cluster()
         else:
             # "local" always starts a fresh instance, never joining a stale one from an address file
-            options.update(address="local", num_cpus=self.settings.num_cpus or os.cpu_count() or 2,
-                           _node_ip_address="127.0.0.1")
+            cpus = self.settings.num_cpus or os.cpu_count() or 2
+            # Ray keeps only as many idle workers as CPUs are free and kills the others after a second;
+            # Ray Data's own actors hold a little CPU, so every sort or shuffle (a partitioned write)
+            # killed warm workers and started cold ones, seconds each (ray-project/ray#27863)
+            options.update(address="local", num_cpus=cpus, _node_ip_address="127.0.0.1",
+                           _system_config={"num_workers_soft_limit": cpus + IDLE_WORKERS_BEYOND_CPUS})
             if self.settings.num_gpus is not None:
                 options["num_gpus"] = self.settings.num_gpus
             if "_temp_dir" not in self.settings.init:

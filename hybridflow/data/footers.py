@@ -71,7 +71,7 @@ def read_footers(dataset: str, files: Sequence[PurePath], filesystem=None, newes
         pieces += _pieces(file, metadata)
         for column, values in maxima.items():
             if values is not None:
-                maxima[column] = _newest_in(metadata, stored, column, values)
+                maxima[column] = newest_in(metadata, stored, column, values)
     known = {column: max(values, default=None) for column, values in maxima.items() if values is not None}
     return Footers(reference[1].remove_metadata(), rows, frozenset(nullable), tuple(pieces), variants, known)
 
@@ -158,7 +158,38 @@ def _pieces(file: PurePath, metadata: pq.FileMetaData) -> list[Piece]:
     return pieces
 
 
-def _newest_in(metadata: pq.FileMetaData, stored: pa.Schema, column: str, values: list) -> list | None:
+class ColumnStatistics(NamedTuple):
+    """One column chunk's statistics: its NULLs (None where the footer does not count them), and the
+    lowest and highest of its other values where the column holds integers and the footer has them."""
+
+    nulls: int | None
+    low: int | None = None
+    high: int | None = None
+
+
+def row_group_statistics(metadata: pq.FileMetaData,
+                         columns: Sequence[str]) -> list[tuple[int, dict[str, ColumnStatistics]]]:
+    """Each row group's row count and the statistics of those of `columns` that are top-level columns
+    of the file (a nested leaf or a column the file lacks is left out)."""
+    import pyarrow as pa
+
+    stored = metadata.schema.to_arrow_schema()
+    leaves = {c: leaf for c in columns if c in stored.names and (leaf := _top_level_leaf(metadata, c)) is not None}
+    integers = {c for c in leaves if pa.types.is_integer(stored.field(c).type)}
+    groups = []
+    for group in range(metadata.num_row_groups):
+        row_group = metadata.row_group(group)
+        found = {}
+        for column, leaf in leaves.items():
+            stats = row_group.column(leaf).statistics
+            nulls = stats.null_count if stats is not None and stats.has_null_count else None
+            ranged = column in integers and stats is not None and stats.has_min_max
+            found[column] = ColumnStatistics(nulls, stats.min, stats.max) if ranged else ColumnStatistics(nulls)
+        groups.append((row_group.num_rows, found))
+    return groups
+
+
+def newest_in(metadata: pq.FileMetaData, stored: pa.Schema, column: str, values: list) -> list | None:
     """`values` and the newest `column` of one file, from its row groups' max statistics, as the
     column's own Arrow type gives it (its unit and time zone); None where the statistics cannot tell."""
     import pyarrow as pa

@@ -114,8 +114,9 @@ def _forget_foreign(module_name: str, root: Path) -> None:
     top = module_name.split(".")[0]
     if module_file(root, top) is None and not (root / top).is_dir():
         return  # root does not define this name, so nothing cached can be shadowing it
-    # a copy taken at once: another thread may be importing meanwhile (the MLflow sender)
-    for name, module in list(sys.modules.items()):
+    # a copy taken at once (dict.copy allocates nothing per item, so no collection can run a finalizer
+    # midway): another thread may be importing meanwhile (the MLflow sender)
+    for name, module in sys.modules.copy().items():
         if name != top and not name.startswith(top + "."):
             continue
         file = getattr(module, "__file__", None)

@@ -25,6 +25,7 @@ from ..definition.datachecks import CHECK_COLUMN, PYTHON_CHECK, Check, dataset_c
 from ..definition.pipeline import Pipeline
 from ..definition.stagecode import import_function
 from ..errors import DataError, HybridflowError, counted, first_line
+from .filechecks import measure as files_then_engine
 from .stopping import Terminated
 
 
@@ -122,7 +123,7 @@ class OutputChecks:
                                       published, expected, now)
         else:
             plan = CheckPlan(kinds)
-            values = measured if measured is not None else backend.check_measure(backend.check_frame(source), plan)
+            values = measured if measured is not None else files_then_engine(backend, source, plan)
             outcomes = [judge(dataset, c, values, plan, published, now) for c in plan.checks]
         for check in (c for c in checks if c.kind == PYTHON_CHECK):
             function = import_function(self.pipeline.root, check.text)

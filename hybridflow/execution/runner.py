@@ -62,11 +62,8 @@ class Runner:
         self.pipeline = pipeline
         self.options = options = options or RunOptions()
         self.listener = listener or Listener()
-        self.session = session = RunSession(pipeline, options, listener=self.listener, subscribers=subscribers,
+        self.session = RunSession(pipeline, options, listener=self.listener, subscribers=subscribers,
                                             workspace=workspace)
-        self.workspace, self.home, self.stages = session.workspace, session.home, session.stages
-        self.catalog, self.store, self.records = session.catalog, session.store, session.records
-        self.events, self.planner, self.inputs = session.events, session.planner, session.inputs
         self._given = dict(engines or {})  # started by the caller: used, never stopped here
         self._foreseen: dict[str, Decision] = {}  # decisions taken before the run, still valid
         self._signals = SignalState()
@@ -101,25 +98,25 @@ class Runner:
     def _engines_ahead(self) -> list[str]:
         """The engines of the stages this run expects to execute, in the order they are first needed
         (a stage whose inputs are rebuilt first counts as executing): those worth starting early."""
-        wanted = [self.pipeline.stages[s].backend for s in self.stages]
+        wanted = [self.pipeline.stages[s].backend for s in self.session.stages]
         if not any(registry.engine(name).starts and name not in self._given for name in wanted):
             return []  # nothing to start: no need to fingerprint every stage twice
         try:
-            decisions = planning.decide(self.pipeline, self.stages, self.planner)
+            decisions = planning.decide(self.pipeline, self.session.stages, self.session.planner)
         except (HybridflowError, OSError):  # the stage that meets it reports it, as without early starts
             return []
         # the leading stages that skip need not be fingerprinted again (a no-op rerun decides once)
-        for stage in self.stages:
+        for stage in self.session.stages:
             if decisions[stage].action != SKIP:
                 break
             self._foreseen[stage] = decisions[stage]
-        return [self.pipeline.stages[s].backend for s in self.stages if decisions[s].action != SKIP]
+        return [self.pipeline.stages[s].backend for s in self.session.stages if decisions[s].action != SKIP]
 
     def _preflight(self) -> None:
         """Everything that can fail before a stage starts: engines available, inputs present."""
-        registry.require_all(self.pipeline.stages[stage].backend for stage in self.stages)
-        self._gpu = gpu.plan(self.pipeline, self.stages)  # gpu: true that cannot be met fails here
-        for stage, inputs in planning.planned_inputs(self.pipeline, self.stages, self.catalog).items():
+        registry.require_all(self.pipeline.stages[stage].backend for stage in self.session.stages)
+        self._gpu = gpu.plan(self.pipeline, self.session.stages)  # gpu: true that cannot be met fails here
+        for stage, inputs in planning.planned_inputs(self.pipeline, self.session.stages, self.session.catalog).items():
             for item in inputs:
                 if item.state != "missing":
                     continue
@@ -139,15 +136,16 @@ class Runner:
         # a Runner may run again (a watch loop)
         self._signals.reset()
         self._over = threading.Event()
-        self.inputs.forget()
-        run_dir = self.home / "runs" / run_id
-        results = {s: StageResult(s, self.pipeline.stages[s].backend) for s in self.stages}
-        lock = self._lock = self.workspace.lock()
+        self.session.inputs.forget()
+        run_dir = self.session.home / "runs" / run_id
+        results = {s: StageResult(s, self.pipeline.stages[s].backend) for s in self.session.stages}
+        lock = self._lock = self.session.workspace.lock()
         try:
-            self.workspace.require_trusted()  # a store that ignores conditional writes: the lease protects nothing
+            # a store that ignores conditional writes: the lease would protect nothing
+            self.session.workspace.require_trusted()
             lock.acquire(run_id, wait=self.options.wait_for_lock)
             # a run that cannot prove it still holds its lease publishes nothing, and stops
-            self.catalog.confirm = lock.confirm
+            self.session.catalog.confirm = lock.confirm
             lock.on_lost(self._signals.stop_for)
             try:  # the lock is held until the run's record is final: the next run trusts what it finds
                 return self._run_locked(run_id, run_dir, results)
@@ -162,9 +160,9 @@ class Runner:
         except RunEnded as ended:
             raise ended.error from None
         except Exception as exc:  # the run's record or log could not be written: the disk is full
-            if isinstance(exc, HybridflowError) or not is_out_of_space(exc, self.workspace.local):
+            if isinstance(exc, HybridflowError) or not is_out_of_space(exc, self.session.workspace.local):
                 raise
-            raise out_of_space(self.workspace.local) from exc
+            raise out_of_space(self.session.workspace.local) from exc
 
     def _reap_clusters(self, clusters: RunClusters, log_file: Path) -> list[str]:
         """Take down the clusters that runs which died left up (we hold the lock: no other run lives)."""
@@ -174,11 +172,12 @@ class Runner:
     def _run_locked(self, run_id: str, run_dir: Path, results: dict[str, StageResult]) -> RunResult:
         live = self._opened = self._open_record(run_id, run_dir, results)
         status, error, unrecorded, warnings, holding = "failed", None, None, [], False
-        clusters = RunClusters(self.pipeline, run_id, run_dir / "logs", self.workspace.cluster_records())
-        self._engines = self._pool(self.pipeline, self.stages, run_dir / "logs", signals=self._signals,
+        clusters = RunClusters(self.pipeline, run_id, run_dir / "logs", self.session.workspace.cluster_records())
+        session = self.session
+        self._engines = self._pool(self.pipeline, session.stages, run_dir / "logs", signals=self._signals,
                                    given=self._given, gpu=lambda name: self._gpu.engine(name) if self._gpu else None,
-                                   on_started=self.events.engine_started, timeline=Timeline(self.store, run_id),
-                                   clusters=clusters, shared_workdir=self.workspace.shared_folder)
+                                   on_started=session.events.engine_started, timeline=Timeline(session.store, run_id),
+                                   clusters=clusters, shared_workdir=session.workspace.shared_folder)
         try:
             # a stop request while the run prepares (recovery, preflight, reaping, early starts) stops it
             # as one during a stage does: exit 130 or 143 and the run recorded as interrupted
@@ -208,7 +207,7 @@ class Runner:
             raise
         finally:
             self._engines.stop_all()
-            self.catalog.discard_staging(run_id)
+            self.session.catalog.discard_staging(run_id)
             if unrecorded is not None:  # recorded once the engines and staging gave back their disk space
                 self._record_failure(unrecorded, results)
             self._live = None
@@ -219,35 +218,35 @@ class Runner:
     def _open_record(self, run_id: str, run_dir: Path, results: dict[str, StageResult]) -> _LiveRun:
         """The run recorded as running: a waiting run starts when it gets the lock."""
         started, clock = datetime.now(timezone.utc), time.monotonic()
-        record = self.records.open(run_id, run_dir, started, self.options.trigger, self.options.arguments)
+        record = self.session.records.open(run_id, run_dir, started, self.options.trigger, self.options.arguments)
         return _LiveRun(run_dir, results, record, started, clock)
 
     def _prepare(self, live: _LiveRun, clusters: RunClusters) -> list[str]:
         """Everything before the first stage; returns the warnings the run ends with."""
         # Under the lock no other run is writing: whatever is in staging is a dead run's leftovers,
         # and a stage commit a crash interrupted is finished before anything reads the outputs.
-        self.catalog.discard_staging()
-        self.catalog.recover()
+        self.session.catalog.discard_staging()
+        self.session.catalog.recover()
         try:
             self._preflight()
         except HybridflowError as exc:  # paths and addresses may hold a value from ${env:...}
             exc.message, exc.hint = self.pipeline.redact(exc.message), exc.hint and self.pipeline.redact(exc.hint)
-            self.records.end("failed", exc.one_line())
+            self.session.records.end("failed", exc.one_line())
             raise
         faults.checkpoint("run:preparing")
         logs = live.run_dir / "logs"
         private_dir(logs)  # 0700: logs may quote data
         warnings = self._reap_clusters(clusters, logs / "cluster-reap.log")
         # none for a stage whose input's footers already fail a check (footerchecks)
-        ahead = engines_worth_starting(self.pipeline, self.inputs, self.stages, self._engines_ahead(),
+        ahead = engines_worth_starting(self.pipeline, self.session.inputs, self.session.stages, self._engines_ahead(),
                                        self.options.keep_going)
         try:
             self._fetch_for_object_storage(ahead)
         except HybridflowError as exc:
-            self.records.end("failed", exc.one_line())
+            self.session.records.end("failed", exc.one_line())
             raise
         self._engines.start_early(ahead)  # before the display takes the terminal
-        self.events.run_started(live.record["run_id"], list(live.results.values()))
+        self.session.events.run_started(live.record["run_id"], list(live.results.values()))
         return warnings
 
     def _fetch_for_object_storage(self, engines: list[str]) -> None:
@@ -279,7 +278,7 @@ class Runner:
 
     @property
     def _workdir_uri(self) -> str | None:
-        return self.workspace.remote.uri if self.workspace.remote is not None else None
+        return self.session.workspace.remote.uri if self.session.workspace.remote is not None else None
 
     def _close(self, live: _LiveRun, status: str, error: HybridflowError | None, warnings: list[str]) -> RunResult:
         """The run's result, told as its end: its final record, its report, the listener."""
@@ -290,7 +289,7 @@ class Runner:
                            error=error, warnings=warnings, workdir_uri=self._workdir_uri)
         if status != "success" and result.failed or status == "interrupted":
             result.resume_command = f"hybridflow run {self.pipeline.shown_file} --resume"
-        self.events.run_finished(result)
+        self.session.events.run_finished(result)
         return result
 
     def _record_failure(self, exc: BaseException, results: dict[str, StageResult]) -> None:
@@ -302,9 +301,9 @@ class Runner:
             if result.status == "running":
                 result.status, result.error = "failed", self.pipeline.redact(first_line(exc))
             with contextlib.suppress(Exception):  # again: a failed stage's own save may have met the full disk
-                self.records.stage_changed(result)
+                self.session.records.stage_changed(result)
         with contextlib.suppress(Exception):
-            self.records.end("failed", self.pipeline.redact(f"{type(exc).__name__}: {first_line(exc)}"))
+            self.session.records.end("failed", self.pipeline.redact(f"{type(exc).__name__}: {first_line(exc)}"))
 
     def _end_stuck_run(self, error: HybridflowError) -> None:
         """The last resort when a stop request or a timeout could not get the main thread back: the
@@ -390,7 +389,7 @@ class Runner:
                     self._finish(result, "failed", error=self.pipeline.redact(error.one_line()))
                 elif result.status == "waiting":
                     self._finish(result, "not run", reason="the run was ended")
-            self.catalog.discard_staging(self._run_id)
+            self.session.catalog.discard_staging(self._run_id)
             status = "interrupted" if isinstance(error, InterruptedRun) else "failed"
             run = RunResult(self._run_id, self.pipeline.name, status, live.results,
                             dict(self._engines.seconds) if self._engines is not None else {},
@@ -399,7 +398,7 @@ class Runner:
                             error=error, workdir_uri=self._workdir_uri)
             if self._engines is not None:
                 self._engines.output.close()
-            self.events.run_finished(run)
+            self.session.events.run_finished(run)
         finally:
             processes.end_all()  # again: an engine still running in a thread here replaces what died
             if self.options.exit_when_stuck:
@@ -416,7 +415,7 @@ class Runner:
     def _collect_garbage(self) -> None:
         """Old versions go after a successful run; failing to remove them never fails the run."""
         try:
-            removed = self.catalog.collect_garbage(self.pipeline.spec.keep_versions)
+            removed = self.session.catalog.collect_garbage(self.pipeline.spec.keep_versions)
         except (OSError, HybridflowError) as exc:
             logging.getLogger("hybridflow").warning("garbage collection failed: %s", first_line(exc))
             return
@@ -425,7 +424,7 @@ class Runner:
 
     def _run_stages(self, run_id: str, run_dir: Path, results: dict[str, StageResult]):
         first_error: HybridflowError | None = None
-        for stage in self.stages:
+        for stage in self.session.stages:
             self._signals.check()
             result = results[stage]
             blocked = [p for p in self.pipeline.dag.upstream[stage]
@@ -440,7 +439,7 @@ class Runner:
             try:
                 try:
                     # decided before the run began (for early starts): still true while no stage has executed
-                    decision = self._foreseen.pop(stage, None) or self.planner.decide(stage)
+                    decision = self._foreseen.pop(stage, None) or self.session.planner.decide(stage)
                 except OSError as exc:  # an input changed while it was being hashed
                     raise DataError(f"cannot fingerprint the inputs of stage '{stage}': {exc}",
                                     hint="run again once the input is complete") from exc
@@ -468,7 +467,7 @@ class Runner:
         if failed and not self.options.keep_going:
             return set()
         ended = {s for s, r in results.items() if r.status in ("failed", "not run")}
-        return {results[s].backend for s in self.stages
+        return {results[s].backend for s in self.session.stages
                 if results[s].status == "waiting" and not self.pipeline.dag.ancestors(s) & ended}
 
     def _stage_executor(self) -> StageExecutor:
@@ -483,12 +482,12 @@ class Runner:
         result.status, result.error, result.reason = status, error, reason
         if result.started_at is not None:
             result.duration = time.monotonic() - result.started_at
-        self.events.stage_changed(result)
+        self.session.events.stage_changed(result)
 
     def _stage_changed(self, result: StageResult) -> None:
         """A stage's state changed (the executor's word): told to the run's subscribers."""
         self._stage_changes_allowed()
-        self.events.stage_changed(result)
+        self.session.events.stage_changed(result)
 
     def _stage_changes_allowed(self) -> None:
         """Once a run was ended around a stuck stage, only the thread that ended it records anything:

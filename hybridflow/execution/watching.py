@@ -158,7 +158,7 @@ class WatchSession:
         root = pipeline.root.resolve()
         tops = {spec.run.split(":")[0].split(".")[0] for spec in pipeline.stages.values()}
         watched = {f.resolve() for f in self.files}
-        for name, module in list(sys.modules.items()):
+        for name, module in sys.modules.copy().items():  # atomic, unlike list(): tasks may import meanwhile
             file = getattr(module, "__file__", None)
             if not file:
                 continue

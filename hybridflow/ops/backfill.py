@@ -198,7 +198,7 @@ def run_chunk(pipeline: Pipeline, backfill: Backfill, chunk: Chunk, listener: Li
                  "force": None}
     options = RunOptions(trigger=TRIGGER, wait_for_lock=wait, exit_when_stuck=exit_when_stuck, arguments=arguments)
     runner = new_runner(pipeline, options, listener=listener, subscribers=subscribers)
-    runner.planner.backfill = chooser(backfill, chunk)
+    runner.session.planner.backfill = chooser(backfill, chunk)
     try:
         return runner.run()
     finally:

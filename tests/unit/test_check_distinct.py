@@ -59,12 +59,26 @@ def test_without_kept_keys_only_rising_batches_apart_are_counted(name, proven):
                                               ("spans overlapping, keys distinct", False), ("descending", False),
                                               ("NULLs, as one value", False), ("NaN and -0.0 between batches", False),
                                               ("empty batches", True)])
-def test_written_files_in_key_order_are_counted_a_batch_at_a_time(tmp_path, name, proven):
-    """What Spark's written output gives (a file per task, read back a batch of key columns at a time,
-    here two rows): a count where their order proves it, else None (a Spark job counts them)."""
+def test_written_files_in_key_order_are_counted_a_row_group_at_a_time(tmp_path, name, proven):
+    """What an engine's written output gives (a file per task, its key columns read back a row group at
+    a time, here two rows): a count where their order proves it, else None (the engine counts them)."""
     files = []
     for number, table in enumerate(CASES[name]):
         files.append(tmp_path / f"part-{number}.parquet")
-        pq.write_table(table.append_column("other", pa.array(["x"] * table.num_rows)), files[-1])
-    counted = distinct_in_order(files, KEY, batch_rows=2)
+        pq.write_table(table.append_column("other", pa.array(["x"] * table.num_rows)), files[-1], row_group_size=2)
+    counted = distinct_in_order(files, KEY)
     assert counted == (distinct(CASES[name]) if proven else None)
+
+
+@pytest.mark.parametrize("rows", [[(1, 1), (1, 2), (2, 0)], [(1, 2), (1, 2)], [(1, 2), (1, 1)], [(2, 0), (1, 5)],
+                                  [(1, 0), (2, 0), (2, 0)], [(0, 9), (1, 0)]])
+def test_integer_and_time_keys_are_proven_as_other_keys_are(rows):
+    """Keys of integers and times are compared by numpy, others by Arrow's kernels: the same verdict."""
+    def keys_as(first: pa.DataType, second: pa.DataType) -> pa.Table:
+        return pa.table({"customer": pa.array([r[0] for r in rows]).cast(first),
+                         "week": pa.array([r[1] for r in rows], pa.int32()).cast(second)})
+
+    expected = batch_keys(keys_as(pa.float64(), pa.float64()), KEY, keep=False).span is not None
+    assert expected == (len(set(rows)) == len(rows) and rows == sorted(rows))
+    for types in [(pa.int64(), pa.int32()), (pa.timestamp("us", "UTC"), pa.int8()), (pa.int16(), pa.date32())]:
+        assert (batch_keys(keys_as(*types), KEY, keep=False).span is not None) == expected, types

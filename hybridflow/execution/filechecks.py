@@ -1,0 +1,210 @@
+"""What a table's own Parquet files answer of its checks, before an engine reads a row of it.
+
+The footers count the rows and each column's NULLs, and bound an integer column's values in each row
+group: a check whose failing rows those bounds rule out (every key present, a range held, an `expr`
+of comparisons that holds over them) fails no row there, and a column's NULL count is exactly the
+rows a `not_null` or `null_fraction` check of it fails. A timestamp's newest value is its max
+statistic, and a unique key whose rows rise within each row group, the groups apart, is distinct
+(checkplan.distinct_in_order). The engine then measures only what is left, over fewer columns, in
+the same one pass (CheckPlan.without). Local files only: in object storage the engine's workers
+read the footers where the data is. Whatever the footers cannot tell, the engine measures as before.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import PurePath
+from typing import Any
+
+from ..backends.checkplan import ROWS, CheckPlan, distinct_in_order
+from ..data.footers import ColumnStatistics, newest_in, row_group_statistics
+from ..data.tables import TableSource, parquet_files
+
+TRUE, FALSE, NULL = "true", "false", "null"
+ANY = frozenset((TRUE, FALSE, NULL))
+Group = tuple[int, dict[str, ColumnStatistics]]  # a row group's rows and its columns' statistics
+
+
+def measure(backend, source: TableSource, plan: CheckPlan) -> dict[str, Any]:
+    """Every measure of `plan` over `source`: what its files answer where they are local Parquet of no
+    partition columns, the rest measured by `backend` in one pass over it."""
+    known, rest = {}, plan
+    if source.store is None and source.format == "parquet" and not source.partition_by:
+        known, rest = answered(plan, parquet_files(source))
+    if ROWS in known and len(rest.measures) == 1:  # the row count alone is left: the footers have it
+        return known
+    return known | backend.check_measure(backend.check_frame(source), rest)
+
+
+def answered(plan: CheckPlan, files: list[PurePath]) -> tuple[dict[str, Any], CheckPlan]:
+    """({alias: value} of the measures of `plan` that the files answer, the plan of those an engine
+    must still measure). A file whose footer cannot be read answers nothing: the engine reports it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        footers = [pq.read_metadata(str(file)) for file in files]
+    except (OSError, pa.ArrowException):
+        return {}, plan
+    columns = {c for m in plan.measures for c in _columns_of(m)}
+    groups = [g for metadata in footers for g in row_group_statistics(metadata, sorted(columns))]
+    known: dict[str, Any] = {ROWS: sum(rows for rows, _ in groups)}
+    hashed = []
+    for measure in plan.measures[1:]:
+        if measure.op == "failing":
+            value = _failing_rows(measure.predicate, groups)
+        elif measure.op == "max":
+            value = _newest(footers, measure.columns[0])
+        elif all(set(measure.columns) <= set(stats) for _, stats in groups):
+            # distinct: proven by the keys' order, else hashed by the engine, which need not try it again
+            value = distinct_in_order(files, measure.columns)
+            if value is None:
+                hashed.append(measure.alias)
+        else:  # a key column not in the files (an engine reports it)
+            value = None
+        if value is not None:
+            known[measure.alias] = value
+    return known, plan.without(known, hashed)
+
+
+def _columns_of(measure) -> set[str]:
+    import sqlglot.expressions as exp
+
+    if measure.predicate is None:
+        return set(measure.columns)
+    return {column.name for column in measure.predicate.find_all(exp.Column)}
+
+
+def _newest(footers: list, column: str) -> Any:
+    """A timestamp or date column's newest value from every file's statistics, or None where some
+    row group's do not tell it (the engine then takes it). A column of NULLs only is not answered."""
+    values: list | None = []
+    for metadata in footers:
+        stored = metadata.schema.to_arrow_schema()
+        values = newest_in(metadata, stored, column, values)
+        if values is None:
+            return None
+    return max(values) if values else None
+
+
+def _failing_rows(predicate, groups: list[Group]) -> int | None:
+    """The rows `predicate` (true where a row fails) is true on, summed over the row groups, or None
+    where some group's statistics cannot tell how many."""
+    total = 0
+    for rows, stats in groups:
+        count = _count(predicate, rows, stats)
+        if count is None:
+            return None
+        total += count
+    return total
+
+
+def _count(node, rows: int, stats: dict[str, ColumnStatistics]) -> int | None:
+    """The rows of one row group `node` is true on: none where its statistics rule it out, all where
+    they make it certain, a column's NULL count for `column IS NULL` (or an OR of such whose other
+    parts are ruled out); None otherwise."""
+    import sqlglot.expressions as exp
+
+    possible = _outcomes(node, rows, stats)
+    if TRUE not in possible:
+        return 0
+    if possible == {TRUE}:
+        return rows
+    if isinstance(node, exp.Paren):
+        return _count(node.this, rows, stats)
+    if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null) and isinstance(node.this, exp.Column):
+        column = stats.get(node.this.name)
+        return column.nulls if column is not None else None
+    if isinstance(node, exp.Or):
+        live = [part for part in (node.this, node.expression) if TRUE in _outcomes(part, rows, stats)]
+        return _count(live[0], rows, stats) if len(live) == 1 else None
+    return None
+
+
+def _outcomes(node, rows: int, stats: dict[str, ColumnStatistics]) -> frozenset:  # noqa: C901, PLR0911 - one branch per SQL construct
+    """What `node` can be on some row of a row group (TRUE, FALSE, NULL), as the statistics bound its
+    columns; every outcome where they cannot tell."""
+    import sqlglot.expressions as exp
+
+    if isinstance(node, exp.Paren):
+        return _outcomes(node.this, rows, stats)
+    if isinstance(node, exp.Boolean):
+        return frozenset((TRUE if node.this else FALSE,))
+    if isinstance(node, exp.Not):
+        flipped = {TRUE: FALSE, FALSE: TRUE, NULL: NULL}
+        return frozenset(flipped[o] for o in _outcomes(node.this, rows, stats))
+    if isinstance(node, (exp.And, exp.Or)):
+        joined = _and if isinstance(node, exp.And) else _or
+        return frozenset(joined(a, b) for a, b in itertools.product(_outcomes(node.this, rows, stats),
+                                                                     _outcomes(node.expression, rows, stats)))
+    if isinstance(node, exp.Coalesce):  # COALESCE(x, ...): x where it is not NULL, else the next
+        found: set[str] = set()
+        for part in [node.this, *node.expressions]:
+            outcomes = _outcomes(part, rows, stats)
+            found |= outcomes - {NULL}
+            if NULL not in outcomes:
+                return frozenset(found)
+        return frozenset(found | {NULL})
+    if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null) and isinstance(node.this, exp.Column):
+        column = stats.get(node.this.name)
+        if column is None or column.nulls is None:
+            return ANY - {NULL}
+        return frozenset(([TRUE] if column.nulls else []) + ([FALSE] if column.nulls < rows else []))
+    if isinstance(node, exp.Between):
+        low = exp.GTE(this=node.this, expression=node.args["low"])
+        high = exp.LTE(this=node.this, expression=node.args["high"])
+        return _outcomes(exp.And(this=low, expression=high), rows, stats)
+    if isinstance(node, (exp.GT, exp.GTE, exp.LT, exp.LTE, exp.EQ, exp.NEQ)):
+        return _compared(node, rows, stats)
+    return ANY
+
+
+def _compared(node, rows: int, stats: dict[str, ColumnStatistics]) -> frozenset:
+    """A comparison of an integer column with a number, over the column's bounds in the row group."""
+    import sqlglot.expressions as exp
+
+    mirrored = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE, exp.EQ: exp.EQ, exp.NEQ: exp.NEQ}
+    kind, left, right = type(node), node.this, node.expression
+    if isinstance(right, exp.Column):
+        kind, left, right = mirrored[kind], right, left
+    number = _number(right)
+    column = stats.get(left.name) if isinstance(left, exp.Column) else None
+    if number is None or column is None or column.nulls is None:
+        return ANY
+    found = {NULL} if column.nulls else set()
+    if column.nulls == rows:
+        return frozenset(found)
+    if column.low is None:
+        return frozenset(found | {TRUE, FALSE})
+    low, high = column.low, column.high
+    can_be_true = {exp.GT: high > number, exp.GTE: high >= number, exp.LT: low < number, exp.LTE: low <= number,
+                   exp.EQ: low <= number <= high, exp.NEQ: not low == high == number}[kind]
+    can_be_false = {exp.GT: low <= number, exp.GTE: low < number, exp.LT: high >= number, exp.LTE: high > number,
+                    exp.EQ: not low == high == number, exp.NEQ: low <= number <= high}[kind]
+    return frozenset(found | ({TRUE} if can_be_true else set()) | ({FALSE} if can_be_false else set()))
+
+
+def _number(node) -> int | float | None:
+    import sqlglot.expressions as exp
+
+    if isinstance(node, exp.Neg):
+        value = _number(node.this)
+        return None if value is None else -value
+    if isinstance(node, exp.Literal) and not node.is_string:
+        try:
+            return int(node.this)
+        except ValueError:
+            return float(node.this)
+    return None
+
+
+def _and(a: str, b: str) -> str:
+    if FALSE in (a, b):
+        return FALSE
+    return NULL if NULL in (a, b) else TRUE
+
+
+def _or(a: str, b: str) -> str:
+    if TRUE in (a, b):
+        return TRUE
+    return NULL if NULL in (a, b) else FALSE
