@@ -297,7 +297,8 @@ def _rising(keys) -> bool:
     neighbours, the first column first (rows out of order in it end the check at once)."""
     import pyarrow as pa
 
-    if all(pa.types.is_integer(t) or pa.types.is_temporal(t) for t in keys.schema.types):
+    numbers = (pa.types.is_integer, pa.types.is_timestamp, pa.types.is_date, pa.types.is_time, pa.types.is_duration)
+    if all(any(kind(t) for kind in numbers) for t in keys.schema.types):
         return _rising_numbers([keys[c].combine_chunks().to_numpy(zero_copy_only=False) for c in keys.column_names])
     import pyarrow.compute as pc
 
@@ -432,6 +433,8 @@ def _arrow_expression(node):  # noqa: C901 - one branch per SQL construct an exp
                                                     pc.scalar(False)])
         return _unsupported(node)
     if isinstance(node, exp.Between):
+        if node.args.get("symmetric"):
+            return _unsupported(node)
         value = _arrow_expression(node.this)
         return pc.and_kleene(pc.greater_equal(value, _arrow_expression(node.args["low"])),
                              pc.less_equal(value, _arrow_expression(node.args["high"])))

@@ -13,6 +13,7 @@ read the footers where the data is. Whatever the footers cannot tell, the engine
 from __future__ import annotations
 
 import itertools
+from decimal import Decimal
 from pathlib import PurePath
 from typing import Any
 
@@ -49,15 +50,20 @@ def answered(plan: CheckPlan, files: list[PurePath]) -> tuple[dict[str, Any], Ch
     columns = {c for m in plan.measures for c in _columns_of(m)}
     groups = [g for metadata in footers for g in row_group_statistics(metadata, sorted(columns))]
     known: dict[str, Any] = {ROWS: sum(rows for rows, _ in groups)}
+    kinds = _column_kinds(footers)
     hashed = []
     for measure in plan.measures[1:]:
         if measure.op == "failing":
-            value = _failing_rows(measure.predicate, groups)
+            modelled = _modelled(measure.predicate, kinds)
+            value = _failing_rows(measure.predicate, groups) if modelled else None
         elif measure.op == "max":
             value = _newest(footers, measure.columns[0])
         elif all(set(measure.columns) <= set(stats) for _, stats in groups):
             # distinct: proven by the keys' order, else hashed by the engine, which need not try it again
-            value = distinct_in_order(files, measure.columns)
+            try:
+                value = distinct_in_order(files, measure.columns)
+            except (OSError, pa.ArrowException):  # a row group that cannot be read: the engine reports it
+                continue
             if value is None:
                 hashed.append(measure.alias)
         else:  # a key column not in the files (an engine reports it)
@@ -65,6 +71,51 @@ def answered(plan: CheckPlan, files: list[PurePath]) -> tuple[dict[str, Any], Ch
         if value is not None:
             known[measure.alias] = value
     return known, plan.without(known, hashed)
+
+
+def _column_kinds(footers: list) -> dict[str, str]:
+    """{column: "integer" | "other"} of the top-level columns every file has (their types as stored)."""
+    import pyarrow as pa
+
+    kinds: dict[str, str] | None = None
+    for metadata in footers:
+        schema = metadata.schema.to_arrow_schema()
+        found = {f.name: "integer" if pa.types.is_integer(f.type) else
+                 "floating" if pa.types.is_floating(f.type) else "other" for f in schema}
+        kinds = found if kinds is None else {c: k for c, k in kinds.items() if found.get(c) == k}
+    return kinds or {}
+
+
+def _modelled(node, kinds: dict[str, str]) -> bool:
+    """Whether a failing predicate is built only of what the evaluator models: boolean logic over
+    comparisons of one integer column with numbers, and IS NULL of a column, over columns every file
+    has. Anything else (a column the files lack, a type an engine would refuse, a function) is left to
+    the engine, which measures or reports it as before. NaN is NULL to some engines: a floating
+    column's NULLs are left to them too."""
+    import sqlglot.expressions as exp
+
+    comparisons = (exp.GT, exp.GTE, exp.LT, exp.LTE, exp.EQ, exp.NEQ)
+    logic = (exp.Paren, exp.Not, exp.And, exp.Or, exp.Coalesce, exp.Boolean)
+    for part in node.walk():
+        if isinstance(part, comparisons) or isinstance(part, exp.Between):
+            operands = [part.this, part.expression] if isinstance(part, comparisons) else \
+                [part.this, part.args["low"], part.args["high"]]
+            columns = [o for o in operands if isinstance(o, exp.Column)]
+            if part.args.get("symmetric") or len(columns) != 1 or kinds.get(columns[0].name) != "integer" or \
+                    any(_number(o) is None for o in operands if o is not columns[0]):
+                return False
+        elif isinstance(part, exp.Is):
+            if not (isinstance(part.this, exp.Column) and isinstance(part.expression, exp.Null)
+                    and kinds.get(part.this.name) in ("integer", "other")):
+                return False
+        elif isinstance(part, exp.Identifier) and isinstance(part.parent, exp.Column):
+            continue  # a column's name
+        elif isinstance(part, (exp.Column, exp.Literal, exp.Neg, exp.Null)):
+            if not isinstance(part.parent, (*comparisons, exp.Between, exp.Is, exp.Neg)):
+                return False  # a value where a condition belongs: the engine decides what it means
+        elif not isinstance(part, logic):
+            return False
+    return True
 
 
 def _columns_of(measure) -> set[str]:
@@ -150,7 +201,7 @@ def _outcomes(node, rows: int, stats: dict[str, ColumnStatistics]) -> frozenset:
         if column is None or column.nulls is None:
             return ANY - {NULL}
         return frozenset(([TRUE] if column.nulls else []) + ([FALSE] if column.nulls < rows else []))
-    if isinstance(node, exp.Between):
+    if isinstance(node, exp.Between) and not node.args.get("symmetric"):
         low = exp.GTE(this=node.this, expression=node.args["low"])
         high = exp.LTE(this=node.this, expression=node.args["high"])
         return _outcomes(exp.And(this=low, expression=high), rows, stats)
@@ -184,7 +235,7 @@ def _compared(node, rows: int, stats: dict[str, ColumnStatistics]) -> frozenset:
     return frozenset(found | ({TRUE} if can_be_true else set()) | ({FALSE} if can_be_false else set()))
 
 
-def _number(node) -> int | float | None:
+def _number(node) -> int | Decimal | None:
     import sqlglot.expressions as exp
 
     if isinstance(node, exp.Neg):
@@ -193,8 +244,11 @@ def _number(node) -> int | float | None:
     if isinstance(node, exp.Literal) and not node.is_string:
         try:
             return int(node.this)
-        except ValueError:
-            return float(node.this)
+        except ValueError:  # compared exactly, as SQL reads a decimal literal, never as a binary float
+            try:
+                return Decimal(node.this)
+            except ArithmeticError:
+                return None
     return None
 
 

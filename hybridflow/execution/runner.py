@@ -63,7 +63,7 @@ class Runner:
         self.options = options = options or RunOptions()
         self.listener = listener or Listener()
         self.session = RunSession(pipeline, options, listener=self.listener, subscribers=subscribers,
-                                            workspace=workspace)
+                                  workspace=workspace)
         self._given = dict(engines or {})  # started by the caller: used, never stopped here
         self._foreseen: dict[str, Decision] = {}  # decisions taken before the run, still valid
         self._signals = SignalState()

@@ -1,7 +1,7 @@
 """A unique check's distinct keys on DuckDB, Polars and Spark, which prove keys distinct by their order
 (each above the row's before) without hashing them and count them only where the order does not prove
 it: exact whatever the order, NULLs, NaN and -0.0, over the written files and, on Polars and Spark, as
-the output is written (Spark streams the written files' key columns, a batch at a time)."""
+the output is written (Spark reads the written files' key columns, a row group at a time)."""
 
 from __future__ import annotations
 

@@ -12,9 +12,9 @@ import pytest
 
 from hybridflow import backends
 from hybridflow.backends.checkplan import ROWS, CheckPlan
-from hybridflow.data.tables import TableSource
+from hybridflow.data.tables import TableSource, parquet_files
 from hybridflow.definition.datachecks import read_checks
-from hybridflow.execution.filechecks import measure
+from hybridflow.execution.filechecks import answered, measure
 
 CHECKS = [
     {"not_null": ["customer_id", "week"]},
@@ -141,3 +141,30 @@ def test_comparisons_at_a_row_groups_bounds_count_as_the_engine_does(tmp_path, v
     plan = CheckPlan(checks)
     engine = Engine(tmp_path)
     assert measure(engine, source, plan) == engine.backend.check_measure(engine.backend.check_frame(source), plan)
+
+
+@pytest.mark.parametrize("expression", ["x >= 0 OR nosuch > 5", "x >= 0 OR plan > 5", "x >= 0 OR plan",
+                                        "NOT (x BETWEEN SYMMETRIC 4 AND 1)", "ratio IS NOT NULL",
+                                        "x >= 0 OR NOT x", "x >= 0 OR upper(plan) = 'A'", "x < y"])
+def test_what_an_engine_would_judge_differently_or_refuse_is_left_to_it(tmp_path, expression):
+    """A column the files lack, a string compared with a number, a value where a condition belongs,
+    SYMMETRIC, a floating column's NULLs (NaN is NULL to pandas), a function, two columns: the files
+    answer none of them, even where the rest of the expression would settle it."""
+    table = pa.table({"x": pa.array([2, 3], pa.int64()), "y": pa.array([1, 1], pa.int64()),
+                      "plan": ["a", "b"], "ratio": pa.array([1.0, float("nan")])})
+    source = written(tmp_path, [table], group_rows=2)
+    checks, problems = read_checks([{"expr": expression, "name": "e"}], "out")
+    assert not problems
+    plan = CheckPlan(checks)
+    known, rest = answered(plan, parquet_files(source))
+    assert plan.alias["e"] not in known and plan.alias["e"] in [m.alias for m in rest.measures]
+
+
+def test_a_decimal_literal_is_compared_exactly_not_as_a_binary_float(tmp_path):
+    table = pa.table({"n": pa.array([2**53 + 1], pa.int64())})
+    source = written(tmp_path, [table], group_rows=1)
+    checks, _ = read_checks([{"expr": "n = 9007199254740993.0", "name": "exact"},
+                             {"expr": "n > 9007199254740992.5", "name": "above"}], "out")
+    plan = CheckPlan(checks)
+    known, _ = answered(plan, parquet_files(source))
+    assert known[plan.alias["exact"]] == 0 and known[plan.alias["above"]] == 0  # true on its one row: none fail

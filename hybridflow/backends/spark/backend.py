@@ -210,7 +210,7 @@ class SparkBackend(Backend):
 
     def _distinct_keys(self, directory, schema: pa.Schema, keys: tuple[str, ...], expression: str) -> int:
         """The distinct keys of a written output. Written in key order (keys rising in each file), the
-        files' key columns prove them distinct as they are streamed, a batch at a time, which costs a
+        files' key columns prove them distinct as they are read, a row group at a time, which costs a
         tenth of Spark's own count (a shuffle of every key); otherwise, and in object storage, where
         Spark's workers read it, one Spark job over the key columns counts them."""
         from pyspark.sql import functions as F
