@@ -246,11 +246,11 @@ def count_distinct(parts: list[BatchKeys | None], columns: tuple[str, ...]) -> i
     return _distinct_keys(pa.concat_tables([p.table for p in parts]), columns).num_rows if parts else 0
 
 
-def distinct_in_order(files, columns: tuple[str, ...]) -> int | None:
+def distinct_in_order(files, columns: tuple[str, ...], footers=None) -> int | None:
     """The distinct keys of local Parquet files whose key columns rise within each row group (no NULL)
     and whose row groups' keys do not overlap, in whichever order the groups were written (writers in
     parallel); None, at the first row group whose order does not prove its keys distinct. Row groups
-    are read a few at a time, side by side."""
+    are read a few at a time, side by side. `footers`: the files' metadata, where already read."""
     import os
     from concurrent.futures import ThreadPoolExecutor
 
@@ -261,8 +261,8 @@ def distinct_in_order(files, columns: tuple[str, ...]) -> int | None:
         rows = pq.ParquetFile(path, metadata=metadata).read_row_group(index, columns=list(columns))
         return batch_keys(rows, columns, keep=False)
 
-    footers = [(str(f), pq.read_metadata(str(f))) for f in files]
-    groups = [(path, metadata, i) for path, metadata in footers for i in range(metadata.num_row_groups)]
+    footers = footers or [pq.read_metadata(str(f)) for f in files]
+    groups = [(str(f), metadata, i) for f, metadata in zip(files, footers) for i in range(metadata.num_row_groups)]
     parts = []
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
         try:

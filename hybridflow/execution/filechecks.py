@@ -50,18 +50,19 @@ def answered(plan: CheckPlan, files: list[PurePath]) -> tuple[dict[str, Any], Ch
     columns = {c for m in plan.measures for c in _columns_of(m)}
     groups = [g for metadata in footers for g in row_group_statistics(metadata, sorted(columns))]
     known: dict[str, Any] = {ROWS: sum(rows for rows, _ in groups)}
-    kinds = _column_kinds(footers)
+    schemas = [metadata.schema.to_arrow_schema() for metadata in footers]
+    kinds = _column_kinds(schemas)
     hashed = []
     for measure in plan.measures[1:]:
         if measure.op == "failing":
             modelled = _modelled(measure.predicate, kinds)
             value = _failing_rows(measure.predicate, groups) if modelled else None
         elif measure.op == "max":
-            value = _newest(footers, measure.columns[0])
+            value = _newest(footers, schemas, measure.columns[0])
         elif all(set(measure.columns) <= set(stats) for _, stats in groups):
             # distinct: proven by the keys' order, else hashed by the engine, which need not try it again
             try:
-                value = distinct_in_order(files, measure.columns)
+                value = distinct_in_order(files, measure.columns, footers)
             except (OSError, pa.ArrowException):  # a row group that cannot be read: the engine reports it
                 continue
             if value is None:
@@ -73,13 +74,13 @@ def answered(plan: CheckPlan, files: list[PurePath]) -> tuple[dict[str, Any], Ch
     return known, plan.without(known, hashed)
 
 
-def _column_kinds(footers: list) -> dict[str, str]:
-    """{column: "integer" | "other"} of the top-level columns every file has (their types as stored)."""
+def _column_kinds(schemas: list) -> dict[str, str]:
+    """{column: "integer" | "floating" | "other"} of the top-level columns every file has, of one kind in
+    all (their types as stored)."""
     import pyarrow as pa
 
     kinds: dict[str, str] | None = None
-    for metadata in footers:
-        schema = metadata.schema.to_arrow_schema()
+    for schema in schemas:
         found = {f.name: "integer" if pa.types.is_integer(f.type) else
                  "floating" if pa.types.is_floating(f.type) else "other" for f in schema}
         kinds = found if kinds is None else {c: k for c, k in kinds.items() if found.get(c) == k}
@@ -126,12 +127,11 @@ def _columns_of(measure) -> set[str]:
     return {column.name for column in measure.predicate.find_all(exp.Column)}
 
 
-def _newest(footers: list, column: str) -> Any:
+def _newest(footers: list, schemas: list, column: str) -> Any:
     """A timestamp or date column's newest value from every file's statistics, or None where some
     row group's do not tell it (the engine then takes it). A column of NULLs only is not answered."""
     values: list | None = []
-    for metadata in footers:
-        stored = metadata.schema.to_arrow_schema()
+    for metadata, stored in zip(footers, schemas):
         values = newest_in(metadata, stored, column, values)
         if values is None:
             return None
