@@ -545,8 +545,8 @@ def schema() -> dict[str, Any]:
 def init(directory: str | os.PathLike, engines: Iterable[str] = ()) -> list[Path]:
     """A new project in `directory` (new or empty) that validates and runs at once: pipeline.yaml, a
     stage module per engine (default: python), a sample dataset, a test, a README. Returns the files."""
+    from .engines import DEFAULT
     from .ops.scaffold import create
-    from .registry import DEFAULT
 
     return create(Path(directory), list(engines) or [DEFAULT])
 

@@ -35,7 +35,7 @@ The tables and helpers (every_type_table, odd_names_table, PARTITIONED, ODD_PART
 hand_off, assert_same) serve tests that hold several engines to each other (tests/engines/test_backends.py).
 
 Only tests import this module (it imports pytest, which hybridflow does not depend on); no other
-hybridflow module does, and it imports no engine's library: the registry does, when an engine starts.
+hybridflow module does, and it imports no engine's library: a backend does, when an engine starts.
 """
 
 from __future__ import annotations

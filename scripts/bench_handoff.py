@@ -40,14 +40,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hybridflow import backends
-from hybridflow.backends.dask import DaskSettings
-from hybridflow.backends.duckdb import DuckDBSettings
 from hybridflow.backends.engineoutput import process_output_to
-from hybridflow.backends.polars import PolarsSettings
-from hybridflow.backends.ray import RaySettings
-from hybridflow.backends.spark.declaration import SparkSettings
 from hybridflow.data.storage import StoreSettings, object_path
 from hybridflow.data.tables import TableSource, write_arrow
+from hybridflow.engines.dask import DaskSettings
+from hybridflow.engines.duckdb import DuckDBSettings
+from hybridflow.engines.polars import PolarsSettings
+from hybridflow.engines.ray import RaySettings
+from hybridflow.engines.spark import SparkSettings
 
 SETTINGS = {
     "python": None,

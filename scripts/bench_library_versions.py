@@ -18,7 +18,7 @@ import time
 from importlib import metadata
 
 from hybridflow.definition.libraries import Libraries
-from hybridflow.registry import engine
+from hybridflow.engines import engine
 
 MODULES = {"pandas", "numpy", "pyarrow", "sklearn", "yaml", "json"}  # what a training stage imports
 

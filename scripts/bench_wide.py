@@ -22,11 +22,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from hybridflow import backends  # noqa: E402
-from hybridflow.backends.dask import DaskSettings  # noqa: E402
 from hybridflow.backends.engineoutput import process_output_to  # noqa: E402
-from hybridflow.backends.ray import RaySettings  # noqa: E402
-from hybridflow.backends.spark.declaration import SparkSettings  # noqa: E402
 from hybridflow.definition.config import load_pipeline  # noqa: E402
+from hybridflow.engines.dask import DaskSettings  # noqa: E402
+from hybridflow.engines.ray import RaySettings  # noqa: E402
+from hybridflow.engines.spark import SparkSettings  # noqa: E402
 from hybridflow.execution.runner import Runner  # noqa: E402
 
 SETTINGS = {"python": None, "spark": SparkSettings(master="local[2]"), "dask": DaskSettings(n_workers=1),

@@ -64,15 +64,15 @@ class Backend(ABC):
 
     # Whether the engine reaches the pipeline's object store through this machine (it has no way of its
     # own there: Spark and az://): its inputs are copies hybridflow downloads, its outputs local staging
-    # hybridflow uploads. Set by backends.create.
+    # hybridflow uploads. Set by place.
     local_copies: bool = False
 
     # The engine's own target_file_size setting, or None (then the dataset's, or the default, applies).
-    # Set by backends.create.
+    # Set by place.
     target_file_size: int | None = None
 
     # Values that came from ${env:...}: an engine that records its configuration (Spark's event log)
-    # is told to redact them. Set by backends.create.
+    # is told to redact them. Set by place.
     secrets: tuple[str, ...] = ()
 
     # Stages with a timeout call their function in a forked child process that the timeout (or a stop
@@ -133,14 +133,25 @@ class Backend(ABC):
 
     # The object store (a data.stores.Settings) the pipeline reads or writes (s3:// or gs:// inputs, a workdir
     # in object storage), for engines that must be set up for it when they start (Spark's s3a), or
-    # None. Set by backends.create; each TableSource says how to reach its own files.
+    # None. Set by place; each TableSource says how to reach its own files.
     store: Any = None
 
     # GPU resources this engine was started with (a gpu.EngineGpu), or None for a CPU engine. Set by
-    # backends.create before start(); the engine is shared, so each stage then says its own device.
+    # place before start(); the engine is shared, so each stage then says its own device.
     gpu: Any = None
     stage_on_gpu: bool = False
     lineage: Any = None  # where the run's OpenLineage events go (definition.lineageids.LineageTarget), or None
+
+    def place(self, gpu: Any, secrets: tuple[str, ...], store: Any, copies: bool,
+              target_file_size: int | None) -> None:
+        """Before start(), once (backends.create): the GPU resources, secrets and object store the
+        engine is started with; `copies`: it reaches that store through local copies, so it is given
+        none and writes local staging."""
+        self.gpu, self.secrets, self.target_file_size = gpu, secrets, target_file_size
+        self.store = None if copies else store
+        self.local_copies = copies
+        if copies:
+            self.writes_object_storage = False
 
     def begin_stage(self, on_gpu: bool, params: dict[str, Any], log) -> None:
         """Called before each stage on this engine: whether this stage runs on the GPU (only ever true

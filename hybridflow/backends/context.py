@@ -55,7 +55,7 @@ class StageContext:
         engines = self.__dict__.get("_engines", {})
         if engine in engines:
             return engines[engine]
-        from ..registry import engines
+        from ..engines import engines
 
         if engine in engines() and not engine.startswith("_"):
             raise AttributeError(f"ctx.{engine} is only available on stages with backend: {engine} "

@@ -1,5 +1,4 @@
-"""Rules about a frame's columns that several engines share: a pandas index kept or dropped, and
-names that differ only by case."""
+"""A rule about a frame's columns that several engines share: a pandas index kept or dropped."""
 
 from __future__ import annotations
 
@@ -11,14 +10,3 @@ def index_as_columns(frame):
     if any(name is not None for name in names):
         return frame.reset_index()
     return frame
-
-
-def case_collisions(names: list[str]) -> list[str]:
-    """Column names that differ only by case: Spark refuses them, other engines do not."""
-    seen: dict[str, str] = {}
-    clashes = []
-    for name in names:
-        other = seen.setdefault(name.lower(), name)
-        if other != name:
-            clashes.append(f"'{other}' and '{name}'")
-    return clashes

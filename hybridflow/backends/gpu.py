@@ -103,7 +103,7 @@ def visible(devices: list[Device], env: str | None) -> list[Device]:
 
 def rapids_packages() -> tuple[str, ...]:
     """Every RAPIDS package an engine declares it needs, and the memory pool."""
-    from ..registry import engines
+    from ..engines import engines
 
     declared = [name for e in engines().values() for name in (*e.gpu_packages, *e.attached_gpu_packages)]
     return tuple(dict.fromkeys([*declared, MEMORY_POOL]))
@@ -153,7 +153,7 @@ def stage_mode(pipeline, stage: str) -> bool | str:
 
 
 def attached(pipeline, backend: str) -> bool:
-    from ..registry import engine
+    from ..engines import engine
 
     return engine(backend).attached(pipeline.engine_settings(backend))
 
@@ -164,7 +164,7 @@ def missing(backend: str, found: Probe, plugin: tuple[Path | None, str] | None,
     plugin: the engine's GPU plug-in as its finder answered (path or None, where it looked)."""
     if not is_attached and found.problem:
         return found.problem, NO_GPU_HINT
-    from ..registry import engine
+    from ..engines import engine
 
     info = engine(backend)
     if not info.gpu:
@@ -224,7 +224,7 @@ def plan(pipeline, stage_names: Iterable[str], found: Probe | None = None) -> Gp
     if not any(modes.values()):
         return result
     found = found or probe()
-    from ..registry import engine
+    from ..engines import engine
 
     plugins = {backend: engine(backend).gpu_plugin.find(pipeline.engine_settings(backend), pipeline.root)
                for backend in {backends[s] for s in names if modes[s]} if engine(backend).gpu_plugin is not None}
@@ -300,7 +300,7 @@ def report(found: Probe | None = None, pipeline=None) -> list[tuple[str, str]]:
         rows.append(("CUDA (driver)", cuda_version(banner) or "unknown"))
     for name in rapids_packages():
         rows.append((name, "importable" if found.packages.get(name) else f"not installed ({install_extras('gpu')})"))
-    from ..registry import engines
+    from ..engines import engines
 
     for name, info in engines().items():
         if info.gpu_plugin is not None:

@@ -41,8 +41,6 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from pydantic import Field
-
 from ..data.contract import standard_schema
 from ..data.footers import read_footers
 from ..data.storage import uri_of
@@ -57,9 +55,9 @@ from ..data.tables import (
     text_dataset,
     with_string_partitions,
 )
+from ..engines.polars import ENGINE, PolarsSettings, storage_options
 from ..errors import DataError, HybridflowError, StageError, first_line
-from ..settings import ByteSize, EngineSection, GpuMode
-from . import Engine, gpu
+from . import gpu
 from .base import Backend, measured_or_none
 from .stagelog import private_dir
 
@@ -67,55 +65,6 @@ if TYPE_CHECKING:  # imported where used: validate and a skipped run never load 
     import pyarrow as pa
 
 
-class PolarsSettings(EngineSection):
-    memory_limit: ByteSize | None = Field(
-        None, gt=0, description="what Polars' streaming engine holds in memory before it spills to disk "
-                                "(e.g. 8GB); default: half of this machine's memory")
-    spill_directory: Path | None = Field(
-        None, description="where it spills; default: a private directory under the run's logs, removed "
-                          "when the engine stops")
-    gpu: GpuMode = Field(False, description="the default GPU mode of polars stages (cudf-polars)")
-
-
-# the stage `hybridflow init` writes for this engine ({input}: the dataset it reads)
-EXAMPLE_STAGE = '''"""Shares on Polars: a LazyFrame in and out (run, streaming, when hybridflow writes it)."""
-
-import polars as pl
-
-
-def shares({input}: pl.LazyFrame) -> pl.LazyFrame:
-    """Each event's share of its customer's total amount."""
-    return {input}.with_columns(share=pl.col("amount") / pl.col("amount").sum().over("customer_id"))
-'''
-
-
-def unrepresentable(schema: pa.Schema) -> list[str]:
-    """What of an Arrow schema Polars cannot read and write back as the same type, a phrase per column."""
-    return [f"column '{field.name}': {problem}" for field in schema
-            if (problem := _type_problem(field.type, nested=False)) is not None]
-
-
-def _type_problem(arrow_type: pa.DataType, nested: bool) -> str | None:
-    import pyarrow as pa
-
-    if pa.types.is_decimal(arrow_type) and arrow_type.precision > 38:
-        return f"Polars decimals hold at most 38 digits, not {arrow_type.precision}"
-    if pa.types.is_date64(arrow_type) or pa.types.is_time32(arrow_type):
-        return f"Polars has no {arrow_type} type (it would be written back as another)"
-    if nested and pa.types.is_fixed_size_binary(arrow_type):
-        return "Polars reads a fixed-size binary inside a list or struct as binary"
-    children = [arrow_type.field(i).type for i in range(arrow_type.num_fields)] if pa.types.is_nested(arrow_type) \
-        else []
-    return next((problem for child in children if (problem := _type_problem(child, nested=True)) is not None), None)
-
-
-ENGINE = Engine(
-    name="polars", module=__name__, example=(EXAMPLE_STAGE, "shares"),
-    settings=PolarsSettings, description="Polars: in-process, streaming",
-    frame_types="polars LazyFrames or DataFrames", requires=("polars",), extra="polars",
-    distributions=("polars",),
-    gpu=True, gpu_packages=("cudf_polars",), unrepresentable=unrepresentable,
-)
 
 BUDGET = "POLARS_OOC_MEMORY_BUDGET_MB"  # Polars' out-of-core budget and spill directory, read from the
 SPILL = "POLARS_OOC_SPILL_DIR"  # environment (pl.Config.load reloads them into a running Polars)
@@ -251,7 +200,7 @@ class PolarsBackend(Backend):
 
         pl = self.pl
         if source.schema is not None:
-            refuse_unrepresentable(source.name, source.schema)
+            ENGINE.refuse_unrepresentable(source.name, source.schema)
         if source.format != "parquet":
             return self._remember(pl.scan_pyarrow_dataset(text_dataset(source)), source.schema)
         files = parquet_files(source)
@@ -263,7 +212,7 @@ class PolarsBackend(Backend):
         with _quiet(pl):
             frame = pl.scan_parquet(
                 [uri_of(f) for f in files], schema=_polars_schema(pl, stored), hive_partitioning=False,
-                storage_options=source.store.polars_options() if source.store is not None else None,
+                storage_options=storage_options(source.store) if source.store is not None else None,
                 include_file_paths=FILE_COLUMN if source.partition_by else None,
                 # the forms one type takes in files other tools wrote (a dictionary-encoded string, a
                 # "+00:00" zone), which the footers check accepted as the recorded type
@@ -538,12 +487,6 @@ def _arrow_schema_metadata(schema: pa.Schema) -> dict[str, str]:
     read and record them as such. Polars writes a user's ARROW:schema in place of its own."""
     return {"ARROW:schema": base64.b64encode(schema.serialize().to_pybytes()).decode()}
 
-
-def refuse_unrepresentable(dataset: str, schema: pa.Schema) -> None:
-    problems = unrepresentable(schema)
-    if problems:
-        raise DataError(f"dataset '{dataset}', {problems[0]}",
-                        hint="cast it in the stage (or the tool) that produces it, or read it on another engine")
 
 
 def _polars_schema(pl, schema: pa.Schema):

@@ -12,12 +12,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
-
 from ..data.tables import TableSource, read_arrow, standard_types, write_arrow
+from ..engines.python import ENGINE
 from ..errors import DataError
-from ..settings import EngineSection, GpuMode
-from . import Engine, gpu
+from . import gpu
 from .base import Backend, measured_or_none
 from .framerules import index_as_columns
 
@@ -25,29 +23,6 @@ if TYPE_CHECKING:  # imported where used: validate and a skipped run never load 
     import pyarrow as pa
 
 
-class PythonSettings(EngineSection):
-    gpu: GpuMode = Field(False, description="the default GPU mode of python stages")
-    rmm_pool_size: str | None = Field(None, description="an RMM memory pool for GPU stages, e.g. 8GB")
-
-
-# the stage `hybridflow init` writes for this engine ({input}: the dataset it reads)
-EXAMPLE_STAGE = '''"""Cleaning on the python backend: a pandas DataFrame in, a pandas DataFrame out."""
-
-import pandas as pd
-
-
-def clean({input}: pd.DataFrame, min_amount: float) -> pd.DataFrame:
-    """Keep purchases of at least `min_amount` (a param in pipeline.yaml)."""
-    kept = {input}[({input}["kind"] == "purchase") & ({input}["amount"] >= min_amount)]
-    return kept.reset_index(drop=True)
-'''
-
-ENGINE = Engine(
-    name="python", module=__name__, example=(EXAMPLE_STAGE, "clean"),
-    settings=PythonSettings, description="stages in hybridflow's own process",
-    frame_types="pandas DataFrames or pyarrow Tables (or cuDF DataFrames on the GPU)", starts=False,
-    gpu=True, gpu_packages=("cudf",),
-)
 
 
 class PythonBackend(Backend):
@@ -81,7 +56,7 @@ class PythonBackend(Backend):
     def read(self, source: TableSource):
         if self.stage_on_gpu:
             return read_cudf(source)
-        from . import pandas_frames  # pandas: imported when a stage reads, not when the registry loads
+        from . import pandas_frames  # pandas: imported when a stage reads, not when a run creates the engine
 
         return pandas_frames.to_pandas(read_arrow(source))
 

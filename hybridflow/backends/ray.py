@@ -24,16 +24,14 @@ import tempfile
 import threading
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Sequence
-
-from pydantic import Field
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..data.footers import read_footers
 from ..data.storage import ObjectPath
 from ..data.tables import SAMPLE_ROWS, TableSource, parquet_files, respell_partition_directories, rows_per_file
+from ..engines.ray import ENGINE
 from ..errors import ConfigError, DataError, HybridflowError, UnavailableError, first_line
-from ..settings import TARGET_FILE_SIZE, EngineSection, GpuMode, Params
-from . import ClusterLaunch, Engine
+from ..settings import TARGET_FILE_SIZE
 from .base import Backend, measured_or_none
 from .clusterchecks import (
     check_reachable,
@@ -45,71 +43,12 @@ from .clusterchecks import (
 )
 from .engineerrors import unwrap_error
 from .engineoutput import engine_output_stream
-from .raynode import STARTED
 from .raytune import CALLBACKS_VARIABLE, TUNING, TrialCounter, with_callback
 
 if TYPE_CHECKING:  # imported where used: validate and a skipped run never load it
     import pyarrow as pa
 
 
-class RaySettings(EngineSection):
-    cluster_address_field: ClassVar[str | None] = "address"
-    address: str | None = Field(None, description="head address (host:6379); default: a local instance")
-    num_cpus: int | None = Field(None, ge=1)
-    num_gpus: int | None = Field(None, ge=0)
-    init: Params = Field(default_factory=dict, description="extra keyword arguments for ray.init")
-    gpu: GpuMode = False
-    advertise_address: str | None = Field(
-        None, description="attached to a head on another host: the address of this host the cluster "
-                          "connects back to (default: the one that routes to the head)")
-    auth_token: str | None = Field(None, description="attached to a head with token authentication: its token "
-                                                     "(from ${env:...})")
-
-
-# the stage `hybridflow init` writes for this engine ({input}: the dataset it reads)
-EXAMPLE_STAGE = '''"""Scoring on Ray: a ray.data.Dataset in and out, scored in parallel batches."""
-
-import pandas as pd
-import ray.data
-
-
-def score({input}: ray.data.Dataset) -> ray.data.Dataset:
-    def add_score(batch: pd.DataFrame) -> pd.DataFrame:
-        return batch.assign(score=batch["amount"] / 50.0)
-
-    return {input}.map_batches(add_score, batch_format="pandas")
-'''
-
-def cluster_launch(python: str, head: str, port: int | None, name: str, idle_timeout: float,
-                   scratch: str = "") -> ClusterLaunch:
-    """`ray start` of a head and of worker nodes, each bound to its host's address, no dashboard, with
-    token authentication (a token made for the cluster, read from a file in its private folder); the
-    nodes' session files in that folder (short: Ray's socket paths must fit in 107 bytes)."""
-    import secrets
-
-    port = port or 6379
-    token = secrets.token_hex(32)
-
-    def start(host: str, *args: str) -> list[str]:
-        return ["env", "-u", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE=token", f"RAY_AUTH_TOKEN_PATH={scratch}/ray-token",
-                python, "-m", "ray.scripts.scripts", "start", "--block", "--node-ip-address", host,
-                "--disable-usage-stats", "--temp-dir", f"{scratch}/ray", *args]
-
-    # Ray's daemons outlive a SIGTERM by more than 10 s, so any grace is spent in full; by the time a
-    # cluster goes down its work is in the store: half a second
-    return ClusterLaunch(f"{head}:{port}", port,
-                         start(head, "--head", "--port", str(port), "--include-dashboard=false"),
-                         lambda host: start(host, "--address", f"{head}:{port}"), grace=0.5,
-                         files={"ray-token": token}, attach={"auth_token": token}, secrets=(token,),
-                         head_ready=STARTED, joined=STARTED)
-
-
-ENGINE = Engine(
-    name="ray", module=__name__, example=(EXAMPLE_STAGE, "score"),
-    settings=RaySettings, description="Ray: a local instance or a head's address",
-    frame_types="ray.data.Dataset", requires=("ray",), extra="ray", distributions=("ray",), gpu=True,
-    attached=lambda settings: bool(settings.address), cluster_launch=cluster_launch,
-)
 
 
 

@@ -19,9 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..engines.ray import STARTED
 from ..errors import UnavailableError
 
-STARTED = "Ray runtime started."  # what `ray start` prints once its raylet is up
 START_TIMEOUT = 120.0
 
 

@@ -10,8 +10,8 @@ from typing import Optional
 
 import typer
 
+from ..engines import BUILT_IN
 from ..errors import ExitCode, counted
-from ..registry import BUILT_IN
 from .console import out
 from .guard import guarded
 from .options import RunWorkdirOption, VerboseOption, use_workdir

@@ -1,4 +1,5 @@
-"""Schema contracts: a dataset's declared column types checked against what was written."""
+"""Schema contracts: a dataset's declared column types checked against what was written, and the column
+names that differ only by case, which some engines cannot tell apart."""
 
 from __future__ import annotations
 
@@ -71,3 +72,14 @@ def check_schema(dataset: str, declared: dict[str, pa.DataType] | None, actual: 
 
 def schema_to_dict(schema: pa.Schema) -> dict[str, str]:
     return {f.name: type_name(f.type) for f in schema}
+
+
+def case_collisions(names: list[str]) -> list[str]:
+    """Column names that differ only by case: Spark refuses them, other engines do not."""
+    seen: dict[str, str] = {}
+    clashes = []
+    for name in names:
+        other = seen.setdefault(name.lower(), name)
+        if other != name:
+            clashes.append(f"'{other}' and '{name}'")
+    return clashes

@@ -1,6 +1,6 @@
 """Where data lives when it is not on this machine's disk: object storage, named by URIs whose scheme
 picks the store (s3:// for S3 and S3-compatible stores, gs:// for Google Cloud Storage, az:// for
-Azure Blob Storage: data/stores/), and the one set of settings every engine is given to reach it.
+Azure Blob Storage: data/stores/), and S3's settings.
 
 A file in object storage is an ObjectPath ("bucket/key", pyarrow's spelling, which knows its scheme);
 a local file stays a pathlib.Path. The helpers here take either, with the filesystem to reach an
@@ -10,9 +10,10 @@ fingerprint it).
 
 S3's endpoint, region and credentials come from the standard AWS variables and profile; the pipeline
 file's `storage:` section overrides endpoint, region and addressing. pyarrow does not read
-AWS_ENDPOINT_URL by itself, and Spark reads none of them, so each engine is handed the same values
-from StoreSettings. Credentials are never copied into engine settings that engines record (Spark's
-configuration): engines read them from the environment, as the AWS SDKs do.
+AWS_ENDPOINT_URL by itself, and Spark reads none of them, so the engines with clients of their own
+are handed the same values from StoreSettings (hybridflow.engines.spark.objectstorage,
+hybridflow.engines.polars). Credentials are never copied into engine settings that engines record
+(Spark's configuration): engines read them from the environment, as the AWS SDKs do.
 """
 
 from __future__ import annotations
@@ -163,35 +164,6 @@ class StoreSettings:
         from fsspec.implementations.arrow import ArrowFSWrapper
 
         return ArrowFSWrapper(self.arrow_filesystem())
-
-    def polars_options(self) -> dict[str, str]:
-        """Polars' storage_options: credentials it reads from the environment itself."""
-        options = {}
-        if self.endpoint:
-            options["aws_endpoint_url"] = self.endpoint
-            options["aws_allow_http"] = str(self.plain_http).lower()
-        if self.region:
-            options["aws_region"] = self.region
-        if self.path_style is not None:
-            options["aws_virtual_hosted_style_request"] = str(not self.path_style).lower()
-        return options
-
-    def spark_conf(self) -> dict[str, str]:
-        """Spark's s3a settings (s3:// is mapped to s3a too). Credentials come from s3a's default
-        chain (the AWS variables, the profile, instance roles): never written into Spark's
-        configuration, which its event log and UI show."""
-        conf = {"spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
-                # hybridflow lists nothing through Spark and commits versions itself: no bucket probe
-                "spark.hadoop.fs.s3a.bucket.probe": "0"}
-        if self.endpoint:
-            conf["spark.hadoop.fs.s3a.endpoint"] = self.endpoint
-            conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(not self.plain_http).lower()
-        if self.region:
-            conf["spark.hadoop.fs.s3a.endpoint.region"] = self.region
-        if self.path_style is not None:
-            conf["spark.hadoop.fs.s3a.path.style.access"] = str(self.path_style).lower()
-        return conf
-
 
 def _credentials_key() -> str:
     """What tells one set of credentials in the environment from another (a digest: never kept)."""

@@ -9,7 +9,7 @@ from pathlib import Path
 from ..data.arrow_types import ArrowTypeError, check_arrow_type
 from ..data.storage import is_object_uri, object_path, scheme_problem
 from ..diagnostics import Problem, did_you_mean
-from ..registry import engine, engines
+from ..engines import engine, engines
 from . import datachecks, signature, sqlstage
 from .model import IDENTIFIER
 from .pipeline import Pipeline

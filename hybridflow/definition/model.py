@@ -23,7 +23,7 @@ from pydantic import (
 )
 
 from ..diagnostics import did_you_mean
-from ..registry import DEFAULT as DEFAULT_BACKEND
+from ..engines import DEFAULT as DEFAULT_ENGINE
 from ..settings import ByteSize, GpuMode, Names, Params, Section, none_as_empty
 from .tracking import DatasetMlflowSpec, LineageSpec, MlflowSpec, http_url
 
@@ -65,10 +65,11 @@ class FreeSettings(Section):
 
 
 def _registered(value: str) -> str:
-    """A backend name must be a registered engine's (reported like any other choice of values)."""
+    """A stage's `backend:` names the engine it runs on: a registered one (reported like any other choice
+    of values)."""
     from pydantic_core import PydanticCustomError
 
-    from ..registry import engines
+    from ..engines import engines
 
     known = list(engines())
     if value not in known:
@@ -77,7 +78,7 @@ def _registered(value: str) -> str:
     return value
 
 
-Backend = Annotated[str, AfterValidator(_registered)]
+EngineName = Annotated[str, AfterValidator(_registered)]
 
 
 class DatasetSpec(Section):
@@ -118,7 +119,7 @@ class StorageSpec(Section):
 class StageSpec(Section):
     run: str = Field(description="module:function, importable from root; or a .sql file under root (a SQL "
                                  "stage, on an engine that runs SQL)")
-    backend: Backend = DEFAULT_BACKEND
+    backend: EngineName = DEFAULT_ENGINE  # the YAML key stays `backend:`
     inputs: Names = Field(default_factory=list)
     outputs: Names = Field(default_factory=list)
     params: Params = Field(default_factory=dict)
@@ -258,7 +259,7 @@ def pipeline_model() -> type[PipelineSpec]:
     """The pipeline file's model with `backends:` made of every registered engine's settings (built
     on first use: the engines register themselves, and a third-party one through an entry point);
     made again when the registry changes (an engine registered at run time)."""
-    from ..registry import engines
+    from ..engines import engines
 
     return _model_of(tuple((name, engine.settings, engine.description) for name, engine in sorted(engines().items())))
 

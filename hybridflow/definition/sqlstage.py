@@ -61,7 +61,7 @@ class SqlQuery:
 
 def sql_function(root: Path, target: str, backend, inputs: list[str], params: dict[str, Any]) -> Callable[..., Any]:
     """A stage function (its `inputs` by name -> the query's result) that runs `target` on `backend`."""
-    from .. import registry
+    from .. import engines as registry
 
     dialect = registry.engine(backend.name).sql_dialect
     try:

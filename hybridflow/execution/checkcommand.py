@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import logging
 
+from ..backends import create
 from ..backends.checkplan import Outcome
 from ..definition.datachecks import dataset_checks
 from ..definition.pipeline import Pipeline
+from ..engines import DEFAULT
 from ..errors import UsageError
-from ..registry import DEFAULT, create
 from .datachecking import OutputChecks
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import processes, registry
+from .. import backends, processes
+from .. import engines as registry
 from ..backends.engineoutput import EngineOutput, TerminalStreams
 from ..definition.lineageids import LineageTarget
 from ..definition.pipeline import Pipeline
@@ -220,7 +221,7 @@ class EnginePool:
                 facts["nodes"] = cluster_nodes(brought)
                 attach, made = self.clusters.credentials(name)  # the run's own, for its own cluster
                 settings = settings.attached_to(brought["address"], **attach)
-        engine = registry.create(name, settings, self.log_dir,
+        engine = backends.create(name, settings, self.log_dir,
                                  gpu=self.gpu(name), secrets=[*self.pipeline.secrets, *made],
                                  store=self.pipeline.store if self.pipeline.uses_object_storage else None)
         engine.lineage = LineageTarget.of(self.pipeline)  # an engine's own lineage nests under each stage

@@ -18,7 +18,7 @@ from ..definition.codereach import CodeIndex
 from ..definition.libraries import Libraries
 from ..definition.libraries import describe as describe_upgrades
 from ..definition.pipeline import Pipeline
-from ..registry import engine
+from ..engines import engine
 from ..store.catalog import Version, data_digest
 from ..store.incremental import DatumChanges, compare, external_datums, schema_types, version_datums
 from ..store.state import RunStore

@@ -17,23 +17,40 @@ from ..data.tables import TableSource, damaged_file
 from ..data.textfiles import find_bad_value
 from ..errors import DataError, first_line, one_line_of
 
-# What Parquet readers say when the bytes of a file cannot be decoded (pyarrow/Arrow C++, Spark's
-# parquet-mr and its codecs). Deliberately narrow: a user's own error must stay a user error.
-_DECODING = re.compile(
-    r"corrupt snappy|corrupt (parquet|page|compressed|footer)|ParquetDecodingException|"
-    r"can not read value at \d+ in block|Couldn't deserialize thrift|Unexpected end of stream|"
-    r"Parquet magic bytes not found|is not a Parquet file|Invalid page header|"
-    r"decompress(ion)? (failed|error)|FAILED_READ_FILE|Error reading parquet|"
-    r"Malformed levels|Column chunk .* is corrupt|Page was smaller than|Unexpected end of file|"
-    r"Parquet file is likely corrupted|don't know what type|"  # DuckDB's (a page, a thrift header)
-    r"parquet: File out of specification",  # Polars' (a thrift header, a dictionary index)
-    re.IGNORECASE)
+# What pyarrow (Arrow C++: hybridflow's own reads, Python stages, Dask's and Ray's workers) says when
+# the bytes of a Parquet file cannot be decoded; each engine declares its own (Engine.undecodable).
+# Deliberately narrow: a user's own error must stay a user error.
+_ARROW_UNDECODABLE = (
+    r"corrupt snappy", r"corrupt (parquet|page|compressed|footer)", r"Couldn't deserialize thrift",
+    r"Unexpected end of stream", r"Parquet magic bytes not found", r"is not a Parquet file", r"Invalid page header",
+    r"decompress(ion)? (failed|error)", r"Column chunk .* is corrupt", r"Unexpected end of file")
 
-# An exception that Parquet's page decoders threw (its first frame is theirs), whatever it says: a
-# dictionary index past the dictionary's end is an ArrayIndexOutOfBoundsException in parquet-mr.
-_DECODER_THREW = re.compile(
-    r"[\w.$]+(?:Exception|Error)(?::[^\n]*)?\n\s+at (?:org\.apache\.parquet\.column\.|"
-    r"org\.apache\.spark\.sql\.execution\.datasources\.parquet\.(?:Vectorized|ParquetDictionary))")
+
+def _engines_say(field: str, own: tuple[str, ...] = ()) -> re.Pattern | None:
+    """One pattern of `own` and every registered engine's `field` patterns; None when there are none."""
+    from ..engines import engines
+
+    patterns = [*own, *(pattern for engine in engines().values() for pattern in getattr(engine, field)
+                        if _compiles(pattern))]
+    return re.compile("|".join(f"(?:{pattern})" for pattern in patterns), re.IGNORECASE) if patterns else None
+
+
+def _compiles(pattern: str) -> bool:
+    """A plugin's pattern that is no regular expression is ignored: it must not hide the stage's error."""
+    try:
+        re.compile(pattern)
+    except re.error:
+        return False
+    return True
+
+
+def _decoder_threw(text: str) -> re.Match | None:
+    """An exception that an engine's Parquet page decoders threw (its first frame is theirs), whatever it
+    says: a dictionary index past the dictionary's end is an ArrayIndexOutOfBoundsException in parquet-mr."""
+    frames = _engines_say("decoder_frames")
+    if frames is None:
+        return None
+    return re.search(r"[\w.$]+(?:Exception|Error)(?::[^\n]*)?\n\s+at (?:" + frames.pattern + ")", text)
 
 
 def input_read_failure(exc: BaseException, inputs: Mapping[str, Sequence[Path]],
@@ -42,8 +59,8 @@ def input_read_failure(exc: BaseException, inputs: Mapping[str, Sequence[Path]],
     such a failure. `inputs`: each input dataset's files or directory; `parquet`: the Parquet ones,
     read again to find the damaged file when the engine's message does not name it."""
     text = _full_text(exc)
-    match = _DECODING.search(text)
-    thrown = None if match else _DECODER_THREW.search(text)
+    match = _engines_say("undecodable", _ARROW_UNDECODABLE).search(text)
+    thrown = None if match else _decoder_threw(text)
     if not match and not thrown:
         return None
     dataset, file = _which_input(text, inputs)
@@ -106,13 +123,10 @@ def _reason_line(text: str, match: re.Match) -> str:
     return first_line(line)
 
 
-# What engines say when a CSV or JSON value does not parse as its column's type (Spark's FAILFAST,
-# pyarrow's readers inside Dask and Ray workers).
-_TEXT_PARSING = re.compile(
-    r"MALFORMED_RECORD_IN_PARSING|Malformed records are detected|CSV (parse|conversion) error|"
-    r"JSON (parse|conversion) error|In CSV column #|Failed of parsing|straddling object|"
-    r"Failed to read (CSV|JSON) file",
-    re.IGNORECASE)
+# What pyarrow's CSV and JSON readers say (inside Dask and Ray workers too) when a value does not parse as
+# its column's type; each engine declares its own (Engine.unparsable).
+_ARROW_UNPARSABLE = (r"CSV (parse|conversion) error", r"JSON (parse|conversion) error", r"In CSV column #",
+                     r"Failed of parsing", r"straddling object", r"Failed to read (CSV|JSON) file")
 
 
 def text_input_failure(exc: BaseException, sources: Sequence[TableSource]) -> DataError | None:
@@ -120,7 +134,7 @@ def text_input_failure(exc: BaseException, sources: Sequence[TableSource]) -> Da
     parse, or None when `exc` is not such a failure. The engines' own messages rarely name the file:
     the inputs are streamed once more here (only on failure) to find it."""
     text = _full_text(exc)
-    match = _TEXT_PARSING.search(text)
+    match = _engines_say("unparsable", _ARROW_UNPARSABLE).search(text)
     if not match or not sources:
         return None
     for source in sources:

@@ -25,7 +25,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .. import processes, registry
+from .. import engines as registry
+from .. import processes
 from ..backends import gpu
 from ..backends.stagelog import private_dir
 from ..definition.pipeline import Pipeline

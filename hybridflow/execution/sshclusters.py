@@ -149,7 +149,7 @@ def untether(tethers: list[subprocess.Popen], timeout: float = 30) -> None:
 
 def launch_for(engine: str, spec, name: str):
     """How the engine's cluster processes are started (backends.ClusterLaunch), with credentials made now."""
-    from .. import registry
+    from .. import engines as registry
 
     launch_of = registry.engine(engine).cluster_launch
     if launch_of is None:

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
 from ..definition.pipeline import Pipeline
+from ..engines import engines
 from ..errors import HybridflowError, UnavailableError
 from ..installing import install_extras
-from ..registry import engines
 
 LOW_DISK = 2 * 1024**3
 DEFAULT_WORKDIR = Path(".hybridflow")  # what the CLI's --workdir defaults to when no pipeline is given
@@ -284,7 +284,7 @@ def check_shared_workdir(target: Target) -> Iterable[Finding]:
     nor does one whose workdir is in object storage."""
     if target.pipeline is None or target.pipeline.remote is not None:
         return
-    from .. import registry
+    from .. import engines as registry
 
     for name in sorted(target.backends):
         engine = engines().get(name)
@@ -296,12 +296,12 @@ def check_shared_workdir(target: Target) -> Iterable[Finding]:
 def _shared_with(name: str, settings, target: Target) -> Finding:
     import tempfile
 
-    from .. import registry
+    from .. import backends
     from ..backends.engineoutput import process_output_to
 
     check = f"{name} cluster"
     with tempfile.TemporaryDirectory(prefix="hybridflow-doctor-") as scratch:
-        backend = registry.create(name, settings, Path(scratch), secrets=target.pipeline.secrets)
+        backend = backends.create(name, settings, Path(scratch), secrets=target.pipeline.secrets)
         try:
             with process_output_to(Path(scratch) / "engines.log"):  # engine chatter off the table
                 try:

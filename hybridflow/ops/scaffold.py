@@ -17,7 +17,7 @@ SAMPLE = "event_id,customer_id,amount,kind\n" + "".join(
 
 def offered() -> dict:
     """The engines init can write a stage for (each declares its own example), in registry order."""
-    from ..registry import engines
+    from ..engines import engines
 
     return {name: engine for name, engine in engines().items() if engine.example}
 
@@ -41,7 +41,7 @@ def test_the_pipeline_runs_and_publishes_its_last_output():
 def create(directory: Path, engines: list[str]) -> list[Path]:
     """Write the project into `directory` (new, or empty); returns the files written. The default
     engine (in-process) always cleans the sample first, whatever else runs."""
-    from ..registry import DEFAULT
+    from ..engines import DEFAULT
 
     known = offered()
     unknown = [e for e in engines if e not in known]

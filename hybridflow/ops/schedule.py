@@ -184,7 +184,7 @@ def job_command(pipeline: Pipeline, log: Path, *, if_due: bool, environ: dict[st
 def carried_environment() -> tuple[str, ...]:
     """What a run under cron is given from the installing shell: PATH, the variables the engines say
     they read (backends.Engine.environment: Spark's JAVA_HOME), the locale, the time zone and HOME."""
-    from ..registry import engines
+    from ..engines import engines
 
     declared = [name for engine in engines().values() for name in engine.environment]
     return tuple(dict.fromkeys(["PATH", *declared, "LANG", "TZ", "HOME", *STORE_VARIABLES]))

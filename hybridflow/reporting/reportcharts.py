@@ -9,8 +9,8 @@ import json
 from html import escape
 from typing import Any
 
+from ..engines import BUILT_IN
 from ..errors import UnavailableError
-from ..registry import BUILT_IN
 from .timeline import ATTEMPT, CALL, CLUSTER_DOWN, CLUSTER_UP, ENGINE_START, ENGINE_STOP, PUBLISH, READ, RETRY_WAIT
 
 # (strong, light) per backend: the built-in engines in registry order, then any other by its name

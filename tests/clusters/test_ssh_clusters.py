@@ -439,9 +439,9 @@ def test_a_worker_that_exits_before_it_joined_is_started_again_and_one_that_neve
         hosts, sshd, tmp_path):
     """The cluster is up only once every worker says it joined: a worker that exits first is started
     again; one that is still not in at up_timeout fails the start, naming its host."""
+    from hybridflow.engines import ClusterLaunch
     from hybridflow.errors import UnavailableError
     from hybridflow.execution.sshclusters import scratch, ssh_down, ssh_up
-    from hybridflow.registry import ClusterLaunch
     from hybridflow.settings import ClusterSection
 
     a, b, c = (hosts.hosts[name] for name in ("a", "b", "c"))

@@ -10,11 +10,11 @@ import time
 import pytest
 
 from hybridflow import backends
-from hybridflow.backends.dask import DaskSettings
 from hybridflow.backends.engineoutput import process_output_to
-from hybridflow.backends.ray import RaySettings
-from hybridflow.backends.spark.declaration import SparkSettings
 from hybridflow.definition.config import check_file
+from hybridflow.engines.dask import DaskSettings
+from hybridflow.engines.ray import RaySettings
+from hybridflow.engines.spark import SparkSettings
 from hybridflow.errors import UnavailableError
 from hybridflow.installing import install_extras
 from tests.support.engines import TEST_SETTINGS, child_pids

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 import hybridflow
-from hybridflow.backends.spark import s3_jars
+from hybridflow.engines.spark import s3_jars
 from tests.objectstore.test_s3_inputs import ENGINES, STAGES, WEEKS, expected_join, pipeline_text, put_week
 from tests.support.maven import repository_of, serving
 from tests.support.s3server import S3Endpoint, S3Server

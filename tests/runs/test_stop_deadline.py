@@ -25,7 +25,7 @@ import sys
 import threading
 
 import hybridflow.cli
-from hybridflow import registry
+from hybridflow import engines
 from hybridflow.execution import enginepool
 from tests.plugin import arrow_tables
 
@@ -44,7 +44,7 @@ def create(settings, log_dir):
     return NeverStops(settings)
 
 
-registry.register(dataclasses.replace(arrow_tables.ENGINE, name="neverstops", module="__main__"))
+engines.register(dataclasses.replace(arrow_tables.ENGINE, name="neverstops", module="__main__"))
 sys.argv = ["hybridflow", *sys.argv[1:]]
 hybridflow.cli.main()
 '''

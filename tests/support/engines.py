@@ -7,12 +7,12 @@ import time
 from pathlib import Path
 
 from hybridflow import backends
-from hybridflow.backends.dask import DaskSettings
-from hybridflow.backends.duckdb import DuckDBSettings
 from hybridflow.backends.engineoutput import process_output_to
-from hybridflow.backends.polars import PolarsSettings
-from hybridflow.backends.ray import RaySettings
-from hybridflow.backends.spark.declaration import SparkSettings
+from hybridflow.engines.dask import DaskSettings
+from hybridflow.engines.duckdb import DuckDBSettings
+from hybridflow.engines.polars import PolarsSettings
+from hybridflow.engines.ray import RaySettings
+from hybridflow.engines.spark import SparkSettings
 
 ENGINES = ("python", "spark", "dask", "ray", "duckdb", "polars")
 TEST_SETTINGS = {

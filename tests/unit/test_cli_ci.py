@@ -65,7 +65,7 @@ def test_ci_run_passes_on_arguments_and_fails_when_pytest_fails_or_collects_noth
     # install of Azurite (no-ops once cached)
     assert calls[:7] == ["-m pip install --disable-pip-version-check --quiet -e .[test]",
                          "-m hybridflow.backends.spark_s3_jars", "-m hybridflow.backends.spark_lineage_jar",
-                         "-m hybridflow.backends.spark.gcs_jar", "-m tests.support.versitygw",
+                         "-m hybridflow.backends.spark_gcs_jar", "-m tests.support.versitygw",
                          "-m tests.support.gcsserver", "-m tests.support.azurite"]
     # every tier, in four lanes side by side, each one test at a time
     assert sorted(calls[7:11]) == ["-m pytest tests -n 0 --lane crontab --durations=10 -m not cron",

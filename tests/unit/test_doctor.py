@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow.backends.spark import host
 from hybridflow.definition.config import load_pipeline
+from hybridflow.engines.spark import host
 from hybridflow.errors import ExitCode
 from hybridflow.installing import install_extras
 from hybridflow.ops import doctor

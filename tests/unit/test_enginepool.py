@@ -39,6 +39,9 @@ class HeldStart:
     def stop(self) -> None:
         self.events.append("stopped")
 
+    def place(self, **placement) -> None:
+        pass
+
 
 def create(settings, log_dir) -> HeldStart:  # the registry's entry point for NAME
     return HeldStart()

@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 
 from hybridflow.backends import gpu
-from hybridflow.backends.dask import DaskSettings, gpu_cluster_options
-from hybridflow.backends.ray import RayBackend, RaySettings, gpu_init_options, gpus_per_trial
-from hybridflow.backends.spark import host
-from hybridflow.backends.spark.declaration import SparkSettings
+from hybridflow.backends.dask import gpu_cluster_options
+from hybridflow.backends.ray import RayBackend, gpu_init_options, gpus_per_trial
 from hybridflow.backends.spark.rapids import gpu_operators, spark_gpu_conf
 from hybridflow.definition.config import load_pipeline
+from hybridflow.engines.dask import DaskSettings
+from hybridflow.engines.ray import RaySettings
+from hybridflow.engines.spark import SparkSettings, host
 from hybridflow.errors import ConfigError, ExitCode, UnavailableError
 from hybridflow.execution.runner import Runner
 from hybridflow.installing import install_extras

@@ -96,5 +96,5 @@ def test_a_rerun_that_skips_every_stage_imports_no_data_library(tmp_path):
 
 def test_validate_loads_no_network_client():
     """Spark's s3a jar fetcher (http, ssl, xml) loads when a run reaches object storage, not with Spark's module."""
-    assert loaded_after(["validate", "configs"], watched=("hybridflow.backends.spark.s3_jars", "http.client",
+    assert loaded_after(["validate", "configs"], watched=("hybridflow.engines.spark.s3_jars", "http.client",
                                                           "ssl", "xml.etree.ElementTree")) == ""

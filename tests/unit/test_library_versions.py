@@ -14,7 +14,7 @@ import pytest
 from hybridflow.definition import fingerprint as fp
 from hybridflow.definition.codereach import CodeIndex
 from hybridflow.definition.libraries import Libraries, describe, upgrades
-from hybridflow.registry import engine
+from hybridflow.engines import engine
 from tests.support.distributions import install
 
 STEPS = '''

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hybridflow.backends.spark.backend import SparkBackend
 from hybridflow.backends.spark.conf import DRIVER_JIT, session_conf
-from hybridflow.backends.spark.declaration import SparkSettings
+from hybridflow.engines.spark import SparkSettings
 
 
 def driver_options(settings: SparkSettings, tmp_path) -> list[str]:
@@ -30,13 +30,13 @@ def test_the_pipelines_own_jit_flags_come_after_ours_so_they_win(tmp_path):
     assert "Tier4" not in conf["spark.executor.extraJavaOptions"]
 
 
-def test_the_registry_makes_spark_backends_from_the_engines_declaration(tmp_path):
-    """The declaration imports the backend only when a run creates one: classic and Spark Connect alike
-    (neither starts a JVM or a session here)."""
-    from hybridflow import registry
+def test_a_run_creates_the_spark_backend_its_settings_name(tmp_path):
+    """The backend module is imported only when a run creates an engine: classic Spark or Spark Connect,
+    as the settings say (neither starts a JVM or a session here)."""
+    from hybridflow import backends
     from hybridflow.backends.spark.connect import SparkConnectBackend
 
-    classic = registry.create("spark", SparkSettings(master="local[2]"), tmp_path)
-    connect = registry.create("spark", SparkSettings(remote="sc://127.0.0.1:15002"), tmp_path)
+    classic = backends.create("spark", SparkSettings(master="local[2]"), tmp_path)
+    connect = backends.create("spark", SparkSettings(remote="sc://127.0.0.1:15002"), tmp_path)
     assert type(classic) is SparkBackend and classic.session is None
     assert type(connect) is SparkConnectBackend and connect.master == "sc://127.0.0.1:15002"

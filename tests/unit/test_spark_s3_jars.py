@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow.backends.spark.s3_jars import (
+from hybridflow.engines.spark.s3_jars import (
     CACHE_VARIABLE,
     FOLDER_VARIABLE,
     REPOSITORY_VARIABLE,

@@ -79,6 +79,7 @@ def test_the_same_bucket_on_another_store_has_a_cache_of_its_own(tmp_path):
 
 def test_a_gs_workdir_is_google_cloud_storage_reached_as_the_emulator_variable_says(tmp_path):
     from hybridflow.data.stores.gcs import GcsPath, GcsSettings
+    from hybridflow.engines.polars import storage_options
 
     pipeline = load_pipeline(write(tmp_path, workdir="gs://team-bucket/wd", path="gs://lake/raw"),
                              environ={"STORAGE_EMULATOR_HOST": "127.0.0.1:4443"})
@@ -86,7 +87,7 @@ def test_a_gs_workdir_is_google_cloud_storage_reached_as_the_emulator_variable_s
     assert (pipeline.remote / "p" / "CURRENT").uri == "gs://team-bucket/wd/p/CURRENT"
     assert isinstance(pipeline.external_path("raw"), GcsPath)
     assert GcsSettings.of(None, {"STORAGE_EMULATOR_HOST": "127.0.0.1:4443"}).endpoint == "http://127.0.0.1:4443"
-    assert GcsSettings.of(None, {}).endpoint is None and GcsSettings.of(None, {}).polars_options() == {}
+    assert GcsSettings.of(None, {}).endpoint is None and storage_options(GcsSettings.of(None, {})) == {}
     _, problems = check_file(write(tmp_path, workdir="gs://team-bucket/wd", path="gs://lake/raw"), environ={})
     assert [p for p in problems if p.severity == "error"] == []
 

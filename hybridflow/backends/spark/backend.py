@@ -19,10 +19,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ... import processes
+from ...data.contract import case_collisions
 from ...data.footers import read_footers
 from ...data.storage import ObjectPath
 from ...data.tables import TableSource, parquet_files
 from ...data.textfiles import csv_header
+from ...engines.spark import ENGINE
+from ...engines.spark.objectstorage import OBJECT_STORE_WRITE, spark_path
 from ...errors import DataError, UnavailableError, first_line
 from ..base import Backend, measured_or_none
 from ..checkplan import distinct_in_order
@@ -34,17 +37,14 @@ from ..clusterchecks import (
     split_host_port,
     versions_probe,
 )
-from ..framerules import case_collisions
 from ..shippedcode import code_archive
 from .conf import session_conf
-from .declaration import ENGINE
 from .filesizing import coalesced, write_sizing
 from .launch import end_accumulator_server_aside, local_ip, route_query_context_logs, submitted_privately
 from .lineage import nested
-from .objectstorage import OBJECT_STORE_WRITE, spark_path
 from .rapids import gpu_operators
 from .redaction import local_event_logs, redact_event_logs
-from .schemas import check_representable, columns
+from .schemas import columns
 
 if TYPE_CHECKING:  # imported where used: validate and a skipped run never load it
     import pyarrow as pa
@@ -254,10 +254,10 @@ class SparkBackend(Backend):
 
     def read(self, source: TableSource):
         if source.schema is not None:
-            check_representable(source.name, source.schema)
+            ENGINE.refuse_unrepresentable(source.name, source.schema)
         elif source.format == "parquet":  # an external input without a declared schema: its footers say
             footers = read_footers(source.name, parquet_files(source), source.filesystem)
-            check_representable(source.name, footers.schema)
+            ENGINE.refuse_unrepresentable(source.name, footers.schema)
         from pyspark.sql.pandas.types import from_arrow_schema
 
         reader = self.session.read

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import os
 
+from ...engines.spark.objectstorage import spark_store_conf
+from ...engines.spark.standalone import auth_conf
 from .lineage import listener_classpath
-from .objectstorage import spark_store_conf
 from .rapids import spark_gpu_conf
 from .redaction import redaction_conf
-from .standalone import auth_conf
 
 
 def default_conf(master: str, driver: str = "127.0.0.1") -> dict[str, str]:

@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from ...engines.maven import Artifact
+from ...engines.spark.jarcache import OneJar
 from ...errors import UnavailableError
-from ..maven import Artifact
-from .jarcache import OneJar
 
 VERSION = "1.53.0"  # the newest on Maven Central with a Scala 2.13 build for Spark 4 (checked 2026-11)
 JAR_VARIABLE = "HYBRIDFLOW_SPARK_LINEAGE_JAR"  # a listener jar fetched elsewhere

@@ -2,9 +2,11 @@
 
 A store module holds what is particular to one store and nothing else: its ObjectPath subclass
 (PATH), its settings (SETTINGS: made with `.of(section, environ)` from the pipeline's storage:
-section over the store's standard variables), which give every engine its way in
-(`arrow_filesystem()`, `fsspec_filesystem()`, `polars_options()`, `spark_conf()`) and the client
-whose conditional writes commit (`objects()`: the methods of objectstore.ObjectStore). Modules are
+section over the store's standard variables), which give the store's own clients (`arrow_filesystem()`,
+`fsspec_filesystem()`: what Python stages, Dask, Ray and DuckDB read and write through) and the client
+whose conditional writes commit (`objects()`: the methods of objectstore.ObjectStore). How an engine
+with a client of its own reaches the store (Spark's Hadoop connector, Polars' object_store) is that
+engine's declaration (hybridflow.engines.spark.objectstorage, hybridflow.engines.polars). Modules are
 imported when a URI of theirs is first met, so naming a store costs no client library.
 """
 
@@ -27,8 +29,6 @@ class Settings(Protocol):
     def adopt_checksum_policy(self) -> None: ...  # before engines start workers (they inherit the environment)
     def arrow_filesystem(self): ...  # pyarrow's filesystem: Python stages, Ray, footers, pandas
     def fsspec_filesystem(self): ...  # fsspec's: DuckDB, Dask
-    def polars_options(self) -> dict[str, str]: ...  # Polars' storage_options
-    def spark_conf(self) -> dict[str, str]: ...  # Spark's settings of the store's Hadoop connector
     def objects(self): ...  # the client of a workdir's commits: objectstore.ObjectStore's methods
     def reached(self, environ: Mapping[str, str]) -> dict[str, str]: ...  # which store, as whom (no secret)
 

@@ -108,21 +108,6 @@ class AzureSettings:
 
         return AzureArrowWrapper(self.arrow_filesystem())
 
-    def polars_options(self) -> dict[str, str]:
-        """Polars' storage_options: object_store reads neither AZURE_STORAGE_KEY nor a connection string,
-        so the account and key are handed over here, in this process only (never recorded)."""
-        credential = self.credential()
-        secret = "azure_storage_account_key" if credential.kind == "key" else "azure_storage_sas_key"
-        options = {"azure_storage_account_name": self.account or "", secret: credential.secret}
-        if self.endpoint:
-            options.update(azure_storage_endpoint=self.endpoint,
-                           azure_allow_http=str(self.endpoint.startswith("http://")).lower())
-        return options
-
-    def spark_conf(self) -> dict[str, str]:
-        """Nothing: Spark has no connector for az:// here (it reaches the store through copies on this machine)."""
-        return {}
-
     def objects(self):
         """The store client a workdir here commits through."""
         from .azureobjects import AzureObjectStore

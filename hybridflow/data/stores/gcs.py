@@ -7,13 +7,12 @@ hybridflow keeps.
 Credentials come only from Google's standard places (GOOGLE_APPLICATION_CREDENTIALS, the gcloud
 default, the metadata server), read by Google's own libraries; STORAGE_EMULATOR_HOST (or storage:
 endpoint) names an emulator, reached without credentials as Google's libraries do. Spark reaches
-gs:// through Google's GCS connector for Hadoop, fetched on first need (backends/spark/gcs_jar.py).
+gs:// through Google's GCS connector for Hadoop, fetched on first need (engines/spark/gcs_jar.py).
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import os
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -72,35 +71,6 @@ class GcsSettings:
 
         return GcsArrowWrapper(self.arrow_filesystem())
 
-    def polars_options(self) -> dict[str, str]:
-        """Polars' storage_options: none for GCS itself (object_store reads Google's variables); for
-        an emulator, a service account naming its URL with OAuth off (object_store's own way to reach
-        one: the document holds no secret)."""
-        if not self.endpoint:
-            return {}
-        account = {"gcs_base_url": self.endpoint, "disable_oauth": True, "client_email": "", "private_key": "",
-                   "private_key_id": ""}
-        return {"google_service_account_key": json.dumps(account)}
-
-    def spark_conf(self) -> dict[str, str]:
-        """Spark's settings of Google's GCS connector (the jar: backends/spark/gcs_jar.py). Credentials
-        come from Google's standard places (application default credentials), never written into
-        Spark's configuration, which its event log and UI show; an emulator is reached without any."""
-        conf = {"spark.hadoop.fs.gs.impl": "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFileSystem",
-                "spark.hadoop.fs.AbstractFileSystem.gs.impl": "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFS",
-                "spark.hadoop.fs.gs.auth.type": "UNAUTHENTICATED" if self.endpoint else "APPLICATION_DEFAULT",
-                # the connector reads these as plain numbers, which Hadoop 3.5's own defaults ("64m") are not
-                **{f"spark.hadoop.fs.gs.{key}": str(size) for key, size in _SIZES.items()},
-                # the connector's vectored reads call a Hadoop 3.4 method that Hadoop 3.5 no longer has
-                "spark.hadoop.parquet.hadoop.vectored.io.enabled": "false"}
-        if self.endpoint:
-            # emulators lack the objects.move call: a task's files are committed by copy and delete
-            conf |= {"spark.hadoop.fs.gs.storage.root.url": self.endpoint,
-                     "spark.hadoop.fs.gs.operation.move.enable": "false"}
-        if self.project:
-            conf["spark.hadoop.fs.gs.project.id"] = self.project
-        return conf
-
     def objects(self):
         """The store client a workdir here commits through."""
         from .gcsobjects import GcsObjectStore
@@ -123,9 +93,6 @@ def _arrow_filesystem(settings: GcsSettings, credentials: str):
     # a store that stopped answering fails a run in seconds, with its cause (pyarrow's default: 15 minutes)
     return pafs.GcsFileSystem(**options, retry_time_limit=timedelta(seconds=20))
 
-
-_SIZES = {"block.size": 64 << 20, "rewrite.max.chunk.size": 512 << 20, "outputstream.buffer.size": 8 << 20,
-          "inputstream.inplace.seek.limit": 8 << 20, "inputstream.min.range.request.size": 2 << 20}
 
 PATH = GcsPath
 SETTINGS = GcsSettings

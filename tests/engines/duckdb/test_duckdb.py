@@ -21,9 +21,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from hybridflow import backends
-from hybridflow.backends.duckdb import DuckDBSettings, default_memory_limit
+from hybridflow.backends.duckdb import default_memory_limit
 from hybridflow.data.tables import TableSource, read_arrow, write_arrow
 from hybridflow.definition.config import load_pipeline
+from hybridflow.engines.duckdb import DuckDBSettings
 from hybridflow.errors import DataError, ExitCode
 from hybridflow.execution.runner import Runner
 from hybridflow.store.catalog import Catalog

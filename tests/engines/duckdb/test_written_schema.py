@@ -8,7 +8,8 @@ import pyarrow as pa
 import pytest
 
 from hybridflow import backends
-from hybridflow.backends.duckdb import DuckDBSettings, arrow_schema, write_expression
+from hybridflow.backends.duckdb import arrow_schema, write_expression
+from hybridflow.engines.duckdb import DuckDBSettings
 
 EVERY_TYPE = """
     SELECT 1::TINYINT AS i8, 2::UTINYINT AS u8, 3::SMALLINT AS i16, 4::UINTEGER AS u32, 5::UBIGINT AS u64,

@@ -21,10 +21,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from hybridflow import backends
-from hybridflow.backends.polars import BUDGET, SPILL, PolarsSettings, default_memory_limit
+from hybridflow.backends.polars import BUDGET, SPILL, default_memory_limit
 from hybridflow.data.contract import schema_differences
 from hybridflow.data.tables import TableSource, read_arrow, write_arrow
 from hybridflow.definition.config import load_pipeline
+from hybridflow.engines.polars import PolarsSettings
 from hybridflow.errors import DataError, StageError
 from hybridflow.execution.runner import Runner
 from hybridflow.store.catalog import Catalog

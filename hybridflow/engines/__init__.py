@@ -1,30 +1,29 @@
-"""The engine registry (hybridflow.backends re-exports it: plugins import it from there). An engine
-is one module that declares an `ENGINE` (an Engine: its name, its
-`backends.<name>` settings model, the frames its stages return, what it needs installed, its GPU
-support) and a Backend class that starts it and moves data (see base.Backend). hybridflow's own four
-live here; another package adds one through the `hybridflow.backends` entry point group, naming its
-module:
+"""The engines hybridflow knows before it starts one: each engine's declaration (an Engine: its name,
+its `backends.<name>` settings model, the frames its stages return, what it needs installed, its GPU
+support, how it reaches each object store, how its own cluster processes are launched), and the
+registry that finds them. hybridflow's own six are declared here, one module each; the Backend that
+starts an engine and moves data is in hybridflow.backends, imported only when a run creates one
+(Engine.module). Another package adds an engine through the `hybridflow.backends` entry point group,
+naming a module that declares its ENGINE (hybridflow.backends re-exports these names for it):
 
     [project.entry-points."hybridflow.backends"]
     duckdb = "hybridflow_duckdb.engine"
 
-Everything outside this package asks the registry; nothing else names an engine. Backend modules
-import their engine's library only when a stage needs it, so loading the registry stays cheap.
+Everything outside asks the registry; nothing else names an engine. Declarations import no engine's
+library, so validate, plan and --help load them cheaply; the pipeline file's model is built from them.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 import importlib.util
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from .errors import UnavailableError
-from .installing import install_extras
+from ..errors import DataError, UnavailableError
+from ..installing import install_extras
 
 ENTRY_POINTS = "hybridflow.backends"
-BACKENDS = "hybridflow.backends"  # the package of the built-in engines' modules
 BUILT_IN = ("python", "spark", "dask", "ray", "duckdb", "polars")
 DEFAULT = "python"  # the engine of a stage that names none
 ITSELF, COPIES = "itself", "copies"  # how an engine reaches an object store's paths: Engine.way_to
@@ -69,7 +68,7 @@ class Engine:
     """What hybridflow knows of an engine before it starts one, and without importing it."""
 
     name: str
-    module: str  # the backend module: its create(settings, log_dir) makes a Backend
+    module: str  # the backend module: its create(settings, log_dir) makes a Backend (hybridflow.backends.create)
     frame_types: str  # what its stages return, in words, for messages
     settings: type | None = None  # the model of backends.<name>; None: a free mapping
     description: str = ""
@@ -99,6 +98,14 @@ class Engine:
     result_settings: Callable[[Any], dict[str, Any]] = lambda settings: {}
     # what of an Arrow schema the engine cannot hold, a phrase per problem (validate warns)
     unrepresentable: Callable[[Any], list[str]] | None = None
+    # what the engine's own messages say (regular expressions, matched ignoring case) when an input's
+    # bytes do not decode, and when a CSV or JSON value does not parse as its column's type: such a
+    # failure is told as the input's (exit 65), not the stage code's (execution/readerrors.py); and the
+    # stack frames of its Parquet decoders (matched as written), whose exceptions mean the same whatever
+    # they say
+    undecodable: tuple[str, ...] = ()
+    unparsable: tuple[str, ...] = ()
+    decoder_frames: tuple[str, ...] = ()
     # the stage `hybridflow init` writes for it: (module code, where {input} is the dataset it reads;
     # the function, which also names the dataset it writes); None: init does not offer the engine
     example: tuple[str, str] | None = None
@@ -132,6 +139,14 @@ class Engine:
             return None
         return COPIES
 
+    def refuse_unrepresentable(self, dataset: str, schema) -> None:
+        """Refuse, naming the column, what the engine would misread instead of letting it corrupt data."""
+        problems = self.unrepresentable(schema) if self.unrepresentable else []
+        if problems:
+            raise DataError(f"dataset '{dataset}', {problems[0]}",
+                            hint="change it in the stage (or the tool) that produces it, or read it on another "
+                                 "engine")
+
     @property
     def install(self) -> str:
         """The command that installs what the engine needs."""
@@ -141,16 +156,13 @@ class Engine:
             return f"pip install {self.package}"
         return f"install the package that provides {self.requires[0]}"
 
-    def create(self, settings, log_dir):
-        return importlib.import_module(self.module).create(settings, log_dir)
-
 
 @functools.cache
 def engines() -> dict[str, Engine]:
     """Every registered engine by name: the built-in ones, then those of installed packages."""
-    found: dict[str, Engine] = {}
-    for name in BUILT_IN:
-        found[name] = importlib.import_module(f"{BACKENDS}.{name}").ENGINE
+    from . import dask, duckdb, polars, python, ray, spark
+
+    found = {module.ENGINE.name: module.ENGINE for module in (python, spark, dask, ray, duckdb, polars)}
     from importlib.metadata import entry_points
 
     for point in entry_points(group=ENTRY_POINTS):
@@ -216,23 +228,3 @@ def require_all(names: Iterable[str]) -> None:
 def require(name: str) -> None:
     """Fail before any stage starts if `name` cannot run here, saying how to fix it."""
     require_all([name])
-
-
-def create(name: str, settings, log_dir, gpu=None, secrets=(), store=None):
-    """A new, not yet started, backend instance; `gpu` (a gpu.EngineGpu) starts it with GPU resources;
-    `secrets`: the pipeline's ${env:...} values, for engines that must be told to redact them; `store`
-    (a storage.StoreSettings): the object store the pipeline reads or writes, for engines that must
-    be set up for it when they start; one the engine does not reach, it reaches through local copies."""
-    require(name)
-    backend = engine(name).create(settings, log_dir)
-    backend.gpu = gpu
-    backend.secrets = tuple(secrets)
-    backend.store = store
-    way = engine(name).way_to(store.scheme, settings) if store is not None else ITSELF
-    if way is None:
-        raise UnavailableError(f"{name} on a cluster does not reach {store.scheme}:// paths",
-                               hint=f"run {name} on this machine, or the stage on another engine")
-    if way == COPIES:
-        backend.store, backend.writes_object_storage, backend.local_copies = None, False, True
-    backend.target_file_size = getattr(settings, "target_file_size", None)
-    return backend

@@ -1,23 +1,25 @@
 """The Spark engine as the registry knows it: its settings (backends.spark in the pipeline file), the
-stage `hybridflow init` writes for it, and its Engine declaration. Light to import (validate and
---help load it): the backend itself is imported when a run creates one."""
+stage `hybridflow init` writes for it, and its Engine declaration; beside it, what is done around
+Spark without starting it: Java and the RAPIDS jar on this machine (host), each store's Hadoop
+connector and its jars (objectstorage, s3_jars, gcs_jar, jarcache), a standalone cluster's
+commands (standalone). Light to import (validate and --help load it): the backend,
+hybridflow.backends.spark, is imported when a run creates one."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import Field, model_validator
 
+from ...data.contract import case_collisions
 from ...settings import EngineSection, GpuMode, Params
 from .. import Engine, GpuPlugin
 from . import host
 from .objectstorage import CONNECTORS, connector, fetch_connector
-from .schemas import unrepresentable
 from .standalone import cluster_launch
 
-if TYPE_CHECKING:
-    from .backend import SparkBackend
+if TYPE_CHECKING:  # imported where used: validate and a skipped run never load it
+    import pyarrow as pa
 
 
 class SparkSettings(EngineSection):
@@ -64,8 +66,21 @@ def in_cents({input}: DataFrame) -> DataFrame:
 '''
 
 
+
+def unrepresentable(schema: pa.Schema) -> list[str]:
+    """What of a schema Spark cannot hold, a phrase per problem (validate warns with these too)."""
+    import pyarrow as pa
+
+    problems = [f"column '{f.name}': Spark has no {f.type} type" for f in schema
+                if pa.types.is_unsigned_integer(f.type) or pa.types.is_float16(f.type)]
+    clashes = case_collisions(schema.names)
+    if clashes:
+        problems.append(f"columns {', '.join(clashes)} differ only by case, which Spark cannot read")
+    return problems
+
+
 ENGINE = Engine(
-    name="spark", module=__name__, example=(EXAMPLE_STAGE, "in_cents"),
+    name="spark", module="hybridflow.backends.spark", example=(EXAMPLE_STAGE, "in_cents"),
     settings=SparkSettings, description="Spark: a local session or a cluster's master",
     frame_types="pyspark.sql.DataFrame", requires=("pyspark",), extra="spark", distributions=("pyspark",),
     doctor=host.doctor_checks, environment=("JAVA_HOME",),
@@ -73,20 +88,15 @@ ENGINE = Engine(
                                    host.find_rapids_jar, host.JAR_HINT),
     attached=_attached, sql_dialect="spark",
     result_settings=lambda settings: {"spark_conf": dict(settings.conf)},
-    unrepresentable=lambda schema: unrepresentable(schema),
+    unrepresentable=unrepresentable,
     stores=tuple(CONNECTORS),
     object_storage_check=lambda store: connector(store.scheme).check(),
     object_storage_fetch=lambda settings, store: fetch_connector(settings, store),
     cluster_launch=cluster_launch,
+    # parquet-mr and Spark's readers
+    undecodable=(r"ParquetDecodingException", r"can not read value at \d+ in block", r"FAILED_READ_FILE",
+                 r"Error reading parquet", r"Malformed levels", r"Page was smaller than"),
+    unparsable=(r"MALFORMED_RECORD_IN_PARSING", r"Malformed records are detected"),
+    decoder_frames=(r"org\.apache\.parquet\.column\.",
+                    r"org\.apache\.spark\.sql\.execution\.datasources\.parquet\.(?:Vectorized|ParquetDictionary)"),
 )
-
-
-def create(settings, log_dir: Path) -> SparkBackend:
-    """The session's backend, imported here: a run that creates one is the first to need it."""
-    if settings is not None and settings.remote:
-        from .connect import SparkConnectBackend
-
-        return SparkConnectBackend(settings, log_dir)
-    from .backend import SparkBackend
-
-    return SparkBackend(settings, log_dir)

@@ -1,7 +1,7 @@
 """What Spark needs on the machine that runs its driver, checked without starting Spark: Java 17 or
 later (`hybridflow doctor`, with the environment cron gives a run), and for GPU stages the RAPIDS
-Accelerator jar. The Spark engine's declaration (declaration.py) points the registry here; nothing outside
-backends/ knows that an engine needs Java or a jar."""
+Accelerator jar. The Spark engine's declaration (hybridflow.engines.spark) points the registry here;
+nothing outside engines/ and backends/ knows that an engine needs Java or a jar."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ the first time a Spark stage reaches gs://, into ~/.cache/hybridflow/jars/gcs-co
 jarcache.py fetches. HYBRIDFLOW_SPARK_GCS_JAR names a jar to use instead. To fetch ahead (CI, each
 worker of a cluster, a host without the network at run time; prints the jar):
 
-    python -m hybridflow.backends.spark.gcs_jar
+    python -m hybridflow.engines.spark.gcs_jar
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from .jarcache import OneJar
 
 VERSION = "3.1.18"  # built for Hadoop 3.4's API, which Spark 4's Hadoop 3.5 keeps (but vectored reads)
 JAR_VARIABLE = "HYBRIDFLOW_SPARK_GCS_JAR"  # a connector jar fetched elsewhere
-FETCH_COMMAND = "python -m hybridflow.backends.spark.gcs_jar"
+FETCH_COMMAND = "python -m hybridflow.backends.spark_gcs_jar"
 CONNECTOR = OneJar("Spark's GCS connector", "gcs-connector", JAR_VARIABLE, FETCH_COMMAND, "about 40 MB")
 
 
