@@ -116,9 +116,12 @@ def stage_waiting(project):
     return found
 
 
-@pytest.mark.parametrize("function", ["waits_on_task", "waits_on_actor"])
-@pytest.mark.parametrize("stop, code", [("timeout", 124), (signal.SIGTERM, 143), (signal.SIGINT, 130)],
-                         ids=["timeout", "sigterm", "sigint"])
+# a timeout ends the stage and drops the engine, a signal ends the run: each on a task and on an actor,
+# SIGTERM and SIGINT once each
+@pytest.mark.parametrize("function, stop, code", [
+    ("waits_on_task", "timeout", 124), ("waits_on_actor", "timeout", 124),
+    ("waits_on_task", signal.SIGTERM, 143), ("waits_on_actor", signal.SIGINT, 130),
+], ids=["timeout-waits_on_task", "timeout-waits_on_actor", "sigterm-waits_on_task", "sigint-waits_on_actor"])
 def test_a_ray_stage_blocked_in_ray_get_is_stopped(project, function, stop, code):
     # a run that waited for its hour-long task would blow through 50 s; Ray's own GCS timeout is 60 s
     stopped(project, "ray", function, stop, code, "the stage to wait in ray.get", seconds=50)
