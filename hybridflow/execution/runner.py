@@ -32,7 +32,6 @@ from ..backends.stagelog import private_dir
 from ..definition.pipeline import Pipeline
 from ..definition.runvalues import this_minute
 from ..errors import DataError, HybridflowError, InterruptedRun, first_line, is_out_of_space, out_of_space
-from ..reporting.timeline import Timeline
 from ..results import Listener, PlannedInput, RunOptions, RunResult, Selection, StageResult, new_run_id, now  # noqa: F401 - re-exported
 from ..store import faults
 from ..store.state import recorded_arguments
@@ -64,11 +63,10 @@ class Runner:
         self.options = options = options or RunOptions()
         self.listener = listener or Listener()
         self.session = RunSession(pipeline, options, listener=self.listener, subscribers=subscribers,
-                                  workspace=workspace)
+                                  workspace=workspace, pool=pool)
         self._given = dict(engines or {})  # started by the caller: used, never stopped here
         self._foreseen: dict[str, Decision] = {}  # decisions taken before the run, still valid
         self._signals = SignalState()
-        self._pool = pool
         self._engines: EnginePool | None = None  # made for each run: its engines log to the run's directory
         self._executor: StageExecutor | None = None
         self._run_id: str | None = None
@@ -174,11 +172,8 @@ class Runner:
         live = self._opened = self._open_record(run_id, run_dir, results)
         status, error, unrecorded, warnings, holding = "failed", None, None, [], False
         clusters = RunClusters(self.pipeline, run_id, run_dir / "logs", self.session.workspace.cluster_records())
-        session = self.session
-        self._engines = self._pool(self.pipeline, session.stages, run_dir / "logs", signals=self._signals,
-                                   given=self._given, gpu=lambda name: self._gpu.engine(name) if self._gpu else None,
-                                   on_started=session.events.engine_started, timeline=Timeline(session.store, run_id),
-                                   clusters=clusters, shared_workdir=session.workspace.shared_folder)
+        self._engines = self.session.engines(run_id, run_dir, self._signals, given=self._given, clusters=clusters,
+                                             gpu=lambda name: self._gpu.engine(name) if self._gpu else None)
         try:
             # a stop request while the run prepares (recovery, preflight, reaping, early starts) stops it
             # as one during a stage does: exit 130 or 143 and the run recorded as interrupted

@@ -1,15 +1,18 @@
 """What a Runner's runs are made with, built in one place from the pipeline, the run options and the
 workspace: the catalog, the run store and its records, the run's events and who is told them, the
-planner and the inputs; and, for each run, the stage executor with its publisher and its errors. The
+planner and the inputs; and, for each run, its engine pool and the stage executor with its publisher
+and its errors. The
 Runner is left with the run itself: the lock, the plan, the loop over the stages and the run's end."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .. import tracking
 from ..definition.pipeline import Pipeline
 from ..errors import HybridflowError
+from ..reporting.timeline import Timeline
 from ..results import Listener, RunOptions, StageResult
 from ..store.workspace import Workspace
 from .enginepool import EnginePool
@@ -25,10 +28,12 @@ from .stopping import SignalState
 
 class RunSession:
     """`listener` and `subscribers` are told the run's events after its records, report and trackers.
-    `workspace`: where the runs read, publish and record, by default the pipeline's workdir."""
+    `workspace`: where the runs read, publish and record, by default the pipeline's workdir. `pool`:
+    makes each run's engine pool; a watch session's (warmpool.py) keeps its engines between runs."""
 
     def __init__(self, pipeline: Pipeline, options: RunOptions, *, listener: Listener,
-                 subscribers: Sequence[Listener] = (), workspace: Workspace | None = None) -> None:
+                 subscribers: Sequence[Listener] = (), workspace: Workspace | None = None,
+                 pool: Callable[..., EnginePool] = EnginePool) -> None:
         if workspace is not None and workspace.pipeline is not pipeline:
             raise ValueError("the workspace must be opened for this Pipeline object: Workspace(..., pipeline=pipeline)")
         self.pipeline = pipeline
@@ -46,6 +51,16 @@ class RunSession:
                                  listener, *subscribers])
         self.planner = Planner(pipeline, self.workspace, options.force, runs=self.store)
         self.inputs = StageInputs(self.workspace, self.planner)
+        self._pool = pool
+
+    def engines(self, run_id: str, run_dir: Path, signals: SignalState, *, given: dict[str, Any], clusters: Any,
+                gpu: Callable[[str], Any]) -> EnginePool:
+        """A run's engine pool: its engines log to the run's directory and tell the run's events when they
+        start. `given`: engines started by the caller, used and never stopped; `clusters`: the run's
+        clusters (provisioning.RunClusters); `gpu`: an engine's name -> its GPU resources, or None."""
+        return self._pool(self.pipeline, self.stages, run_dir / "logs", signals=signals, given=given, gpu=gpu,
+                          on_started=self.events.engine_started, timeline=Timeline(self.store, run_id),
+                          clusters=clusters, shared_workdir=self.workspace.shared_folder)
 
     def executor(self, engines: EnginePool, signals: SignalState, *, gpu: Any,
                  changed: Callable[[StageResult], None], end_run: Callable[[HybridflowError], None]) -> StageExecutor:
