@@ -207,8 +207,7 @@ class StageExecutor:
             self.input_checks.before_reading(spec.inputs, backend, result.checks, log)
             inputs = {ds: self.inputs.read(ds, backend, only.get(ds)) for ds in spec.inputs}
         attempt.work.ended("read")
-        files_dirs = {ds: self.catalog.new_staging(run_id, ds)
-                      for ds in spec.outputs if self.pipeline.dataset(ds).kind == "files"}
+        files_dirs = self.publisher.files_staging(run_id, result.name)
         previous = {ds: getattr(self.catalog.current(ds), "directory", None) for ds in files_dirs}
         ctx = StageContext(self.pipeline.name, result.name, run_id, spec.backend, params, log,
                            self.pipeline.run_moment(), files_dirs, backend.handles(), previous,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 from ..data.contract import declared_schema, schema_differences
@@ -72,6 +72,12 @@ class Publisher:
                                  f"the {backend.name} backend writes {backend.frame_types}")
         return frames
 
+    def files_staging(self, run_id: str, stage: str) -> dict[str, Path]:
+        """The stage's `kind: files` outputs, each an empty folder the stage fills (ctx.files_dir), which
+        _prepare then publishes as the output's version."""
+        return {ds: self.catalog.new_staging(run_id, ds)
+                for ds in self.pipeline.stages[stage].outputs if self.pipeline.dataset(ds).kind == "files"}
+
     def prepare_all(self, run_id: str, result: StageResult, backend, frames: dict[str, Any],
                          log: logging.Logger, decision: Decision) -> list[Version]:
         """Write and check every output first (committing comes after): an output that breaks its
@@ -110,7 +116,7 @@ class Publisher:
         partition_by = tuple(ds.partition_by)
         written, checked = None, None
         if ds.kind == "files":
-            staging = self.catalog.staging_of(run_id, dataset)  # the folder the stage filled (Executor._call)
+            staging = self.catalog.staging_of(run_id, dataset)  # the folder the stage filled (files_staging)
         elif dataset in frames:
             output = frames[dataset]
             if not isinstance(output, Written):
