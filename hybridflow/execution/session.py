@@ -1,8 +1,8 @@
 """What a Runner's runs are made with, built in one place from the pipeline, the run options and the
 workspace: the catalog, the run store and its records, the run's events and who is told them, the
 planner and the inputs; and, for each run, its engine pool and the stage executor with its publisher
-and its errors. The
-Runner is left with the run itself: the lock, the plan, the loop over the stages and the run's end."""
+and its errors. The Runner is left with the run itself: the lock, the plan, the loop over the stages
+and the run's end."""
 
 from __future__ import annotations
 

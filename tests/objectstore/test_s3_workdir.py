@@ -320,13 +320,13 @@ def maven():
         yield server
 
 
+@every_store
 def test_the_weekly_retrain_on_s3_from_fresh_machines_skips_everything_then_runs_only_a_new_week(s3, maven, tmp_path):
     """The example, its workdir in the store: run; a new clone with no local state skips every stage;
-    after a new delivery, another new clone processes only the new partitions. On moto only: what it asks
-    of the store (every engine's writes, skips from a fresh machine, new partitions) holds on every store
-    in test_every_engine_publishes_to_s3_and_a_fresh_machine_skips_resumes_and_adds_partitions. The first
-    run starts with no s3a jars on the machine: it fetches them itself (from a Maven repository served
-    here, holding the real jars), before its engines start, and says so on the terminal."""
+    after a new delivery, another new clone processes only the new partitions. On both S3 servers: it is
+    the one test of Spark writing through s3a, its incremental carry-over and `kind: files` outputs there.
+    The first run starts with no s3a jars on the machine: it fetches them itself (from a Maven repository
+    served here, holding the real jars), before its engines start, and says so on the terminal."""
     repo = Path(__file__).resolve().parents[2]
     bucket = s3.bucket("retrain-workdir")
     version, real = s3_jars.hadoop_version(), maven.jars
