@@ -98,3 +98,20 @@ def test_validate_loads_no_network_client():
     """Spark's s3a jar fetcher (http, ssl, xml) loads when a run reaches object storage, not with Spark's module."""
     assert loaded_after(["validate", "configs"], watched=("hybridflow.engines.spark.s3_jars", "http.client",
                                                           "ssl", "xml.etree.ElementTree")) == ""
+
+
+def test_help_and_validate_load_every_engines_declaration_and_no_backend_module():
+    """Declarations (hybridflow.engines) are what validate needs of an engine; its backend module is
+    imported only when a run creates the engine."""
+    from hybridflow.engines import BUILT_IN
+
+    backends = tuple(f"hybridflow.backends.{name}" for name in BUILT_IN)
+    declarations = tuple(f"hybridflow.engines.{name}" for name in BUILT_IN)
+    assert loaded_after(["--help"], ["validate", "configs"], watched=backends) == ""
+    assert loaded_after(["validate", "configs"], watched=declarations).split() == list(declarations)
+
+
+def test_the_registry_lists_the_built_in_engines_in_order_of_its_declarations():
+    from hybridflow.engines import BUILT_IN, engines
+
+    assert tuple(engines())[:len(BUILT_IN)] == BUILT_IN
