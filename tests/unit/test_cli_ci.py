@@ -140,3 +140,14 @@ def test_the_session_ends_with_every_skipped_test_and_why(tmp_path):
     assert ("the crontab command is not installed (apt-get install cron):\n"
             "  test_some.py::test_schedule\n  test_some.py::test_cron_line\n"
             "needs a GPU:\n  test_some.py::test_gpu\n") in summary, done.stdout
+
+
+def test_every_fetch_command_ci_runs_is_a_module_with_an_entry_point():
+    """`.ci/run` fetches Spark's jars with `python -m hybridflow...`: each such module imports, and its
+    command is its `main` (a module that cannot import stops the whole run before any test)."""
+    import importlib
+
+    modules = re.findall(r"^python -m (hybridflow\.[\w.]+)", (REPO / ".ci" / "run").read_text(), re.M)
+    assert len(modules) == 3
+    for name in modules:
+        assert callable(importlib.import_module(name).main), name

@@ -9,7 +9,6 @@ worker of a cluster, a host without the network at run time; prints the jar):
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TextIO
 
@@ -37,5 +36,6 @@ def check() -> str:
     return CONNECTOR.check(artifact())
 
 
-if __name__ == "__main__":
-    sys.exit(CONNECTOR.main(artifact))
+def main() -> int:
+    """Fetch the connector ahead (python -m hybridflow.backends.spark_gcs_jar)."""
+    return CONNECTOR.main(artifact)
