@@ -41,7 +41,8 @@ import pyarrow.parquet as pq
 
 from hybridflow import backends
 from hybridflow.backends.engineoutput import process_output_to
-from hybridflow.data.storage import StoreSettings, object_path
+from hybridflow.data.storage import object_path
+from hybridflow.data.stores.s3 import S3Settings
 from hybridflow.data.tables import TableSource, write_arrow
 from hybridflow.engines.dask import DaskSettings
 from hybridflow.engines.duckdb import DuckDBSettings
@@ -122,12 +123,12 @@ def rounds(count: int, scratch: Path, label: str, write, read) -> list[tuple[flo
 
 def rounds_through_store(count: int, scratch: Path, label: str, remote, write, read) -> list[tuple[float, float]]:
     """As rounds(), through object storage: write(catalog) returns what read(it) reads back."""
-    from hybridflow.data.objectstore import ObjectStore
+    from hybridflow.data.stores.s3objects import S3ObjectStore
     from hybridflow.store.objectcatalog import ObjectCatalog
     figures = []
     for round_ in range(count):
         catalog = ObjectCatalog(scratch / f"{label}-{round_}", remote / f"{label}-{round_}",
-                                ObjectStore(StoreSettings.of()))
+                                S3ObjectStore(S3Settings.of()))
         write_s, written = timed(write, catalog)
         read_s, _ = timed(read, written)
         figures.append((write_s, read_s))
@@ -164,14 +165,14 @@ def bench(name: str, engine, source: TableSource, scratch: Path, remote,
 def spark_own(engine, held, scratch: Path, remote):
     """Spark's own `df.write.parquet` (its default committer; s3a:// with a remote) and
     `spark.read.parquet` of the same frame: the floor under Spark's hand-off."""
-    from hybridflow.data.objectstore import ObjectStore
+    from hybridflow.data.stores.s3objects import S3ObjectStore
 
     def round_trip(round_: int) -> tuple[float, float]:
         uri = f"s3a://{remote}/spark-own-{round_}" if remote is not None else str(scratch / f"spark-own-{round_}")
         write_s, _ = timed(lambda: held.write.parquet(uri))
         read_s, _ = timed(lambda: materialise("spark", engine.session.read.parquet(uri), keep=False))
         if remote is not None:
-            ObjectStore(StoreSettings.of()).delete_tree(remote / f"spark-own-{round_}")
+            S3ObjectStore(S3Settings.of()).delete_tree(remote / f"spark-own-{round_}")
         else:
             shutil.rmtree(uri)
         return write_s, read_s
@@ -181,7 +182,7 @@ def spark_own(engine, held, scratch: Path, remote):
 def python_own(engine, held, scratch: Path, remote):
     """pandas' own `DataFrame.to_parquet` and `pandas.read_parquet` of the frame a python stage holds:
     the floor under the python engine's hand-off (through the store: pyarrow's S3 filesystem)."""
-    fs = StoreSettings.of().arrow_filesystem() if remote is not None else None
+    fs = S3Settings.of().arrow_filesystem() if remote is not None else None
     read_back = pandas_reader(held, scratch)
 
     def round_trip(round_: int) -> tuple[float, float]:
@@ -284,7 +285,7 @@ def main() -> None:
         through: dict[str, list[tuple[float, float]]] = {}
         for name in args.engines.split(","):
             engine = backends.create(name, SETTINGS[name], scratch,
-                                     store=StoreSettings.of() if remote is not None else None)
+                                     store=S3Settings.of() if remote is not None else None)
             with process_output_to(scratch / "engines.log"):
                 start_s, _ = timed(engine.start)
             try:

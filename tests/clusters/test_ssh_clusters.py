@@ -31,8 +31,9 @@ from pathlib import Path
 
 import pytest
 
-from hybridflow.data.objectstore import ObjectStore
-from hybridflow.data.storage import ObjectPath, StoreSettings
+from hybridflow.data.storage import ObjectPath
+from hybridflow.data.stores.s3 import S3Settings
+from hybridflow.data.stores.s3objects import S3ObjectStore
 from hybridflow.execution.sshclusters import scratch
 from hybridflow.store.objectcatalog import ObjectCatalog
 from tests.clusters import test_multihost as multihost
@@ -322,7 +323,7 @@ def test_three_clusters_brought_up_over_ssh_give_the_embedded_answer_and_leave_n
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     catalog = ObjectCatalog(private / "cache" / "sshflow", ObjectPath(f"{bucket}/wd/sshflow"),
-                            ObjectStore(StoreSettings.of()))
+                            S3ObjectStore(S3Settings.of()))
     scaled = catalog.current("scaled")
     assert outputs(scaled) == multihost.EMBEDDED_ANSWER
     from hybridflow.data.tables import read_arrow

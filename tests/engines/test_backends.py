@@ -82,9 +82,9 @@ def s3(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory, shared_project, s3):
-    from hybridflow.data.storage import StoreSettings
+    from hybridflow.data.stores.s3 import S3Settings
 
-    yield from engines_for_module(tmp_path_factory, shared_project, store=StoreSettings.of())
+    yield from engines_for_module(tmp_path_factory, shared_project, store=S3Settings.of())
 
 
 @pytest.fixture(scope="module")
@@ -116,12 +116,13 @@ def test_every_type_survives_every_writer_reader_pair(engines, written_by, tmp_p
 @pytest.fixture(scope="module")
 def s3_layout(s3):
     """A catalog factory for a workdir in object storage on the module's S3 server."""
-    from hybridflow.data.objectstore import ObjectStore
-    from hybridflow.data.storage import ObjectPath, StoreSettings
+    from hybridflow.data.storage import ObjectPath
+    from hybridflow.data.stores.s3 import S3Settings
+    from hybridflow.data.stores.s3objects import S3ObjectStore
     from hybridflow.store.objectcatalog import ObjectCatalog
 
-    settings = StoreSettings.of()
-    return lambda base: ObjectCatalog(base / "home", ObjectPath(f"contract/{base.name}"), ObjectStore(settings))
+    settings = S3Settings.of()
+    return lambda base: ObjectCatalog(base / "home", ObjectPath(f"contract/{base.name}"), S3ObjectStore(settings))
 
 
 @pytest.fixture(scope="module")

@@ -15,13 +15,14 @@ S3_BUCKETS = ("ages",)
 
 @every_store
 def test_a_records_age_is_read_by_the_stores_clock_not_this_machines(s3, monkeypatch):
-    from hybridflow.data.objectstore import ObjectStore
-    from hybridflow.data.storage import ObjectPath, StoreSettings
+    from hybridflow.data.storage import ObjectPath
+    from hybridflow.data.stores.s3 import S3Settings
+    from hybridflow.data.stores.s3objects import S3ObjectStore
     from hybridflow.store.clusterrecords import ObjectRecords
 
     for name, value in s3.env().items():
         monkeypatch.setenv(name, value)
-    records = ObjectRecords(ObjectStore(StoreSettings.of()), ObjectPath("ages/p/clusters"))
+    records = ObjectRecords(S3ObjectStore(S3Settings.of()), ObjectPath("ages/p/clusters"))
     assert records.age("run-dask") is None  # no such record
     records.put("run-dask", {"name": "hf-p-run-dask", "beat_every": 1.0})
     monkeypatch.setattr(time, "time", lambda: 10 * 3600.0)  # this machine's clock, far off

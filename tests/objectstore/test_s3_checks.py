@@ -9,7 +9,7 @@ import json
 import pyarrow as pa
 import pytest
 
-from hybridflow.data.storage import StoreSettings
+from hybridflow.data.stores.s3 import S3Settings
 from hybridflow.definition.config import load_pipeline
 from hybridflow.errors import ExitCode
 from hybridflow.execution.runner import Runner
@@ -58,7 +58,7 @@ def test_checks_of_an_s3_output_run_on_the_engines_workers_and_a_failure_publish
     deliver(s3, "2026-11-16", ["pro", "pro", "free"])
     (tmp_path / "engine-logs").mkdir()
     engines = start_engines(tmp_path / "engine-logs", ["python", "dask"], code=[project.root / "mypkg"],
-                            store=StoreSettings.of())
+                            store=S3Settings.of())
     try:
         with get_task_stream(client=engines["dask"].client) as tasks:
             first = Runner(load_pipeline(path), engines=engines).run()

@@ -160,15 +160,16 @@ def test_a_manifest_naming_a_path_outside_its_version_is_refused(project, s3, tm
 
 
 def test_a_listed_key_holding_dotdot_is_never_downloaded_outside_the_folder(s3, tmp_path, monkeypatch):
-    from hybridflow.data.objectstore import ObjectStore
-    from hybridflow.data.storage import ObjectPath, StoreSettings
+    from hybridflow.data.storage import ObjectPath
+    from hybridflow.data.stores.s3 import S3Settings
+    from hybridflow.data.stores.s3objects import S3ObjectStore
     from hybridflow.data.untrusted import UntrustedValue
 
     for name, value in s3.env().items():
         monkeypatch.setenv(name, value)
     s3.put_bytes("trust/dl/run/logs/../../../../../escaped.txt", b"x")
     assert [k for k in s3.keys("trust/dl/") if "/../" in k]  # the store keeps the key as it was written
-    objects, prefix = ObjectStore(StoreSettings.of()), ObjectPath("trust/dl/run")
+    objects, prefix = S3ObjectStore(S3Settings.of()), ObjectPath("trust/dl/run")
     with pytest.raises(UntrustedValue):
         objects.download(objects.files(prefix), prefix, tmp_path / "cache" / "a" / "b")
     assert not list(tmp_path.rglob("escaped.txt"))
@@ -235,13 +236,14 @@ def test_gc_aborts_the_incomplete_uploads_a_killed_writer_left(project, s3, tmp_
 
 @every_store
 def test_a_failed_run_aborts_the_uploads_under_its_own_prefixes(s3, tmp_path, monkeypatch):
-    from hybridflow.data.objectstore import ObjectStore
-    from hybridflow.data.storage import ObjectPath, StoreSettings
+    from hybridflow.data.storage import ObjectPath
+    from hybridflow.data.stores.s3 import S3Settings
+    from hybridflow.data.stores.s3objects import S3ObjectStore
     from hybridflow.store.objectcatalog import ObjectCatalog
 
     for name, value in s3.env().items():
         monkeypatch.setenv(name, value)
-    catalog = ObjectCatalog(tmp_path / "cache", ObjectPath("trust/failing/small"), ObjectStore(StoreSettings.of()))
+    catalog = ObjectCatalog(tmp_path / "cache", ObjectPath("trust/failing/small"), S3ObjectStore(S3Settings.of()))
     staging = catalog.new_staging("run-1", "a", remote=True)  # where an engine writes the output
     incomplete_upload(s3, f"{staging.relative_to('trust')}/part-0.parquet")
     catalog.discard_staging("run-1")  # the run failed
@@ -250,8 +252,9 @@ def test_a_failed_run_aborts_the_uploads_under_its_own_prefixes(s3, tmp_path, mo
 
 @pytest.mark.parametrize("proxy", [{"refuse_deleting": "keep-me"}], indirect=True)
 def test_a_batch_delete_that_fails_for_some_keys_is_reported(s3, proxy, monkeypatch):
-    from hybridflow.data.objectstore import ObjectStore
-    from hybridflow.data.storage import ObjectPath, StoreSettings
+    from hybridflow.data.storage import ObjectPath
+    from hybridflow.data.stores.s3 import S3Settings
+    from hybridflow.data.stores.s3objects import S3ObjectStore
     from hybridflow.errors import StorageError
 
     for name, value in proxy.env(s3).items():
@@ -259,7 +262,7 @@ def test_a_batch_delete_that_fails_for_some_keys_is_reported(s3, proxy, monkeypa
     for name in ("keep-me.parquet", "other.parquet", "more.parquet"):
         s3.put_bytes(f"trust/deleting/v1/{name}", b"x")
     with pytest.raises(StorageError) as raised:
-        ObjectStore(StoreSettings.of()).delete_tree(ObjectPath("trust/deleting/v1"))
+        S3ObjectStore(S3Settings.of()).delete_tree(ObjectPath("trust/deleting/v1"))
     assert "did not delete 1 of 3 objects" in raised.value.message and "keep-me.parquet" in raised.value.message
     assert s3.keys("trust/deleting/") == ["trust/deleting/v1/keep-me.parquet"]
 

@@ -26,7 +26,7 @@ TEST_SETTINGS = {
 
 
 def start_engines(log_dir: Path, names=ENGINES, code=(), store=None) -> dict:
-    """`store`: the object store (storage.StoreSettings) the engines must be able to read (Spark's s3a)."""
+    """`store`: the object store (stores.s3.S3Settings) the engines must be able to read (Spark's s3a)."""
     started = {}
     try:
         for name in names:

@@ -1,4 +1,4 @@
-"""The one rule of a conditional write on every store (objectstore.ConditionalWrites): a failed
+"""The one rule of a conditional write on every store (objectstore.ObjectStore): a failed
 condition is a lost race only when the object holds other bytes; a write under way elsewhere is
 tried again. Each store's own put is tested on the real store (tests/objectstore)."""
 
@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from hybridflow.data.objectstore import Busy, ConditionalWrites, Conflict
+from hybridflow.data.objectstore import Busy, Conflict, ObjectStore
 from hybridflow.data.storage import object_path
 
 PATH = object_path("s3://lake/p/LEASE")
 
 
-class Store(ConditionalWrites):
+class Store(ObjectStore):
     """Objects in a dict; `lose` answers to drop (the write is made, its answer lost, and the client
     sends it again), `busy` puts to answer as S3 does while another conditional write is under way."""
 

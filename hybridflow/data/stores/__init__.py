@@ -18,7 +18,7 @@ from typing import Any, Mapping, Protocol
 
 
 class Settings(Protocol):
-    """What a store module's SETTINGS give the code above them (S3's: storage.StoreSettings)."""
+    """What a store module's SETTINGS give the code above them (S3's: stores.s3.S3Settings)."""
 
     endpoint: str | None  # an emulator's or a compatible store's URL; None: the cloud's own
     label: str  # the store's name where no endpoint names it ("AWS S3")

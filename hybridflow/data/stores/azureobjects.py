@@ -4,7 +4,7 @@ files uploaded and downloaded, prefixes listed and deleted.
 
 `If-None-Match: *` writes only if the blob is absent, `If-Match: <ETag>` only if it is unchanged; a
 failed condition is HTTP 412 (409 for a create over an existing blob). The client retries requests
-whose answer was lost, so a conditional write can meet its own earlier write (objectstore.ConditionalWrites
+whose answer was lost, so a conditional write can meet its own earlier write (objectstore.ObjectStore
 tells the two apart, for every store).
 """
 
@@ -18,13 +18,13 @@ from pathlib import Path
 from ...errors import DataError, HybridflowError, StorageError, UnavailableError, store_error
 from ...installing import install_extras
 from .. import untrusted
-from ..objectstore import ConditionalWrites, Conflict, in_parallel, store_age
+from ..objectstore import Conflict, ObjectStore, in_parallel, store_age
 from .azure import HINT, AzurePath, AzureSettings
 
 _TIMEOUTS = {"connection_timeout": 10, "read_timeout": 60}  # seconds to connect, to read an answer
 
 
-class AzureObjectStore(ConditionalWrites):
+class AzureObjectStore(ObjectStore):
     wrong_tag = '"0x8D000000000000F"'  # an ETag no blob has (Azure's are the blob's write time, in hex)
 
     def __init__(self, settings: AzureSettings) -> None:

@@ -5,7 +5,7 @@ files uploaded and downloaded through pyarrow's GcsFileSystem, prefixes listed a
 `ifGenerationMatch=0` is S3's If-None-Match: *, `ifGenerationMatch=<generation>` its If-Match; a
 failed precondition is HTTP 412 (Conflict). The generation is the tag handed back and kept. Requests
 that fail in transit are retried by the session, so a conditional write can meet its own earlier
-write (objectstore.ConditionalWrites tells the two apart).
+write (objectstore.ObjectStore tells the two apart).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from urllib.parse import quote
 from ...errors import DataError, StorageError, UnavailableError, store_error
 from ...installing import install_extras
 from .. import untrusted
-from ..objectstore import ConditionalWrites, Conflict, in_parallel, store_age
+from ..objectstore import Conflict, ObjectStore, in_parallel, store_age
 from .gcs import GcsPath, GcsSettings
 
 _SCOPE = "https://www.googleapis.com/auth/devstorage.read_write"
@@ -28,7 +28,7 @@ _HINT = ("set GOOGLE_APPLICATION_CREDENTIALS to a service account key allowed to
          "(or STORAGE_EMULATOR_HOST to an emulator)")
 
 
-class GcsObjectStore(ConditionalWrites):
+class GcsObjectStore(ObjectStore):
     wrong_tag = "1"  # a generation no object has (generations are microsecond timestamps)
 
     def __init__(self, settings: GcsSettings) -> None:
