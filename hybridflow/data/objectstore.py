@@ -70,9 +70,10 @@ class ObjectStore:
                     continue
                 raise Conflict(path.uri) from exc
 
-
     # what each store's client does its own way
 
+    settings: Any  # the store's settings (data.stores.Settings) it was made with
+    filesystem: Any  # pyarrow's filesystem of the store, through which data files are read and written
     wrong_tag: str  # a tag no object a probe writes has (store/storecheck.py)
 
     def exists(self, path: ObjectPath) -> bool:

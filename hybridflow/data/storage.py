@@ -1,19 +1,12 @@
 """Where data lives when it is not on this machine's disk: object storage, named by URIs whose scheme
 picks the store (s3:// for S3 and S3-compatible stores, gs:// for Google Cloud Storage, az:// for
-Azure Blob Storage: data/stores/), and S3's settings.
+Azure Blob Storage: data/stores/).
 
 A file in object storage is an ObjectPath ("bucket/key", pyarrow's spelling, which knows its scheme);
 a local file stays a pathlib.Path. The helpers here take either, with the filesystem to reach an
 ObjectPath, so that the code above them has one path for both: list a dataset's files, tell a file
 from a prefix, open a file, and name a file's content (size and ETag: a remote file is never read to
 fingerprint it).
-
-S3's endpoint, region and credentials come from the standard AWS variables and profile; the pipeline
-file's `storage:` section overrides endpoint, region and addressing. pyarrow does not read
-AWS_ENDPOINT_URL by itself, and Spark reads none of them, so the engines with clients of their own
-are handed the same values from S3Settings (hybridflow.engines.spark.objectstorage,
-hybridflow.engines.polars). Credentials are never copied into engine settings that engines record
-(Spark's configuration): engines read them from the environment, as the AWS SDKs do.
 """
 
 from __future__ import annotations

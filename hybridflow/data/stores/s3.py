@@ -1,8 +1,11 @@
 """S3 and S3-compatible stores (s3://): the settings, from the pipeline's storage: section over the
 standard AWS variables and profile; the client a workdir commits through is s3objects.py.
 
-pyarrow does not read AWS_ENDPOINT_URL by itself, so it is handed the settings' values; credentials are
-never copied anywhere: pyarrow and boto3 read them from the environment or profile, as the AWS SDKs do."""
+pyarrow does not read AWS_ENDPOINT_URL by itself, and Spark reads none of the AWS variables, so they are
+handed the settings' values (Spark's and Polars' through their declarations: hybridflow.engines.spark.
+objectstorage, hybridflow.engines.polars). Credentials are never copied into anything an engine records
+(Spark's configuration): pyarrow, boto3 and the engines read them from the environment or profile, as
+the AWS SDKs do."""
 
 from __future__ import annotations
 
