@@ -274,6 +274,13 @@ def command_lines(seen: set[bytes], over: threading.Event) -> None:
                 seen.add(Path(f"/proc/{pid}/cmdline").read_bytes())
 
 
+
+def cluster_logs(private: Path, lines: int = 80) -> str:
+    """The end of each cluster's log of the runs under `private`, for a failure's message: the folder
+    is removed with the module, and with it what the hosts said."""
+    return "".join(f"\n=== {log}\n" + "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+                   for log in sorted(private.rglob("cluster-*.log")))
+
 def test_three_clusters_brought_up_over_ssh_give_the_embedded_answer_and_leave_nothing(
         hosts, sshd, s3, private, monkeypatch):
     project = Project(private / "flow")
@@ -297,7 +304,7 @@ def test_three_clusters_brought_up_over_ssh_give_the_embedded_answer_and_leave_n
         stranger.over.set()
     stranger.join(200)
     sampler.join(10)
-    assert run.returncode == 0, run.stdout
+    assert run.returncode == 0, run.stdout + cluster_logs(private)
     assert set(statuses(run.stdout).values()) == {"done"}, run.stdout
 
     # nobody without the run's credentials got in; each cluster's folder was its own, and is gone
