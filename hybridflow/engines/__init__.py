@@ -187,7 +187,7 @@ def _engine_of(loaded) -> Engine:
 
 def register(engine: Engine) -> None:
     """Add an engine at run time (a notebook, a test); the entry point group does this for packages."""
-    engines()[engine.name] = engine  # the pipeline file's model follows the registry (spec.pipeline_model)
+    engines()[engine.name] = engine  # the pipeline file's model follows the registry (definition.model.pipeline_model)
 
 
 def engine(name: str) -> Engine:

@@ -99,13 +99,10 @@ class S3ObjectStore(ObjectStore):
         written = answer.get("LastModified")
         if not said or written is None:
             return None
-        from email.utils import parsedate_to_datetime
-
         try:
-            now = parsedate_to_datetime(said)
-        except (TypeError, ValueError):
+            return store_age(written, said)
+        except (TypeError, ValueError):  # a Date header that does not parse
             return None
-        return max(0.0, (now - written).total_seconds())
 
     def delete(self, path: ObjectPath, if_match: str | None = None) -> None:
         try:
