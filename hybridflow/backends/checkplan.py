@@ -91,7 +91,7 @@ class CheckPlan:
         import pyarrow.compute as pc
         import pyarrow.dataset as ds
 
-        failing = {m.alias: _arrow_expression(m.predicate) for m in self.measures if m.op == "failing"}
+        failing = {m.alias: arrow_expression(m.predicate) for m in self.measures if m.op == "failing"}
         flags = ds.dataset(table).to_table(columns=failing) if failing else None
         values: dict[str, Any] = {ROWS: table.num_rows}
         for m in self.measures:
@@ -167,7 +167,7 @@ class CheckPlan:
         import pyarrow.compute as pc
         import pyarrow.dataset as ds
 
-        flags = ds.dataset(table).to_table(columns={c.name: _arrow_expression(_predicate(c)) for c in checks})
+        flags = ds.dataset(table).to_table(columns={c.name: arrow_expression(_predicate(c)) for c in checks})
         label = pa.nulls(table.num_rows, pa.string())
         for check in reversed(checks):  # the first check a row fails is its label
             failed = pc.fill_null(flags[check.name], False)
@@ -401,7 +401,7 @@ def _sql_measure(m: Measure, dialect: str) -> str:
 
 # --- SQL predicates as Arrow expressions, for engines whose workers hold Arrow or pandas batches ---
 
-def _arrow_expression(node):  # noqa: C901 - one branch per SQL construct an expr may use
+def arrow_expression(node):  # noqa: C901 - one branch per SQL construct an expr may use
     import pyarrow as pa
     import pyarrow.compute as pc
     import sqlglot.expressions as exp
@@ -412,20 +412,20 @@ def _arrow_expression(node):  # noqa: C901 - one branch per SQL construct an exp
               exp.Mod: "mod"}
     for kind, function in binary.items():
         if isinstance(node, kind):
-            left, right = _arrow_expression(node.this), _arrow_expression(node.expression)
+            left, right = arrow_expression(node.this), arrow_expression(node.expression)
             if kind is exp.Div:  # SQL divides as a fraction, whatever the columns' types
                 left = left.cast(pa.float64())
             return pc.Expression._call(function, [left, right])
     if isinstance(node, exp.Column):
         return pc.field(node.name)
     if isinstance(node, exp.Paren):
-        return _arrow_expression(node.this)
+        return arrow_expression(node.this)
     if isinstance(node, exp.Not):
-        return pc.invert(_arrow_expression(node.this))
+        return pc.invert(arrow_expression(node.this))
     if isinstance(node, exp.Neg):
-        return pc.negate(_arrow_expression(node.this))
+        return pc.negate(arrow_expression(node.this))
     if isinstance(node, exp.Is):  # IS NULL, IS TRUE, IS FALSE: never NULL themselves
-        value = _arrow_expression(node.this)
+        value = arrow_expression(node.this)
         if isinstance(node.expression, exp.Null):
             return pc.is_null(value)
         if isinstance(node.expression, exp.Boolean):
@@ -435,9 +435,9 @@ def _arrow_expression(node):  # noqa: C901 - one branch per SQL construct an exp
     if isinstance(node, exp.Between):
         if node.args.get("symmetric"):
             return _unsupported(node)
-        value = _arrow_expression(node.this)
-        return pc.and_kleene(pc.greater_equal(value, _arrow_expression(node.args["low"])),
-                             pc.less_equal(value, _arrow_expression(node.args["high"])))
+        value = arrow_expression(node.this)
+        return pc.and_kleene(pc.greater_equal(value, arrow_expression(node.args["low"])),
+                             pc.less_equal(value, arrow_expression(node.args["high"])))
     if isinstance(node, exp.In):  # NULL IN (...) is NULL, as in SQL (isin alone says False)
         if not isinstance(node.this, exp.Column):
             return _unsupported(node)
@@ -445,7 +445,7 @@ def _arrow_expression(node):  # noqa: C901 - one branch per SQL construct an exp
         return pc.Expression._call("if_else", [pc.is_null(value), pc.scalar(pa.scalar(None, pa.bool_())),
                                                value.isin([_python_value(v) for v in node.expressions])])
     if isinstance(node, exp.Coalesce):
-        return pc.coalesce(*[_arrow_expression(n) for n in [node.this, *node.expressions]])
+        return pc.coalesce(*[arrow_expression(n) for n in [node.this, *node.expressions]])
     if isinstance(node, (exp.Literal, exp.Boolean, exp.Null, exp.Cast)):
         return pc.scalar(_python_value(node))
     return _unsupported(node)

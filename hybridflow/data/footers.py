@@ -174,7 +174,7 @@ def row_group_statistics(metadata: pq.FileMetaData,
     import pyarrow as pa
 
     stored = metadata.schema.to_arrow_schema()
-    leaves = {c: leaf for c in columns if c in stored.names and (leaf := _top_level_leaf(metadata, c)) is not None}
+    leaves = {c: leaf for c in columns if c in stored.names and (leaf := top_level_leaf(metadata, c)) is not None}
     integers = {c for c in leaves if pa.types.is_integer(stored.field(c).type)}
     groups = []
     for group in range(metadata.num_row_groups):
@@ -194,7 +194,7 @@ def newest_in(metadata: pq.FileMetaData, stored: pa.Schema, column: str, values:
     column's own Arrow type gives it (its unit and time zone); None where the statistics cannot tell."""
     import pyarrow as pa
 
-    leaf = _top_level_leaf(metadata, column) if column in stored.names else None  # not a nested leaf's path
+    leaf = top_level_leaf(metadata, column) if column in stored.names else None  # not a nested leaf's path
     physical = None if leaf is None else _physical_type(metadata.schema.column(leaf).logical_type.to_json())
     if physical is None or not (pa.types.is_timestamp(stored.field(column).type)
                                 or pa.types.is_date(stored.field(column).type)):
@@ -229,6 +229,6 @@ def _physical_type(logical_json: str) -> pa.DataType | None:
     return pa.timestamp(unit, tz="UTC" if logical["isAdjustedToUTC"] else None)
 
 
-def _top_level_leaf(metadata: pq.FileMetaData, column: str) -> int | None:
+def top_level_leaf(metadata: pq.FileMetaData, column: str) -> int | None:
     schema = metadata.schema
     return next((i for i in range(len(schema)) if schema.column(i).path == column), None)

@@ -57,6 +57,8 @@ def answered(plan: CheckPlan, files: list[PurePath]) -> tuple[dict[str, Any], Ch
         if measure.op == "failing":
             modelled = _modelled(measure.predicate, kinds)
             value = _failing_rows(measure.predicate, groups) if modelled else None
+            if value is None:
+                value = _failing_by_dictionary(measure.predicate, files, footers, schemas)
         elif measure.op == "max":
             value = _newest(footers, schemas, measure.columns[0])
         elif all(set(measure.columns) <= set(stats) for _, stats in groups):
@@ -72,6 +74,92 @@ def answered(plan: CheckPlan, files: list[PurePath]) -> tuple[dict[str, Any], Ch
         if value is not None:
             known[measure.alias] = value
     return known, plan.without(known, hashed)
+
+
+def _dictionary_column(predicate, footers: list, schemas: list) -> str | None:
+    """The one column of `predicate`, where it is a string column every row group of every file holds
+    with a dictionary; else None."""
+    import pyarrow as pa
+    import sqlglot.expressions as exp
+
+    from ..data.footers import top_level_leaf
+
+    columns = {c.name for c in predicate.find_all(exp.Column)}
+    if len(columns) != 1:
+        return None
+    column = columns.pop()
+    strings = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary)
+    if not all(column in s.names and any(kind(s.field(column).type) for kind in strings) for s in schemas):
+        return None
+    leaves = [top_level_leaf(metadata, column) for metadata in footers]
+    if None in leaves or not all(metadata.row_group(g).column(leaf).has_dictionary_page
+                                 for metadata, leaf in zip(footers, leaves) for g in range(metadata.num_row_groups)):
+        return None
+    return column
+
+
+def _failing_by_dictionary(predicate, files: list[PurePath], footers: list, schemas: list) -> int | None:
+    """The rows a predicate of one string column is true on, where every row group holds it
+    dictionary-encoded (a column of few values, as writers store it): the predicate is evaluated once
+    per dictionary value, in Arrow as the Arrow engines evaluate it, and the rows counted by their
+    index. None where a row group's column has no dictionary or Arrow cannot evaluate the predicate
+    (a function, a string compared with a number); pyarrow reads only strings as dictionaries."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ..backends.checkplan import arrow_expression
+    from ..errors import ConfigError
+
+    column = _dictionary_column(predicate, footers, schemas)
+    if column is None:
+        return None
+    try:
+        failing = arrow_expression(predicate)
+    except ConfigError:  # not evaluable in Arrow: the engine's
+        return None
+
+    judged: dict[tuple, Any] = {}  # row groups mostly share their few values: each set judged once
+
+    def failing_in(group: tuple) -> int | None:
+        path, metadata, index = group  # a reader of its own: one ParquetFile is not safe across threads
+        reader = pq.ParquetFile(path, metadata=metadata, read_dictionary=[column])
+        total = 0
+        for chunk in reader.read_row_group(index, columns=[column])[column].chunks:
+            if not pa.types.is_dictionary(chunk.type):
+                return None
+            fails = _failing_values(chunk.dictionary, column, failing, judged)
+            if fails.any():
+                total += int(np.count_nonzero(fails[chunk.indices.fill_null(len(chunk.dictionary)).to_numpy()]))
+        return total
+
+    groups = [(str(f), metadata, i) for f, metadata in zip(files, footers) for i in range(metadata.num_row_groups)]
+    try:
+        with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+            counts = list(pool.map(failing_in, groups))
+    except (OSError, pa.ArrowException):  # unreadable, or an Arrow type the predicate does not fit: the engine's
+        return None
+    return None if None in counts else sum(counts)
+
+
+def _failing_values(dictionary, column: str, failing, judged: dict[tuple, Any]):
+    """Whether the predicate `failing` is true on each value of a dictionary, and on NULL (after them);
+    a few values' answer is kept in `judged`."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    key = tuple(dictionary.to_pylist()) if len(dictionary) <= 256 else None
+    if key in judged:
+        return judged[key]
+    values = pa.concat_arrays([dictionary, pa.nulls(1, dictionary.type)])
+    flags = ds.dataset(pa.table({column: values})).to_table(columns={"f": failing})["f"]
+    fails = flags.combine_chunks().fill_null(False).to_numpy(zero_copy_only=False)
+    if key is not None:
+        judged[key] = fails
+    return fails
 
 
 def _column_kinds(schemas: list) -> dict[str, str]:

@@ -113,6 +113,14 @@ backends:
 datasets:
   orders:
     path: gs://lake/sparky-in/orders
+  totals:
+    checks:   # measured by Spark's workers in the store, as its write job runs (distinct keys: a second job)
+      - unique: [customer]
+      - unique: [orders]
+        on_fail: warn
+      - accepted_values: {column: customer, values: [c0, c1, c2, c3, c4, c5]}
+        on_fail: warn
+      - row_count: {min: 7}
 stages:
   totals: {run: "mypkg.steps:totals", backend: spark, inputs: [orders], outputs: [totals]}
   ranked: {run: "mypkg.steps:ranked", inputs: [totals], outputs: [ranked]}
@@ -156,6 +164,10 @@ def test_a_spark_stage_reads_and_writes_gs_through_the_gcs_connector_and_a_rerun
     assert statuses(done.stdout) == {"totals": "done", "ranked": "done"}, done.stdout
     written = [key for key in gcs.keys("lake/sparky/") if "/datasets/totals/" in key and key.endswith(".parquet")]
     assert written, gcs.keys("lake/sparky/")  # Spark's own files, in the store
+    [manifest] = [key for key in gcs.keys("lake/sparky/sparky/datasets/totals/") if key.endswith("_manifest.json")]
+    checks = {c["check"]: (c["status"], c["failing"]) for c in json.loads(gcs.get_bytes(manifest))["checks"]}
+    assert checks == {"unique_customer": ("passed", 0), "unique_orders": ("warned", 5),  # 7 customers: 72 or 71
+                      "accepted_values_customer": ("warned", 1), "row_count": ("passed", None)}
     assert not (project.root / ".hybridflow").exists()
 
     for name, value in gcs.env().items():

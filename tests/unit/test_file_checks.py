@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from hybridflow import backends
-from hybridflow.backends.checkplan import ROWS, CheckPlan
+from hybridflow.backends.checkplan import CheckPlan
 from hybridflow.data.tables import TableSource, parquet_files
 from hybridflow.definition.datachecks import read_checks
 from hybridflow.execution.filechecks import answered, measure
@@ -86,8 +86,8 @@ def test_clean_rows_leave_the_engine_only_what_footers_cannot_bound(tmp_path, pl
     engine = Engine(tmp_path)
     values = measure(engine, source, plan)
     assert values == engine.backend.check_measure(engine.backend.check_frame(source), plan)
-    # the row count, and accepted_values: the footers bound strings by their sort order, not their set
-    assert engine.asked == [[ROWS, plan.alias["accepted_values_plan"]]]
+    # bounds, NULL counts, the key's order and the plan column's dictionary answer every measure
+    assert engine.asked == []
     assert values[plan.alias["unique_customer_id_week"]] == 800
 
 
@@ -144,6 +144,7 @@ def test_comparisons_at_a_row_groups_bounds_count_as_the_engine_does(tmp_path, v
 
 
 @pytest.mark.parametrize("expression", ["x >= 0 OR nosuch > 5", "x >= 0 OR plan > 5", "x >= 0 OR plan",
+                                        "plan > 5", "upper(plan) = 'A'",
                                         "NOT (x BETWEEN SYMMETRIC 4 AND 1)", "ratio IS NOT NULL",
                                         "x >= 0 OR NOT x", "x >= 0 OR upper(plan) = 'A'", "x < y"])
 def test_what_an_engine_would_judge_differently_or_refuse_is_left_to_it(tmp_path, expression):
@@ -168,3 +169,33 @@ def test_a_decimal_literal_is_compared_exactly_not_as_a_binary_float(tmp_path):
     plan = CheckPlan(checks)
     known, _ = answered(plan, parquet_files(source))
     assert known[plan.alias["exact"]] == 0 and known[plan.alias["above"]] == 0  # true on its one row: none fail
+
+
+@pytest.mark.parametrize("dictionary", [True, False], ids=["dictionary", "plain"])
+@pytest.mark.parametrize("entry", [
+    {"accepted_values": {"column": "plan", "values": ["free", "pro"]}},
+    {"accepted_values": {"column": "plan", "values": [f"v{i}" for i in range(20)] + ["team"]}},
+    {"expr": "plan <> 'pro'"},
+    {"expr": "plan IS NULL OR plan IN ('free', 'team')"},
+    {"expr": "NOT plan = 'team'"},
+    {"expr": "plan > 'm'"},
+], ids=["accepted", "accepted_many", "neq", "null_or_in", "not", "greater"])
+def test_a_one_column_check_is_counted_from_its_dictionary_as_the_engine_counts_it(tmp_path, entry, dictionary):
+    """Strings with NULLs in row groups of their own dictionaries: counted value by value where the
+    column is dictionary-encoded, left to the engine where it is not."""
+    rng = np.random.default_rng(11)
+    rows = 500
+    table = pa.table({"plan": pa.array(rng.choice(["free", "pro", "team", "zeta"], rows), mask=rng.random(rows) < 0.1)})
+    directory = tmp_path / "out"
+    directory.mkdir()
+    pq.write_table(table, directory / "part-0.parquet", row_group_size=128, use_dictionary=dictionary)
+    source = TableSource("out", (directory,), "parquet", table.schema, (), directory)
+    checks, problems = read_checks([{**entry, "name": "c"}], "out")
+    assert not problems
+    plan = CheckPlan(checks)
+    engine = Engine(tmp_path)
+    values = measure(engine, source, plan)
+    assert values == engine.backend.check_measure(engine.backend.check_frame(source), plan)
+    assert values[plan.alias["c"]] > 0
+    asked = [alias for measures in engine.asked for alias in measures]
+    assert (plan.alias["c"] in asked) == (not dictionary)

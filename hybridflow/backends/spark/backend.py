@@ -28,7 +28,6 @@ from ...engines.spark import ENGINE
 from ...engines.spark.objectstorage import OBJECT_STORE_WRITE, spark_path
 from ...errors import DataError, UnavailableError, first_line
 from ..base import Backend, measured_or_none
-from ..checkplan import distinct_in_order
 from ..clusterchecks import (
     check_reachable,
     driver_address,
@@ -181,18 +180,19 @@ class SparkBackend(Backend):
             frame.createOrReplaceTempView(name)
         return self.session.sql(query.text, args=params or None)
 
-    # data checks (checkplan): one aggregate job over the written version
+    # data checks (checkplan)
 
     def write_measured(self, frame: Any, directory: Path, partition_by: tuple[str, ...],  # noqa: PLR0913 - Backend's
                        target_file_size: int, plan) -> tuple[pa.Schema, dict[str, Any] | None]:
-        # Every measure but distinct keys is observed by the write's own job (no second read). Distinct
-        # keys must be compared across tasks, which an observation cannot (it refuses DISTINCT): they are
-        # counted over the written files' key columns alone. Partitioned outputs are read back: their
-        # partition values come from the paths.
+        """In object storage, every measure but distinct keys is observed by the write's own job (the
+        workers there take them; no second read), distinct keys counted by a job over the key columns
+        (an observation refuses DISTINCT). Local files are answered by their footers, dictionaries and
+        key order at a fraction of an observation's cost (it runs uncompiled, row by row), the rest read
+        back by Spark; and so are partitioned outputs, whose partition values come from the paths."""
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
-        if partition_by:
+        if partition_by or not isinstance(directory, ObjectPath):
             return super().write_measured(frame, directory, partition_by, target_file_size, plan)
         aggregates = list(zip(plan.measures, plan.sql_aggregates("spark")))
         observation = Observation("hybridflow_checks")
@@ -201,27 +201,13 @@ class SparkBackend(Backend):
 
         def measure() -> dict[str, Any]:
             values = observation.get
-            distinct = [(m, e) for m, e in aggregates if m.op == "distinct"]
-            for m, expression in distinct:
-                values[m.alias] = self._distinct_keys(directory, schema, m.columns, expression)
+            for m, expression in aggregates:
+                if m.op == "distinct":
+                    source = TableSource("checked", (directory,), "parquet", schema, (), directory, self.store)
+                    values[m.alias] = self.read(source).agg(F.expr(expression).alias("n")).collect()[0]["n"]
             return plan.values_of([values[m.alias] for m in plan.measures])
 
         return schema, measured_or_none(measure)
-
-    def _distinct_keys(self, directory, schema: pa.Schema, keys: tuple[str, ...], expression: str) -> int:
-        """The distinct keys of a written output. Written in key order (keys rising in each file), the
-        files' key columns prove them distinct as they are read, a row group at a time, which costs a
-        tenth of Spark's own count (a shuffle of every key); otherwise, and in object storage, where
-        Spark's workers read it, one Spark job over the key columns counts them."""
-        from pyspark.sql import functions as F
-
-        remote = isinstance(directory, ObjectPath)
-        source = TableSource("checked", (directory,), "parquet", schema, (), directory, self.store if remote else None)
-        if not remote:
-            proven = distinct_in_order(parquet_files(source), keys)
-            if proven is not None:
-                return proven
-        return self.read(source).agg(F.expr(expression).alias("n")).collect()[0]["n"]
 
     def check_frame(self, source: TableSource):
         return self.read(source)
