@@ -7,18 +7,17 @@ each run's executor and publisher) is built in one place, the run session (sessi
 The runner never prints. It reports progress to a listener (the CLI renders it) and returns a
 RunResult; errors come back as hybridflow errors with exit codes. The pieces a stage goes through
 each live in their own module: inputs.py reads, publisher.py writes and commits, stopping.py holds
-the time limits and signals.
+the time limits and signals, forcedend.py ends a run from a helper thread when its main thread cannot
+be got back (a stage stuck in native code, a stop past its deadline).
 """
 
 from __future__ import annotations
 
 import contextlib
-import faulthandler
 import logging
 import os
 import signal
 import sys
-import threading
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -40,6 +39,7 @@ from . import planning
 from .enginepool import EnginePool, stop_deadline
 from .executor import StageExecutor
 from .footerchecks import engines_worth_starting
+from .forcedend import ForcedEnd
 from .planner import SKIP, Decision
 from .provisioning import RunClusters, reap
 from .session import RunSession
@@ -72,19 +72,12 @@ class Runner:
         self._run_id: str | None = None
         self._lock = None  # the pipeline's lock, held while a run lives
         self._gpu: gpu.GpuPlan | None = None  # each stage's device, decided in _preflight
-        self._live: _LiveRun | None = None  # the run in progress, for a forced end
-        self._opened: _LiveRun | None = None  # the run recorded as running, its stages begun or not
-        self._ending = threading.Lock()  # held by whichever ends the run: the main thread or a forced end
-        self._signals.on_stuck = self._end_stuck_run
-        self._signals.on_stop_requested = self._arm_stop_deadline
-        self._over = threading.Event()  # set when run() returns or raises: a stop deadline has nothing to do
-        self._reporting = threading.Lock()  # held by whichever tells the run's end: _close or an overdue end
-        self._telling = False  # the main thread holds _reporting
-        self._ender: threading.Thread | None = None  # the thread that ended it
+        self._forced = ForcedEnd(self._signals, self._record_forced_end, lambda: self._lock.release(),
+                                 exit_when_stuck=options.exit_when_stuck, deadline=lambda: stop_deadline(pipeline))
 
     @property
     def ended_around_stuck_stage(self) -> bool:
-        """The last run was ended (and recorded) around a stage stuck in native code (_end_stuck_run)."""
+        """The last run was ended (and recorded) around a stage stuck in native code (forcedend.py)."""
         return self._signals.ended is not None
 
     @property
@@ -134,7 +127,7 @@ class Runner:
         self.pipeline.scheduled_for = self.options.scheduled_for or this_minute(self.pipeline.zone)  # one time per run
         # a Runner may run again (a watch loop)
         self._signals.reset()
-        self._over = threading.Event()
+        self._forced.begin()
         self.session.inputs.forget()
         run_dir = self.session.home / "runs" / run_id
         results = {s: StageResult(s, self.pipeline.stages[s].backend) for s in self.session.stages}
@@ -152,10 +145,7 @@ class Runner:
                 try:
                     lock.release()
                 finally:
-                    self._over.set()
-                    if self._telling:  # held since _close: a stop deadline could not tell the end again
-                        self._telling = False
-                        self._reporting.release()
+                    self._forced.run_over()
         except RunEnded as ended:
             raise ended.error from None
         except Exception as exc:  # the run's record or log could not be written: the disk is full
@@ -169,7 +159,7 @@ class Runner:
         return [f"took down the {r['engine']} cluster that run {r['run_id']} left up" for r in reaped] + problems
 
     def _run_locked(self, run_id: str, run_dir: Path, results: dict[str, StageResult]) -> RunResult:
-        live = self._opened = self._open_record(run_id, run_dir, results)
+        live = self._forced.opened = self._open_record(run_id, run_dir, results)
         status, error, unrecorded, warnings, holding = "failed", None, None, [], False
         clusters = RunClusters(self.pipeline, run_id, run_dir / "logs", self.session.workspace.cluster_records())
         self._engines = self.session.engines(run_id, run_dir, self._signals, given=self._given, clusters=clusters,
@@ -182,16 +172,16 @@ class Runner:
                 self._signals.check()
                 self._executor = self._stage_executor()  # once the GPU plan is made (preflight)
                 live.streams = (sys.stdout, sys.stderr)  # as the stages begin: what a forced end gives back
-                self._live = live
+                self._forced.live = live
                 try:
                     status, error = self._run_stages(run_id, run_dir, results)
                     self._signals.check()
                 finally:
-                    self._ending.acquire()  # a forced end under way finishes the run; this thread waits
+                    self._forced.ending.acquire()  # a forced end under way finishes the run; this thread waits
                     holding = True
             if status == "success":
                 self._collect_garbage()
-        except RunEnded:  # ended, recorded and reported around a stuck stage (_end_stuck_run)
+        except RunEnded:  # ended, recorded and reported around a stuck stage (forcedend.py)
             raise
         except (KeyboardInterrupt, Terminated) as exc:
             self._raise_if_ended()
@@ -206,9 +196,9 @@ class Runner:
             self.session.catalog.discard_staging(run_id)
             if unrecorded is not None:  # recorded once the engines and staging gave back their disk space
                 self._record_failure(unrecorded, results)
-            self._live = None
+            self._forced.live = None
             if holding:
-                self._ending.release()
+                self._forced.ending.release()
         return self._close(live, status, error, warnings + clusters.problems)
 
     def _open_record(self, run_id: str, run_dir: Path, results: dict[str, StageResult]) -> _LiveRun:
@@ -278,8 +268,7 @@ class Runner:
 
     def _close(self, live: _LiveRun, status: str, error: HybridflowError | None, warnings: list[str]) -> RunResult:
         """The run's result, told as its end: its final record, its report, the listener."""
-        self._reporting.acquire()  # (an overdue end telling it already ends this process) released by run()
-        self._telling = True
+        self._forced.tell_end()  # released by run()
         result = RunResult(live.record["run_id"], self.pipeline.name, status, live.results, dict(self._engines.seconds),
                            live.started.isoformat(timespec="seconds"), time.monotonic() - live.clock, live.run_dir,
                            error=error, warnings=warnings, workdir_uri=self._workdir_uri)
@@ -301,112 +290,27 @@ class Runner:
         with contextlib.suppress(Exception):
             self.session.records.end("failed", self.pipeline.redact(f"{type(exc).__name__}: {first_line(exc)}"))
 
-    def _end_stuck_run(self, error: HybridflowError) -> None:
-        """The last resort when a stop request or a timeout could not get the main thread back: the
-        stage is busy in native code in this process (a numpy call in a Spark stage's driver code),
-        which no cancel and no Python signal handler can interrupt. Called from a helper thread:
-        ends every process the run started, drops its staging, records the run and reports it. Then
-        the CLI's process exits with the error's code (exit_when_stuck); a library caller's does not:
-        when the native call returns, the main thread raises the error to it, publishing nothing
-        (every check of the signal state raises RunEnded from then on). Published data is safe: no
-        commit is under way (a commit defers stop requests; a stop deadline waits for it), and
-        staging is never read."""
-        live = self._live
-        if live is None or self._signals.ended is not None or not self._ending.acquire(blocking=False):
-            return  # the main thread is ending the run, or it was ended already (a second stop request)
-        if not self._reporting.acquire(blocking=False):
-            self._ending.release()
-            return  # the main thread is telling the run's end already
-        self._end_around(live, error, holding=True)
-
-    def _arm_stop_deadline(self, signum: int) -> None:
-        """A CLI run asked to stop ends within stop_deadline(): past it, whatever still holds the
-        process (an engine's stop that waits forever, an engine thread that never returns) is written
-        to the run's logs as every thread's stack, and the run is ended around it as around a stuck
-        stage. A library caller's process is never ended from here."""
-        if not self.options.exit_when_stuck:
-            return
-        over, seconds = self._over, stop_deadline(self.pipeline)
-
-        def wait_then_end() -> None:
-            if not over.wait(seconds):
-                self._end_overdue_run(signum, seconds)
-
-        threading.Thread(target=wait_then_end, name="hybridflow-stop-deadline", daemon=True).start()
-
-    def _end_overdue_run(self, signum: int, seconds: float) -> None:
-        live = self._opened
-        waited = time.monotonic()
-        while self._signals.deferring and time.monotonic() - waited < seconds:
-            time.sleep(0.5)  # a commit under way ends first: what it publishes is recorded as published
-        error = self._signals.stopped_by or InterruptedRun(signum)
-        if self._signals.ended is not None or not self._reporting.acquire(blocking=False):
-            # ended around a stuck stage, or telling its end: each has bounds of its own (trackers,
-            # notifications) that have run out too
-            if not self._over.wait(TELLING_WAIT):
-                logging.getLogger("hybridflow").warning("the run's end was not told within %gs; %s",
-                                                        TELLING_WAIT, self._dump_stacks(live))
-                _exit_now(int(error.exit_code))
-            return
-        sys.stdout, sys.stderr = live.streams  # the warning goes where the run's own output does
-        logging.getLogger("hybridflow").warning("the run did not end within %gs of its stop request; %s",
-                                                seconds, self._dump_stacks(live))
-        # the main thread holds _ending when what hangs is its own cleanup (an engine's stop)
-        self._end_around(live, error, holding=self._ending.acquire(blocking=False))
-
-    @staticmethod
-    def _dump_stacks(live: _LiveRun) -> str:
-        """Every thread's stack written to the run's logs, when the run is about to be ended around
-        them; says where, for the warning."""
-        stacks = live.run_dir / "logs" / "stop-stacks.log"
-        try:
-            stacks.parent.mkdir(parents=True, exist_ok=True)
-            with stacks.open("w") as out:
-                faulthandler.dump_traceback(out, all_threads=True)
-        except OSError:
-            return "its threads' stacks could not be written"
-        return f"every thread's stack is in {stacks}"
-
-    def _end_around(self, live: _LiveRun, error: HybridflowError, *, holding: bool) -> None:
-        """End the run from this helper thread: see _end_stuck_run. Holds _reporting."""
-        self._signals.ended = error  # from now on nothing more of this run may happen in the main thread
-        self._ender = threading.current_thread()
-        if self.options.exit_when_stuck:  # telling the end (trackers, notifications) must not hold the process
-            bound = threading.Timer(TELLING_WAIT, _exit_now, (int(error.exit_code),))
-            bound.daemon = True
-            bound.start()
-        try:
-            if self._engines is not None:
-                self._engines.abandon()
-            processes.end_all()
-            sys.stdout, sys.stderr = live.streams  # the stuck stage's own prints went to its log
-            for result in live.results.values():
-                if result.status == "running":
-                    self._finish(result, "failed", error=self.pipeline.redact(error.one_line()))
-                elif result.status == "waiting":
-                    self._finish(result, "not run", reason="the run was ended")
-            self.session.catalog.discard_staging(self._run_id)
-            status = "interrupted" if isinstance(error, InterruptedRun) else "failed"
-            run = RunResult(self._run_id, self.pipeline.name, status, live.results,
-                            dict(self._engines.seconds) if self._engines is not None else {},
-                            live.started.isoformat(timespec="seconds"), time.monotonic() - live.clock,
-                            live.run_dir, resume_command=f"hybridflow run {self.pipeline.shown_file} --resume",
-                            error=error, workdir_uri=self._workdir_uri)
-            if self._engines is not None:
-                self._engines.output.close()
-            self.session.events.run_finished(run)
-        finally:
-            processes.end_all()  # again: an engine still running in a thread here replaces what died
-            if self.options.exit_when_stuck:
-                # a lease in object storage: the next run need not wait out its expiry (bounded: a store
-                # that does not answer must not keep the process)
-                releasing = threading.Thread(target=self._lock.release, daemon=True)
-                releasing.start()
-                releasing.join(LEASE_RELEASE_WAIT)
-                _exit_now(int(error.exit_code))
-            self._reporting.release()
-            if holding:
-                self._ending.release()  # the main thread, back from its native call, raises the error
+    def _record_forced_end(self, live: _LiveRun, error: HybridflowError) -> None:
+        """The run ended from a helper thread (forcedend.py): its engines and processes ended, its
+        stages and record final, its staging dropped, its end told."""
+        if self._engines is not None:
+            self._engines.abandon()
+        processes.end_all()
+        for result in live.results.values():
+            if result.status == "running":
+                self._finish(result, "failed", error=self.pipeline.redact(error.one_line()))
+            elif result.status == "waiting":
+                self._finish(result, "not run", reason="the run was ended")
+        self.session.catalog.discard_staging(self._run_id)
+        status = "interrupted" if isinstance(error, InterruptedRun) else "failed"
+        run = RunResult(self._run_id, self.pipeline.name, status, live.results,
+                        dict(self._engines.seconds) if self._engines is not None else {},
+                        live.started.isoformat(timespec="seconds"), time.monotonic() - live.clock,
+                        live.run_dir, resume_command=f"hybridflow run {self.pipeline.shown_file} --resume",
+                        error=error, workdir_uri=self._workdir_uri)
+        if self._engines is not None:
+            self._engines.output.close()
+        self.session.events.run_finished(run)
 
     def _collect_garbage(self) -> None:
         """Old versions go after a successful run; failing to remove them never fails the run."""
@@ -468,13 +372,13 @@ class Runner:
 
     def _stage_executor(self) -> StageExecutor:
         return self.session.executor(self._engines, self._signals, gpu=self._gpu, changed=self._stage_changed,
-                                     end_run=self._end_stuck_run)
+                                     end_run=self._forced.end_stuck_run)
 
     # -- helpers --------------------------------------------------------------------------------
 
     def _finish(self, result: StageResult, status: str, *, error: str | None = None,
                 reason: str | None = None) -> None:
-        self._stage_changes_allowed()
+        self._forced.changes_allowed()
         result.status, result.error, result.reason = status, error, reason
         if result.started_at is not None:
             result.duration = time.monotonic() - result.started_at
@@ -482,28 +386,8 @@ class Runner:
 
     def _stage_changed(self, result: StageResult) -> None:
         """A stage's state changed (the executor's word): told to the run's subscribers."""
-        self._stage_changes_allowed()
+        self._forced.changes_allowed()
         self.session.events.stage_changed(result)
-
-    def _stage_changes_allowed(self) -> None:
-        """Once a run was ended around a stuck stage, only the thread that ended it records anything:
-        the main thread, back from its native call, raises RunEnded instead (no stage saved again, no
-        listener told after run_finished)."""
-        if self._signals.ended is not None and threading.current_thread() is not self._ender:
-            raise RunEnded(self._signals.ended)
-
-
-TELLING_WAIT = 150.0  # seconds telling a run's end may take: MLflow's wait for its records, notifications' tries
-LEASE_RELEASE_WAIT = 10.0  # seconds a forced end waits for the lease's release before the process exits
-
-
-def _exit_now(code: int) -> None:
-    """End the process at once (a forced end), its output flushed first: os._exit skips it, and a
-    summary sent to a file or a pipe would be lost."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(code)
 
 
 @dataclass

@@ -167,7 +167,7 @@ class Terminated(BaseException):
 
 class RunEnded(BaseException):
     """Raised in the main thread when its stage's native call returns after the run was ended around
-    it (Runner._end_stuck_run): the run is over and recorded, and nothing more of it may happen.
+    it (forcedend.ForcedEnd.end_stuck_run): the run is over and recorded, and nothing more of it may happen.
     BaseException, as Terminated: stage code that catches Exception cannot swallow it."""
 
     def __init__(self, error) -> None:
