@@ -33,7 +33,7 @@ from . import childprocess
 from .datachecking import InputChecks
 from .enginepool import EnginePool
 from .planner import INCREMENTAL, Decision
-from .publisher import Publisher, Written
+from .publisher import Publication, Publisher, Written
 from .stageerrors import StageErrors
 from .stageprogress import watched
 from .stopping import SignalState, Terminated, time_limit
@@ -132,6 +132,7 @@ class StageExecutor:
         self.signals.running = attempt.backend = backend
         attempt.work = EngineWork(backend, result)
         decision = attempt.decision
+        publication = attempt.publication = self.publisher.begin(attempt.run_id, result, backend, log, decision)
         try:
             with backend.stage_lineage(attempt.run_id, result.name, log), watched(backend, result), \
                     time_limit(spec.timeout, backend, result.name, self.end_run):
@@ -141,7 +142,7 @@ class StageExecutor:
                     produced = self._produce(attempt)
                 self.signals.check()
                 with self.timeline.span(PUBLISH, result.name, "write and check", attempt=result.attempts):
-                    prepared = self.publisher.prepare_all(attempt.run_id, result, backend, produced, log, decision)
+                    prepared = publication.prepare(produced)
                 attempt.work.ended("publish")
         except StageTimeout:
             # The engine may still hold the stage's work (a Ray task, a Spark job that ignored the
@@ -151,7 +152,7 @@ class StageExecutor:
         finally:
             self.signals.running = None
         with self.timeline.span(PUBLISH, result.name, "commit", attempt=result.attempts):
-            self.publisher.commit(result, prepared)
+            publication.commit(prepared)
 
     def _wait(self, seconds: float) -> None:
         """Sleep before a retry, still answering SIGINT/SIGTERM at once."""
@@ -172,8 +173,7 @@ class StageExecutor:
             return self._call(attempt)
 
         def call_and_write() -> dict[str, Written]:
-            return {ds: self.publisher.write(attempt.run_id, name, ds, backend, frame, attempt.log)
-                    for ds, frame in self._call(attempt).items()}
+            return {ds: attempt.publication.write(ds, frame) for ds, frame in self._call(attempt).items()}
 
         return childprocess.call_in_child(call_and_write, streams=[attempt.log_stream])
 
@@ -207,7 +207,7 @@ class StageExecutor:
             self.input_checks.before_reading(spec.inputs, backend, result.checks, log)
             inputs = {ds: self.inputs.read(ds, backend, only.get(ds)) for ds in spec.inputs}
         attempt.work.ended("read")
-        files_dirs = self.publisher.files_staging(run_id, result.name)
+        files_dirs = attempt.publication.files_dirs
         previous = {ds: getattr(self.catalog.current(ds), "directory", None) for ds in files_dirs}
         ctx = StageContext(self.pipeline.name, result.name, run_id, spec.backend, params, log,
                            self.pipeline.run_moment(), files_dirs, backend.handles(), previous,
@@ -224,14 +224,14 @@ class StageExecutor:
             raise
         except (Exception, SystemExit) as exc:  # a stage's sys.exit() is its failure, never the run's end
             raise self.errors.of(exc, log, result.name) from exc
-        return self.publisher.outputs_of(result.name, returned, backend)
+        return attempt.publication.frames_of(returned)
 
 
 @dataclass
 class StageTry:
     """One try of a stage: its run, its result (which carries the attempt number and, once it ends,
-    the outcome: status, rows, outputs, error), the decision it carries out, its log; the engine and
-    the engine work it ran once it has them."""
+    the outcome: status, rows, outputs, error), the decision it carries out, its log; the engine, the
+    engine work it ran and the publication of its outputs once it has them."""
 
     run_id: str
     result: StageResult
@@ -240,6 +240,7 @@ class StageTry:
     log_stream: Any
     backend: Any = None
     work: EngineWork | None = None
+    publication: Publication | None = None
 
 
 class EngineWork:

@@ -1,7 +1,8 @@
 """A stage's outputs, from what its function returned to what readers see: the returned frames
 checked against the declared outputs, written to staging, checked against their contract, hashed,
 described by a manifest and moved into an immutable version (prepare), then made current all
-together (commit). Incremental outputs carry their unchanged partitions over from the last version."""
+together (commit). Incremental outputs carry their unchanged partitions over from the last version.
+Each try of a stage is one Publication, which decides where each of its outputs is staged."""
 
 from __future__ import annotations
 
@@ -40,13 +41,35 @@ class Written:
 
 
 class Publisher:
+    """A run's outputs, published: each try of a stage begins a Publication of its own."""
+
     def __init__(self, pipeline: Pipeline, catalog: Catalog, inputs: StageInputs, errors: StageErrors,
                  signals: SignalState) -> None:
         self.pipeline, self.catalog, self.inputs, self.errors, self.signals = pipeline, catalog, inputs, errors, signals
         self.checks = OutputChecks(pipeline, catalog)
 
-    def outputs_of(self, stage: str, returned: Any, backend) -> dict[str, Any]:
+    def begin(self, run_id: str, result: StageResult, backend, log: logging.Logger, decision: Decision) -> Publication:
+        return Publication(self, run_id, result, backend, log, decision)
+
+
+class Publication:
+    """One try of a stage's outputs, from what its function returned to their commit. Where each output
+    is staged is decided here, once: a `kind: files` output's folder as the try begins (the stage fills
+    it: ctx.files_dir), a table's directory or prefix as it is written; the executor hands over only
+    what the stage returned."""
+
+    def __init__(self, publisher: Publisher, run_id: str, result: StageResult, backend, log: logging.Logger,  # noqa: PLR0913 - one try's
+                 decision: Decision) -> None:
+        self.publisher, self.pipeline, self.catalog = publisher, publisher.pipeline, publisher.catalog
+        self.run_id, self.result, self.backend, self.log, self.decision = run_id, result, backend, log, decision
+        self.stage = result.name
+        self.files_dirs: dict[str, Path] = {
+            ds: self.catalog.new_staging(run_id, ds)
+            for ds in self.pipeline.stages[self.stage].outputs if self.pipeline.dataset(ds).kind == "files"}
+
+    def frames_of(self, returned: Any) -> dict[str, Any]:
         """The stage's table outputs by name, checked against what it declared."""
+        stage, backend = self.stage, self.backend
         spec = self.pipeline.stages[stage]
         tables = [ds for ds in spec.outputs if self.pipeline.dataset(ds).kind == "table"]
         if isinstance(returned, dict):
@@ -72,57 +95,66 @@ class Publisher:
                                  f"the {backend.name} backend writes {backend.frame_types}")
         return frames
 
-    def files_staging(self, run_id: str, stage: str) -> dict[str, Path]:
-        """The stage's `kind: files` outputs, each an empty folder the stage fills (ctx.files_dir), which
-        _prepare then publishes as the output's version."""
-        return {ds: self.catalog.new_staging(run_id, ds)
-                for ds in self.pipeline.stages[stage].outputs if self.pipeline.dataset(ds).kind == "files"}
+    def write(self, dataset: str, frame: Any) -> Written:
+        """A table output written by its engine to a staging directory (or prefix) of its own."""
+        backend = self.backend
+        staging = self.catalog.new_staging(self.run_id, dataset, remote=backend.writes_object_storage)
+        ds = self.pipeline.dataset(dataset)
+        target = ds.target_file_size or backend.target_file_size or TARGET_FILE_SIZE
+        try:
+            plan = self.publisher.checks.plan_while_writing(dataset)
+            if plan is None:
+                return Written(staging, backend.write(frame, staging, tuple(ds.partition_by), target))
+            return Written(staging, *backend.write_measured(frame, staging, tuple(ds.partition_by), target, plan))
+        except (KeyboardInterrupt, Terminated, HybridflowError):
+            raise
+        except Exception as exc:  # engines compute lazily: the stage's own code fails here
+            raise self.publisher.errors.of(exc, self.log, self.stage) from exc
 
-    def prepare_all(self, run_id: str, result: StageResult, backend, frames: dict[str, Any],
-                         log: logging.Logger, decision: Decision) -> list[Version]:
-        """Write and check every output first (committing comes after): an output that breaks its
-        contract leaves every dataset of the stage as it was."""
-        spec = self.pipeline.stages[result.name]
-        inputs = {ds: self.inputs.version_of(ds) for ds in spec.inputs}
+    def prepare(self, produced: dict[str, Any]) -> list[Version]:
+        """Write (what is not written yet) and check every output first (committing comes after): an
+        output that breaks its contract leaves every dataset of the stage as it was."""
+        spec = self.pipeline.stages[self.stage]
+        inputs = {ds: self.publisher.inputs.version_of(ds) for ds in spec.inputs}
         prepared: list[Version] = []
         try:
             for dataset in spec.outputs:
-                prepared += self._prepare(run_id, result, dataset, backend, frames, inputs, log, decision)
+                prepared += self._prepare(dataset, produced, inputs)
         except BaseException:
             for version in prepared:  # never to be committed: nothing of the try stays in versions/
                 self.catalog.discard(version)
             raise
         return prepared
 
-    def commit(self, result: StageResult, prepared: list[Version]) -> None:
+    def commit(self, prepared: list[Version]) -> None:
         """Point every output at its new version, all together. A stop request before this leaves
         everything as it was; one that arrives during it waits until all the outputs are committed."""
-        self.signals.check()
+        signals, result = self.publisher.signals, self.result
+        signals.check()
         try:
-            with self.signals.deferred():
+            with signals.deferred():
                 self.catalog.commit_together(prepared)
         finally:
-            self.inputs.committed(version.dataset for version in prepared)
+            self.publisher.inputs.committed(version.dataset for version in prepared)
         result.outputs.update({version.dataset: version.id for version in prepared})
         tables = [v.rows for v in prepared if v.rows is not None]
         result.rows_out = sum(tables) if tables else None
         result.bytes_out = sum(v.bytes for v in prepared)
 
-    def _prepare(self, run_id: str, result: StageResult, dataset: str, backend, frames: dict[str, Any],  # noqa: PLR0913 - prepare_all's own arguments
-                 inputs: dict[str, str], log: logging.Logger, decision: Decision) -> list[Version]:
+    def _prepare(self, dataset: str, produced: dict[str, Any], inputs: dict[str, str]) -> list[Version]:
         """The output's version, and its quarantine's when a check drops rows."""
-        stage = result.name
+        stage, run_id, decision, log = self.stage, self.run_id, self.decision, self.log
         ds = self.pipeline.dataset(dataset)
         partition_by = tuple(ds.partition_by)
         written, checked = None, None
         if ds.kind == "files":
-            staging = self.catalog.staging_of(run_id, dataset)  # the folder the stage filled (files_staging)
-        elif dataset in frames:
-            output = frames[dataset]
+            staging = self.files_dirs[dataset]
+        elif dataset in produced:
+            output = produced[dataset]
             if not isinstance(output, Written):
-                output = self.write(run_id, stage, dataset, backend, output, log)
+                output = self.write(dataset, output)
             staging, written = output.directory, output.schema
-            checked = self._check(run_id, result, dataset, backend, output, log, decision)
+            checked = self._check(dataset, output)
             staging, written = checked.directory, checked.schema
         else:
             staging = self.catalog.new_staging(run_id, dataset)
@@ -143,7 +175,7 @@ class Publisher:
             log.info("output %s: %s written, %d carried over, %d removed", dataset,
                      counted(len(decision.changes.changed), "partition"), len(decision.changes.unchanged),
                      len(decision.changes.removed))
-        records = result.checks.get(dataset)
+        records = self.result.checks.get(dataset)
         if records is not None and decision.action == INCREMENTAL:  # untouched partitions keep their results
             records = records + carried_checks(decision.previous[dataset].manifest, decision.changes.unchanged)
         versions = [self.catalog.prepare(dataset, staging, kind=ds.kind, stage=stage, run_id=run_id, inputs=inputs,
@@ -156,37 +188,23 @@ class Publisher:
                                                  run_id=run_id, inputs=inputs, written=schema, checks=records))
         return versions
 
-    def _check(self, run_id: str, result: StageResult, dataset: str, backend, output: Written,  # noqa: PLR0913 - _prepare's own
-               log: logging.Logger, decision: Decision) -> CheckedOutput:
+    def _check(self, dataset: str, output: Written) -> CheckedOutput:
         """The output's declared checks, run by its engine; their outcomes go on the stage's result. An
         incremental stage wrote only its new or changed partitions: those are checked."""
+        decision, result = self.decision, self.result
         incremental = decision.action == INCREMENTAL
         published = published_counts(self.catalog.current(dataset), whole=not incremental)
         # a changed partition published before that the stage wrote no row for is checked as empty
         emptied = tuple(k for k in decision.changes.changed if k in (published.partitions or {})) if incremental else ()
         try:
-            checked = self.checks.run(run_id, dataset, backend, output.directory, output.schema, log, published,
-                                      emptied, output.measured)
+            checked = self.publisher.checks.run(self.run_id, dataset, self.backend, output.directory, output.schema,
+                                                self.log, published, emptied, output.measured)
         except ChecksFailed as failed:
             result.checks[dataset] = [o.record() for o in failed.outcomes]
             raise
         if checked.outcomes:
             result.checks[dataset] = [o.record() for o in checked.outcomes]
         return checked
-
-    def write(self, run_id: str, stage: str, dataset: str, backend, frame: Any, log: logging.Logger) -> Written:
-        staging = self.catalog.new_staging(run_id, dataset, remote=backend.writes_object_storage)
-        ds = self.pipeline.dataset(dataset)
-        target = ds.target_file_size or backend.target_file_size or TARGET_FILE_SIZE
-        try:
-            plan = self.checks.plan_while_writing(dataset)
-            if plan is None:
-                return Written(staging, backend.write(frame, staging, tuple(ds.partition_by), target))
-            return Written(staging, *backend.write_measured(frame, staging, tuple(ds.partition_by), target, plan))
-        except (KeyboardInterrupt, Terminated, HybridflowError):
-            raise
-        except Exception as exc:  # engines compute lazily: the stage's own code fails here
-            raise self.errors.of(exc, log, stage) from exc
 
 
 def _type_name(value: Any) -> str:

@@ -64,7 +64,8 @@ class RunSession:
 
     def executor(self, engines: EnginePool, signals: SignalState, *, gpu: Any,
                  changed: Callable[[StageResult], None], end_run: Callable[[HybridflowError], None]) -> StageExecutor:
-        """A run's stage executor, on the run's engines: each output passes from it to the publisher."""
+        """A run's stage executor, on the run's engines: each try of a stage hands what it returned to a
+        publication of the publisher's, once."""
         errors = StageErrors(self.pipeline, self.inputs, self.home)
         publisher = Publisher(self.pipeline, self.catalog, self.inputs, errors, signals)
         return StageExecutor(self, engines, publisher, errors, signals, gpu=gpu, changed=changed, end_run=end_run)
