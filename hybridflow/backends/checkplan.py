@@ -441,9 +441,12 @@ def arrow_expression(node):  # noqa: C901 - one branch per SQL construct an expr
     if isinstance(node, exp.In):  # NULL IN (...) is NULL, as in SQL (isin alone says False)
         if not isinstance(node.this, exp.Column):
             return _unsupported(node)
-        value = pc.field(node.this.name)
-        return pc.Expression._call("if_else", [pc.is_null(value), pc.scalar(pa.scalar(None, pa.bool_())),
-                                               value.isin([_python_value(v) for v in node.expressions])])
+        value, unknown = pc.field(node.this.name), pc.scalar(pa.scalar(None, pa.bool_()))
+        listed = [v for v in node.expressions if not isinstance(v, exp.Null)]
+        found = value.isin([_python_value(v) for v in listed])
+        if len(listed) < len(node.expressions):  # a NULL in the list: a value not found is NULL, not FALSE
+            found = pc.Expression._call("if_else", [found, pc.scalar(True), unknown])
+        return pc.Expression._call("if_else", [pc.is_null(value), unknown, found])
     if isinstance(node, exp.Coalesce):
         return pc.coalesce(*[arrow_expression(n) for n in [node.this, *node.expressions]])
     if isinstance(node, (exp.Literal, exp.Boolean, exp.Null, exp.Cast)):

@@ -142,7 +142,7 @@ class StageExecutor:
                     produced = self._produce(attempt)
                 self.signals.check()
                 with self.timeline.span(PUBLISH, result.name, "write and check", attempt=result.attempts):
-                    prepared = publication.prepare(produced)
+                    publication.prepare(produced)
                 attempt.work.ended("publish")
         except StageTimeout:
             # The engine may still hold the stage's work (a Ray task, a Spark job that ignored the
@@ -152,7 +152,7 @@ class StageExecutor:
         finally:
             self.signals.running = None
         with self.timeline.span(PUBLISH, result.name, "commit", attempt=result.attempts):
-            publication.commit(prepared)
+            publication.commit()
 
     def _wait(self, seconds: float) -> None:
         """Sleep before a retry, still answering SIGINT/SIGTERM at once."""

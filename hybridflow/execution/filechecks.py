@@ -5,8 +5,9 @@ group: a check whose failing rows those bounds rule out (every key present, a ra
 of comparisons that holds over them) fails no row there, and a column's NULL count is exactly the
 rows a `not_null` or `null_fraction` check of it fails. A timestamp's newest value is its max
 statistic, and a unique key whose rows rise within each row group, the groups apart, is distinct
-(checkplan.distinct_in_order). The engine then measures only what is left, over fewer columns, in
-the same one pass (CheckPlan.without). Local files only: in object storage the engine's workers
+(checkplan.distinct_in_order). A check of one string column stored with a dictionary is judged once
+per dictionary value, its rows counted by their index. The engine then measures only what is left,
+over fewer columns, in the same one pass (CheckPlan.without). Local files only: in object storage the engine's workers
 read the footers where the data is. Whatever the footers cannot tell, the engine measures as before.
 """
 
@@ -85,7 +86,7 @@ def _dictionary_column(predicate, footers: list, schemas: list) -> str | None:
     from ..data.footers import top_level_leaf
 
     columns = {c.name for c in predicate.find_all(exp.Column)}
-    if len(columns) != 1:
+    if len(columns) != 1 or not schemas:  # no file: the engine says whether the column exists
         return None
     column = columns.pop()
     strings = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary)
@@ -103,7 +104,8 @@ def _failing_by_dictionary(predicate, files: list[PurePath], footers: list, sche
     dictionary-encoded (a column of few values, as writers store it): the predicate is evaluated once
     per dictionary value, in Arrow as the Arrow engines evaluate it, and the rows counted by their
     index. None where a row group's column has no dictionary or Arrow cannot evaluate the predicate
-    (a function, a string compared with a number); pyarrow reads only strings as dictionaries."""
+    (a function, a string compared with a number); pyarrow reads only strings and binary as
+    dictionaries."""
     import os
     from concurrent.futures import ThreadPoolExecutor
 
@@ -119,16 +121,17 @@ def _failing_by_dictionary(predicate, files: list[PurePath], footers: list, sche
         return None
     try:
         failing = arrow_expression(predicate)
-    except ConfigError:  # not evaluable in Arrow: the engine's
+    except (ConfigError, ValueError, TypeError, OverflowError, pa.ArrowException):  # not in Arrow: the engine's
         return None
 
     judged: dict[tuple, Any] = {}  # row groups mostly share their few values: each set judged once
 
     def failing_in(group: tuple) -> int | None:
         path, metadata, index = group  # a reader of its own: one ParquetFile is not safe across threads
-        reader = pq.ParquetFile(path, metadata=metadata, read_dictionary=[column])
+        with pq.ParquetFile(path, metadata=metadata, read_dictionary=[column]) as reader:
+            chunks = reader.read_row_group(index, columns=[column])[column].chunks
         total = 0
-        for chunk in reader.read_row_group(index, columns=[column])[column].chunks:
+        for chunk in chunks:
             if not pa.types.is_dictionary(chunk.type):
                 return None
             fails = _failing_values(chunk.dictionary, column, failing, judged)
@@ -140,7 +143,7 @@ def _failing_by_dictionary(predicate, files: list[PurePath], footers: list, sche
     try:
         with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
             counts = list(pool.map(failing_in, groups))
-    except (OSError, pa.ArrowException):  # unreadable, or an Arrow type the predicate does not fit: the engine's
+    except (OSError, ValueError, TypeError, pa.ArrowException):  # unreadable, or a type the predicate does not fit
         return None
     return None if None in counts else sum(counts)
 

@@ -51,6 +51,7 @@ class ForcedEnd:
     def begin(self) -> None:
         """A new run of the runner (a watch loop runs again)."""
         self.over = threading.Event()
+        self.live = self.opened = None
 
     def tell_end(self) -> None:
         """The main thread tells the run's end: held until run() is over (an overdue end that tells it
@@ -106,6 +107,11 @@ class ForcedEnd:
         while self.signals.deferring and time.monotonic() - waited < seconds:
             time.sleep(0.5)  # a commit under way ends first: what it publishes is recorded as published
         error = self.signals.stopped_by or InterruptedRun(signum)
+        if live is None:  # still waiting for its lock or lease: nothing of the run recorded to end
+            logging.getLogger("hybridflow").warning("the run did not start within %gs of its stop request", seconds)
+            processes.end_all()
+            exit_now(int(error.exit_code))
+            return
         if self.signals.ended is not None or not self.reporting.acquire(blocking=False):
             # ended around a stuck stage, or telling its end: each has bounds of its own (trackers,
             # notifications) that have run out too
@@ -121,7 +127,7 @@ class ForcedEnd:
         self._end_around(live, error, holding=self.ending.acquire(blocking=False))
 
     def _end_around(self, live, error: HybridflowError, *, holding: bool) -> None:
-        """End the run from this helper thread (end_stuck_run). Holds `reporting`."""
+        """End the run from this helper thread (a stuck stage's end, or an overdue one). Holds `reporting`."""
         self.signals.ended = error  # from now on nothing more of this run may happen in the main thread
         self.ender = threading.current_thread()
         if self.exit_when_stuck:  # telling the end (trackers, notifications) must not hold the process
@@ -129,7 +135,6 @@ class ForcedEnd:
             bound.daemon = True
             bound.start()
         try:
-            sys.stdout, sys.stderr = live.streams  # the stuck stage's own prints went to its log
             self.record(live, error)
         finally:
             processes.end_all()  # again: an engine still running in a thread here replaces what died

@@ -63,6 +63,7 @@ class Publication:
         self.publisher, self.pipeline, self.catalog = publisher, publisher.pipeline, publisher.catalog
         self.run_id, self.result, self.backend, self.log, self.decision = run_id, result, backend, log, decision
         self.stage = result.name
+        self.prepared: list[Version] = []  # the new versions, until committed
         self.files_dirs: dict[str, Path] = {
             ds: self.catalog.new_staging(run_id, ds)
             for ds in self.pipeline.stages[self.stage].outputs if self.pipeline.dataset(ds).kind == "files"}
@@ -111,9 +112,10 @@ class Publication:
         except Exception as exc:  # engines compute lazily: the stage's own code fails here
             raise self.publisher.errors.of(exc, self.log, self.stage) from exc
 
-    def prepare(self, produced: dict[str, Any]) -> list[Version]:
-        """Write (what is not written yet) and check every output first (committing comes after): an
-        output that breaks its contract leaves every dataset of the stage as it was."""
+    def prepare(self, produced: dict[str, Any]) -> None:
+        """Write (what is not written yet: frames_of's frames, or what write wrote) and check every
+        output, each into a version of its own that commit makes current: an output that breaks its
+        contract leaves every dataset of the stage as it was."""
         spec = self.pipeline.stages[self.stage]
         inputs = {ds: self.publisher.inputs.version_of(ds) for ds in spec.inputs}
         prepared: list[Version] = []
@@ -124,12 +126,12 @@ class Publication:
             for version in prepared:  # never to be committed: nothing of the try stays in versions/
                 self.catalog.discard(version)
             raise
-        return prepared
+        self.prepared = prepared
 
-    def commit(self, prepared: list[Version]) -> None:
+    def commit(self) -> None:
         """Point every output at its new version, all together. A stop request before this leaves
         everything as it was; one that arrives during it waits until all the outputs are committed."""
-        signals, result = self.publisher.signals, self.result
+        signals, result, prepared = self.publisher.signals, self.result, self.prepared
         signals.check()
         try:
             with signals.deferred():
@@ -192,6 +194,8 @@ class Publication:
         """The output's declared checks, run by its engine; their outcomes go on the stage's result. An
         incremental stage wrote only its new or changed partitions: those are checked."""
         decision, result = self.decision, self.result
+        if not self.publisher.checks.declared(dataset):  # nothing to check: no need of what is published
+            return CheckedOutput(output.directory, output.schema)
         incremental = decision.action == INCREMENTAL
         published = published_counts(self.catalog.current(dataset), whole=not incremental)
         # a changed partition published before that the stage wrote no row for is checked as empty

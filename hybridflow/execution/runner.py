@@ -296,6 +296,7 @@ class Runner:
         if self._engines is not None:
             self._engines.abandon()
         processes.end_all()
+        sys.stdout, sys.stderr = live.streams  # the stuck stage's own prints went to its log
         for result in live.results.values():
             if result.status == "running":
                 self._finish(result, "failed", error=self.pipeline.redact(error.one_line()))
@@ -392,8 +393,8 @@ class Runner:
 
 @dataclass
 class _LiveRun:
-    """The run in progress: its directory, stage results, record and clock; _live (what a forced end
-    needs) once its stages run."""
+    """The run in progress: its directory, stage results, record and clock, and the output streams its
+    stages began with (what a forced end gives back)."""
 
     run_dir: Path
     results: dict[str, StageResult]

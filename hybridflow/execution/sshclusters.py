@@ -344,7 +344,11 @@ for _ in $(seq %(tries)d); do
       if grep -qxzF "HYBRIDFLOW_CLUSTER_NAME=$name" "$environ" 2>/dev/null; then exit 0; fi
       if [ ! -r "$environ" ] || [ -n "$(head -c 1 "$environ" 2>/dev/null)" ]; then echo "$holders"; exit 3; fi
     done
-  elif ! kill -0 %(pid)d 2>/dev/null; then tail -n 20 %(log)s 2>/dev/null; exit 4; fi
+  elif ! kill -0 %(pid)d 2>/dev/null; then
+    # as in _READY: what the head started goes with it, so a fresh start does not meet it on the port
+    if [ %(pid)d -gt 1 ]; then kill -TERM -- -%(pid)d 2>/dev/null; fi
+    sleep 0.5; tail -n 20 %(log)s 2>/dev/null; exit 4
+  fi
   sleep 0.2
 done
 if [ -n "$holders" ]; then echo "$holders"; exit 3; fi

@@ -3,7 +3,7 @@ materialized blocks, Polars' query that sinks it), and what Spark's and DuckDB's
 of them (footers, dictionaries, key order; the engine the rest), agree exactly with the same checks
 measured by the engine over the files written, on tables with planted defects, with keys in order
 and out of order. Spark's observed write job, in object storage, is tested in
-tests/objectstore/test_s3_checks.py."""
+tests/objectstore/test_gcs_store.py."""
 
 from __future__ import annotations
 

@@ -50,3 +50,17 @@ def test_a_python_check_may_return_a_numpy_scalar(returned, status, failing):
     [check], _ = read_checks([{"python": "stages.checks:anything"}], "weeks")
     outcome = python_outcome("weeks", check, returned, count_rows=len)
     assert (outcome.status, outcome.failing) == (status, failing)
+
+
+@pytest.mark.parametrize("condition", ["plan IN ('free', 'pro')", "plan NOT IN ('free', 'pro')",
+                                       "plan IN ('free', NULL)", "plan NOT IN ('free', NULL)",
+                                       "NOT (plan IN ('gold') OR plan IS NULL)", "plan <> 'pro' AND plan > 'f'"])
+def test_an_expr_fails_the_rows_sqlite_fails(condition):
+    """SQL's three-valued logic, NULL in an IN list included, against an independent SQL engine."""
+    import sqlite3
+
+    with sqlite3.connect(":memory:") as db:
+        db.execute("CREATE TABLE t (plan TEXT)")
+        db.executemany("INSERT INTO t VALUES (?)", [(p,) for p in TABLE["plan"].to_pylist()])
+        [(expected,)] = db.execute(f"SELECT COUNT(*) FROM t WHERE NOT COALESCE(({condition}), FALSE)").fetchall()
+    assert outcomes({"expr": condition, "name": "e"})["e"][1] == expected
