@@ -30,11 +30,12 @@ from ..engines import (  # noqa: F401 - the registry's interface, as engines and
 from ..errors import UnavailableError
 
 
-def create(name: str, settings, log_dir, gpu=None, secrets=(), store=None):
+def create(name: str, settings, log_dir, gpu=None, secrets=(), store=None, lineage=None):  # noqa: PLR0913 - keyword defaults
     """A new, not yet started, backend instance of the engine `name`, made by its backend module;
     `gpu` (a gpu.EngineGpu) starts it with GPU resources; `secrets`: the pipeline's ${env:...} values,
     for engines that must be told to redact them; `store` (a data.stores.Settings): the object store the
-    pipeline reads or writes, which the engine reaches itself or through local copies (Engine.way_to)."""
+    pipeline reads or writes, which the engine reaches itself or through local copies (Engine.way_to);
+    `lineage` (definition.lineageids.LineageTarget): where the engine's own lineage events go, or None."""
     require(name)
     declared = engine(name)
     way = declared.way_to(store.scheme, settings) if store is not None else ITSELF
@@ -43,5 +44,5 @@ def create(name: str, settings, log_dir, gpu=None, secrets=(), store=None):
                                hint=f"run {name} on this machine, or the stage on another engine")
     backend = importlib.import_module(declared.module).create(settings, log_dir)
     backend.place(gpu=gpu, secrets=tuple(secrets), store=store, copies=way == COPIES,
-                  target_file_size=getattr(settings, "target_file_size", None))
+                  target_file_size=getattr(settings, "target_file_size", None), lineage=lineage)
     return backend

@@ -140,14 +140,14 @@ class Backend(ABC):
     # place before start(); the engine is shared, so each stage then says its own device.
     gpu: Any = None
     stage_on_gpu: bool = False
-    lineage: Any = None  # where the run's OpenLineage events go (definition.lineageids.LineageTarget), or None
+    lineage: Any = None  # where the engine's own OpenLineage events go (LineageTarget; place), or None
 
-    def place(self, gpu: Any, secrets: tuple[str, ...], store: Any, copies: bool,
-              target_file_size: int | None) -> None:
-        """Before start(), once (backends.create): the GPU resources, secrets and object store the
-        engine is started with; `copies`: it reaches that store through local copies, so it is given
-        none and writes local staging."""
-        self.gpu, self.secrets, self.target_file_size = gpu, secrets, target_file_size
+    def place(self, gpu: Any, secrets: tuple[str, ...], store: Any, copies: bool,  # noqa: PLR0913 - create's own
+              target_file_size: int | None, lineage: Any = None) -> None:
+        """Before start(), once (backends.create): the GPU resources, secrets, object store and lineage
+        target the engine is started with; `copies`: it reaches that store through local copies, so it
+        is given none and writes local staging."""
+        self.gpu, self.secrets, self.target_file_size, self.lineage = gpu, secrets, target_file_size, lineage
         self.store = None if copies else store
         self.local_copies = copies
         if copies:

@@ -223,8 +223,8 @@ class EnginePool:
                 settings = settings.attached_to(brought["address"], **attach)
         engine = backends.create(name, settings, self.log_dir,
                                  gpu=self.gpu(name), secrets=[*self.pipeline.secrets, *made],
-                                 store=self.pipeline.store if self.pipeline.uses_object_storage else None)
-        engine.lineage = LineageTarget.of(self.pipeline)  # an engine's own lineage nests under each stage
+                                 store=self.pipeline.store if self.pipeline.uses_object_storage else None,
+                                 lineage=LineageTarget.of(self.pipeline))  # nested under each stage's run
         self._started[name] = engine  # stopped at the end even if it only half started
         try:
             with self._launching(name), processes.launching_engine(), \
