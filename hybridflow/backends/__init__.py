@@ -30,7 +30,7 @@ from ..engines import (  # noqa: F401 - the registry's interface, as engines and
 from ..errors import UnavailableError
 
 
-def create(name: str, settings, log_dir, gpu=None, secrets=(), store=None, lineage=None):  # noqa: PLR0913 - keyword defaults
+def create(name: str, settings, log_dir, gpu=None, secrets=(), store=None, lineage=None):
     """A new, not yet started, backend instance of the engine `name`, made by its backend module;
     `gpu` (a gpu.EngineGpu) starts it with GPU resources; `secrets`: the pipeline's ${env:...} values,
     for engines that must be told to redact them; `store` (a data.stores.Settings): the object store the

@@ -142,7 +142,7 @@ class Backend(ABC):
     stage_on_gpu: bool = False
     lineage: Any = None  # where the engine's own OpenLineage events go (LineageTarget; place), or None
 
-    def place(self, gpu: Any, secrets: tuple[str, ...], store: Any, copies: bool,  # noqa: PLR0913 - create's own
+    def place(self, gpu: Any, secrets: tuple[str, ...], store: Any, copies: bool,
               target_file_size: int | None, lineage: Any = None) -> None:
         """Before start(), once (backends.create): the GPU resources, secrets, object store and lineage
         target the engine is started with; `copies`: it reaches that store through local copies, so it

@@ -129,10 +129,19 @@ class StageExecutor:
         result.gpu, result.gpu_reason = self.gpu.start_stage(result.name, backend, self.engines.started(), log)
         result.rows_in, result.bytes_in = self.inputs.size(spec.inputs)
         self.signals.check()
-        self.signals.running = attempt.backend = backend
-        attempt.work = EngineWork(backend, result)
         decision = attempt.decision
         publication = attempt.publication = self.publisher.begin(attempt.run_id, result, backend, log, decision)
+        self.signals.running = attempt.backend = backend
+        attempt.work = EngineWork(backend, result)
+        try:
+            self._compute_and_publish(attempt, publication)
+        except BaseException:
+            publication.discard()  # a version prepared but never made current is not left in versions/
+            raise
+
+    def _compute_and_publish(self, attempt: StageTry, publication: Publication) -> None:
+        result, log, decision, backend = attempt.result, attempt.log, attempt.decision, attempt.backend
+        spec = self.pipeline.stages[result.name]
         try:
             with backend.stage_lineage(attempt.run_id, result.name, log), watched(backend, result), \
                     time_limit(spec.timeout, backend, result.name, self.end_run):

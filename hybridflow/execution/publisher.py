@@ -58,12 +58,13 @@ class Publication:
     it: ctx.files_dir), a table's directory or prefix as it is written; the executor hands over only
     what the stage returned."""
 
-    def __init__(self, publisher: Publisher, run_id: str, result: StageResult, backend, log: logging.Logger,  # noqa: PLR0913 - one try's
+    def __init__(self, publisher: Publisher, run_id: str, result: StageResult, backend, log: logging.Logger,
                  decision: Decision) -> None:
         self.publisher, self.pipeline, self.catalog = publisher, publisher.pipeline, publisher.catalog
         self.run_id, self.result, self.backend, self.log, self.decision = run_id, result, backend, log, decision
         self.stage = result.name
         self.prepared: list[Version] = []  # the new versions, until committed
+        self.committing = False  # from then on the catalog's journal finishes or undoes the commit
         self.files_dirs: dict[str, Path] = {
             ds: self.catalog.new_staging(run_id, ds)
             for ds in self.pipeline.stages[self.stage].outputs if self.pipeline.dataset(ds).kind == "files"}
@@ -113,9 +114,9 @@ class Publication:
             raise self.publisher.errors.of(exc, self.log, self.stage) from exc
 
     def prepare(self, produced: dict[str, Any]) -> None:
-        """Write (what is not written yet: frames_of's frames, or what write wrote) and check every
-        output, each into a version of its own that commit makes current: an output that breaks its
-        contract leaves every dataset of the stage as it was."""
+        """Write the frames of `produced` (a child's `Written` already is) and check every output, each
+        into a version of its own that commit makes current: an output that breaks its contract leaves
+        every dataset of the stage as it was."""
         spec = self.pipeline.stages[self.stage]
         inputs = {ds: self.publisher.inputs.version_of(ds) for ds in spec.inputs}
         prepared: list[Version] = []
@@ -133,6 +134,7 @@ class Publication:
         everything as it was; one that arrives during it waits until all the outputs are committed."""
         signals, result, prepared = self.publisher.signals, self.result, self.prepared
         signals.check()
+        self.committing = True
         try:
             with signals.deferred():
                 self.catalog.commit_together(prepared)
@@ -142,6 +144,13 @@ class Publication:
         tables = [v.rows for v in prepared if v.rows is not None]
         result.rows_out = sum(tables) if tables else None
         result.bytes_out = sum(v.bytes for v in prepared)
+
+    def discard(self) -> None:
+        """The try failed or stopped before its commit began: its prepared versions go."""
+        if not self.committing:
+            for version in self.prepared:
+                self.catalog.discard(version)
+            self.prepared = []
 
     def _prepare(self, dataset: str, produced: dict[str, Any], inputs: dict[str, str]) -> list[Version]:
         """The output's version, and its quarantine's when a check drops rows."""

@@ -108,7 +108,7 @@ class ObjectCatalog(Catalog):
         super().discard_staging(run_id)
         for pending in self._pending.pop(run_id, []) if run_id else []:
             self.objects.abort_uploads(pending, quiet=True)  # what an engine left half-uploaded there
-            if not self.objects.exists(pending / MANIFEST):  # a version now: prepare_all discards those
+            if not self.objects.exists(pending / MANIFEST):  # a version now: Publication.discard removes those
                 self.objects.delete_tree(pending)
 
     def prepare(self, name: str, staging: PurePath, **facts) -> Version:
