@@ -414,19 +414,21 @@ def command_line(pid: int) -> bytes:
 
 
 def test_a_dask_cluster_nobody_uses_ends_itself_at_its_idle_timeout(hosts, sshd, tmp_path):
-    """No runner, no tether, no reaper: the scheduler's own timer ends it."""
+    """No runner, no tether, no reaper: the scheduler's own timer ends it. (Its timer runs from the
+    scheduler's start: one shorter than a worker's start on a busy machine ends it before the worker
+    joins, and the worker's start fails.)"""
     from hybridflow.execution.sshclusters import ssh_down, ssh_up
     from hybridflow.settings import ClusterSection
 
     spec = ClusterSection(provider="ssh", hosts=[{"host": hosts.hosts["a"], "head": True}, {"host": hosts.hosts["b"]}],
                           user="root", key_file=str(sshd), python=sys.executable, ssh_options=CLIENT_OPTIONS,
-                          worker_args=["--nthreads", "1"], idle_timeout=5)
+                          worker_args=["--nthreads", "1"], idle_timeout=20)  # well past a busy worker's start
     record = {"name": "hf-idle-test-dask", "run_id": "idle-test", "engine": "dask"}
     try:
         ssh_up("dask", spec, record, tmp_path / "cluster.log")
         scheduler = [pid for pid in tagged("hf-idle-test-") if b"dask_scheduler" in command_line(pid)]
         assert scheduler
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 90
         while any(Path(f"/proc/{pid}").exists() for pid in scheduler):
             assert time.monotonic() < deadline, "Dask's idle timeout did not end the scheduler"
             time.sleep(0.5)
