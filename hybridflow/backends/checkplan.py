@@ -251,27 +251,23 @@ def distinct_in_order(files, columns: tuple[str, ...], footers=None) -> int | No
     and whose row groups' keys do not overlap, in whichever order the groups were written (writers in
     parallel); None, at the first row group whose order does not prove its keys distinct. Row groups
     are read a few at a time, side by side. `footers`: the files' metadata, where already read."""
-    import os
-    from concurrent.futures import ThreadPoolExecutor
-
     import pyarrow.parquet as pq
 
-    def keys_of(group: tuple) -> BatchKeys:
-        path, metadata, index = group  # a reader of its own: one ParquetFile is not safe across threads
-        rows = pq.ParquetFile(path, metadata=metadata).read_row_group(index, columns=list(columns))
-        return batch_keys(rows, columns, keep=False)
+    from ..data.footers import each_row_group
+
+    def keys_of(reader, index: int) -> BatchKeys:
+        return batch_keys(reader.read_row_group(index, columns=list(columns)), columns, keep=False)
 
     footers = footers or [pq.read_metadata(str(f)) for f in files]
-    groups = [(str(f), metadata, i) for f, metadata in zip(files, footers) for i in range(metadata.num_row_groups)]
     parts = []
-    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
-        try:
-            for keys in pool.map(keys_of, groups):
-                if keys.rows and keys.span is None:
-                    return None
-                parts.append(keys)
-        finally:
-            pool.shutdown(cancel_futures=True)
+    groups = each_row_group(files, footers, keys_of)
+    try:
+        for keys in groups:
+            if keys.rows and keys.span is None:
+                return None
+            parts.append(keys)
+    finally:
+        groups.close()
     return count_distinct(parts, columns)
 
 

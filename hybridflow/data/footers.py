@@ -229,6 +229,28 @@ def _physical_type(logical_json: str) -> pa.DataType | None:
     return pa.timestamp(unit, tz="UTC" if logical["isAdjustedToUTC"] else None)
 
 
+def each_row_group(files: Sequence[PurePath], footers: Sequence[pq.FileMetaData], read, **options):
+    """`read(reader, index)` of every row group of local Parquet `files` (their `footers`), a few side
+    by side, in order: a generator; closing it early cancels what has not started. Each row group gets
+    a reader of its own (`options`: ParquetFile's): one ParquetFile is not safe across threads."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow.parquet as pq
+
+    def task(group: tuple) -> Any:
+        path, metadata, index = group
+        with pq.ParquetFile(path, metadata=metadata, **options) as reader:
+            return read(reader, index)
+
+    groups = [(str(f), metadata, i) for f, metadata in zip(files, footers) for i in range(metadata.num_row_groups)]
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+        try:
+            yield from pool.map(task, groups)
+        finally:
+            pool.shutdown(cancel_futures=True)
+
+
 def top_level_leaf(metadata: pq.FileMetaData, column: str) -> int | None:
     schema = metadata.schema
     return next((i for i in range(len(schema)) if schema.column(i).path == column), None)

@@ -7,8 +7,9 @@ rows a `not_null` or `null_fraction` check of it fails. A timestamp's newest val
 statistic, and a unique key whose rows rise within each row group, the groups apart, is distinct
 (checkplan.distinct_in_order). A check of one string column stored with a dictionary is judged once
 per dictionary value, its rows counted by their index. The engine then measures only what is left,
-over fewer columns, in the same one pass (CheckPlan.without). Local files only: in object storage the engine's workers
-read the footers where the data is. Whatever the footers cannot tell, the engine measures as before.
+over fewer columns, in the same one pass (CheckPlan.without). Local files only: in object storage
+the engine's workers read the footers where the data is. Whatever the footers cannot tell, the
+engine measures as before.
 """
 
 from __future__ import annotations
@@ -106,14 +107,11 @@ def _failing_by_dictionary(predicate, files: list[PurePath], footers: list, sche
     index. None where a row group's column has no dictionary or Arrow cannot evaluate the predicate
     (a function, a string compared with a number); pyarrow reads only strings and binary as
     dictionaries."""
-    import os
-    from concurrent.futures import ThreadPoolExecutor
-
     import numpy as np
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     from ..backends.checkplan import arrow_expression
+    from ..data.footers import each_row_group
     from ..errors import ConfigError
 
     column = _dictionary_column(predicate, footers, schemas)
@@ -126,12 +124,9 @@ def _failing_by_dictionary(predicate, files: list[PurePath], footers: list, sche
 
     judged: dict[tuple, Any] = {}  # row groups mostly share their few values: each set judged once
 
-    def failing_in(group: tuple) -> int | None:
-        path, metadata, index = group  # a reader of its own: one ParquetFile is not safe across threads
-        with pq.ParquetFile(path, metadata=metadata, read_dictionary=[column]) as reader:
-            chunks = reader.read_row_group(index, columns=[column])[column].chunks
+    def failing_in(reader, index: int) -> int | None:
         total = 0
-        for chunk in chunks:
+        for chunk in reader.read_row_group(index, columns=[column])[column].chunks:
             if not pa.types.is_dictionary(chunk.type):
                 return None
             fails = _failing_values(chunk.dictionary, column, failing, judged)
@@ -139,10 +134,8 @@ def _failing_by_dictionary(predicate, files: list[PurePath], footers: list, sche
                 total += int(np.count_nonzero(fails[chunk.indices.fill_null(len(chunk.dictionary)).to_numpy()]))
         return total
 
-    groups = [(str(f), metadata, i) for f, metadata in zip(files, footers) for i in range(metadata.num_row_groups)]
     try:
-        with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
-            counts = list(pool.map(failing_in, groups))
+        counts = list(each_row_group(files, footers, failing_in, read_dictionary=[column]))
     except (OSError, ValueError, TypeError, pa.ArrowException):  # unreadable, or a type the predicate does not fit
         return None
     return None if None in counts else sum(counts)

@@ -119,15 +119,12 @@ class Publication:
         every dataset of the stage as it was."""
         spec = self.pipeline.stages[self.stage]
         inputs = {ds: self.publisher.inputs.version_of(ds) for ds in spec.inputs}
-        prepared: list[Version] = []
         try:
             for dataset in spec.outputs:
-                prepared += self._prepare(dataset, produced, inputs)
+                self.prepared += self._prepare(dataset, produced, inputs)
         except BaseException:
-            for version in prepared:  # never to be committed: nothing of the try stays in versions/
-                self.catalog.discard(version)
+            self.discard()  # never to be committed: nothing of the try stays in versions/
             raise
-        self.prepared = prepared
 
     def commit(self) -> None:
         """Point every output at its new version, all together. A stop request before this leaves

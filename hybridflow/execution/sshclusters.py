@@ -316,14 +316,16 @@ class _ExitedAtOnce(UnavailableError):
 
 
 _TAKEN, _EXITED = 3, 4
+# the process exited: what it started goes with it (setsid made it its group's leader), so a fresh
+# start meets none of it (on its port either); its log's last lines say why
+_GONE = r'''    if [ %(pid)d -gt 1 ]; then kill -TERM -- -%(pid)d 2>/dev/null; fi
+    sleep 0.5; tail -n 20 %(log)s 2>/dev/null; exit 4
+'''
 # run on a process's host: until its log says it is up, while it lives
 _READY = r'''for _ in $(seq %(tries)d); do
   if grep -qF -- %(ready)s %(log)s 2>/dev/null; then exit 0; fi
   if ! kill -0 %(pid)d 2>/dev/null; then
-    # what it started goes with it (setsid made it its group's leader): a fresh start meets none of it
-    if [ %(pid)d -gt 1 ]; then kill -TERM -- -%(pid)d 2>/dev/null; fi
-    sleep 0.5; tail -n 20 %(log)s 2>/dev/null; exit 4
-  fi
+''' + _GONE + r'''  fi
   sleep 0.2
 done
 tail -n 20 %(log)s 2>/dev/null
@@ -345,10 +347,7 @@ for _ in $(seq %(tries)d); do
       if [ ! -r "$environ" ] || [ -n "$(head -c 1 "$environ" 2>/dev/null)" ]; then echo "$holders"; exit 3; fi
     done
   elif ! kill -0 %(pid)d 2>/dev/null; then
-    # as in _READY: what the head started goes with it, so a fresh start does not meet it on the port
-    if [ %(pid)d -gt 1 ]; then kill -TERM -- -%(pid)d 2>/dev/null; fi
-    sleep 0.5; tail -n 20 %(log)s 2>/dev/null; exit 4
-  fi
+''' + _GONE + r'''  fi
   sleep 0.2
 done
 if [ -n "$holders" ]; then echo "$holders"; exit 3; fi
