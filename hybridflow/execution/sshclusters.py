@@ -333,14 +333,22 @@ exit 5
 '''
 # run on the head's host: the head process alive, and the holder of its port one of the cluster's processes;
 # a holder whose environment is readable and empty is ending (its memory goes before its sockets): waited
-# for; one ss names no process of (another user's) or whose environment this user cannot read: a stranger
+# for; one ss names no process of (another user's) or whose environment this user cannot read: a stranger.
+# ss reads the processes' sockets before it lists the sockets, so a socket opened in between is shown
+# once without its process: only a port unnamed in three readings in a row is a stranger's
 _PROOF = r'''name=%(name)s
 holders=
+unnamed=0
 for _ in $(seq %(tries)d); do
   holders=$(ss -Hltnp "sport = :%(port)d" 2>/dev/null)
   if [ -n "$holders" ]; then
     pids=$(echo "$holders" | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u)
-    if [ -z "$pids" ]; then echo "$holders"; exit 3; fi
+    if [ -z "$pids" ]; then
+      unnamed=$((unnamed + 1))
+      if [ "$unnamed" -ge 3 ]; then echo "$holders"; exit 3; fi
+    else
+      unnamed=0
+    fi
     for holder in $pids; do
       environ=/proc/"$holder"/environ
       if grep -qxzF "HYBRIDFLOW_CLUSTER_NAME=$name" "$environ" 2>/dev/null; then exit 0; fi
