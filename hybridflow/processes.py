@@ -54,6 +54,22 @@ def _children_of(pid: int) -> set[int]:
     return {child for child in found if _alive(child)}
 
 
+def running(pid: int) -> bool:
+    """Whether process `pid` (above 0) runs: another user's does; a zombie (killed, not yet reaped by
+    whoever adopted it) does not."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from ..errors import ConfigError, HybridflowError, LockedError, first_line
+from ..processes import running
 
 _HELD: set[int] = set()  # descriptors of the locks this process holds
 
@@ -241,7 +242,7 @@ def _same_pid_namespace(held: dict) -> bool:
 
 
 def _dead_here(held: dict) -> bool:
-    return _same_pid_namespace(held) and not _alive(held["pid"])
+    return _same_pid_namespace(held) and not running(held["pid"])
 
 
 def _looks_fresh(held: dict) -> bool:
@@ -254,19 +255,6 @@ def _looks_fresh(held: dict) -> bool:
     return -_length(held, 0) <= age <= _length(held, 0)
 
 
-def _alive(pid: int) -> bool:
-    """Whether `pid` runs: a zombie (killed, not yet reaped by whoever adopted it) does not."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state not in ("Z", "X")
 
 
 def _boot_id() -> str:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..processes import running
 
 MARKER = ".hybridflow-workdir"
 # what only hybridflow writes into a workdir: runs.db (in every one, since the first release), the key
@@ -122,13 +123,7 @@ def _alive(pid: int) -> bool:
         return False
     if pid == os.getpid():
         return True  # this process may be writing it now (a watch session's earlier run)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
+    return running(pid)
 
 
 def _age(path: Path) -> float:

@@ -37,6 +37,7 @@ from ..clusterchecks import (
     versions_probe,
 )
 from ..shippedcode import code_archive
+from .classdata import class_data
 from .conf import session_conf
 from .filesizing import coalesced, write_sizing
 from .launch import end_accumulator_server_aside, local_ip, route_query_context_logs, submitted_privately
@@ -67,6 +68,8 @@ class SparkBackend(Backend):
         self._first_job = 0  # the id of the running stage's first Spark job
         self.driver: str | None = None  # attached to a master on another host: the driver's address
         self._unroute = None  # puts back what route_query_context_logs changed
+        self._class_data = None  # the driver JVM's class archive: mapped, or written as it exits
+        self._cancelled = False  # a stage's work was cancelled: the JVM ends without writing an archive
 
     def start(self, code: Sequence[Path] = ()) -> None:
         if self.master.startswith("spark://"):
@@ -79,7 +82,7 @@ class SparkBackend(Backend):
             # getOrCreate would silently hand back that session, whatever master we ask for
             raise UnavailableError("a SparkSession is already running in this process",
                                    hint="stop it before running a pipeline with backend: spark")
-        conf = session_conf(self)
+        conf = self._launch_conf()
         hidden = [*self.secrets, *filter(None, [self.settings.auth_secret])]
         secret = {k: v for k, v in conf.items() if any(value in v for value in hidden)}
         builder = SparkSession.builder.master(self.master)
@@ -100,7 +103,8 @@ class SparkBackend(Backend):
                 self.session = builder.getOrCreate()
         except BaseException as exc:
             # a stop request (or a failure) half-way through: the JVM may be launched already, its
-            # process known to no one yet; it must not outlive us
+            # process known to no one yet; it must not outlive us (nor wait to write its class archive)
+            self._cancelled = True
             self.stop()
             processes.end(processes.children() - before)
             if not isinstance(exc, Exception):
@@ -115,6 +119,14 @@ class SparkBackend(Backend):
                 "com.nvidia.spark.rapids", jvm.org.apache.logging.log4j.Level.WARN)
         for path in code:  # Python UDFs run in worker processes, which import the stage modules
             self.session.sparkContext.addPyFile(str(code_archive(path, self.log_dir)))
+
+    def _launch_conf(self) -> dict[str, str]:
+        """The session's conf, with the class-data archive its driver JVM maps or writes."""
+        conf = session_conf(self)
+        self._class_data = class_data(conf)
+        if self._class_data is not None:
+            conf["spark.driver.extraJavaOptions"] += f" {self._class_data.java_options}"
+        return conf
 
     def reload_code(self, code: Sequence[Path]) -> bool:
         if self.session is None:
@@ -370,6 +382,7 @@ class SparkBackend(Backend):
                               sum(s.numCompletedTasks for s in stages), sum(s.numTasks for s in stages))
 
     def cancel(self) -> None:
+        self._cancelled = True
         if self.session is not None:
             self.session.sparkContext.cancelAllJobs()  # one stage at a time: all jobs are the stage's
 
@@ -395,7 +408,9 @@ class SparkBackend(Backend):
             process = getattr(gateway, "proc", None)
             with contextlib.suppress(Exception):
                 gateway.shutdown()
-            if process is not None:
+            if process is not None and self._class_data is not None:
+                self._class_data.end(process, interrupted=self._cancelled)
+            elif process is not None:
                 process.kill()
                 process.wait()
             SparkContext._gateway = None
