@@ -92,6 +92,8 @@ def class_data(conf: dict[str, str]) -> ClassData | None:
         _drop_abandoned(folder)
     except OSError:
         return None
+    if not os.access(folder, os.W_OK | os.X_OK):  # another user's cache: the JVM could write nothing there
+        return None
     return ClassData(archive, folder / f"{key}.{os.getpid()}-{secrets.token_hex(4)}.writing")
 
 
