@@ -24,7 +24,7 @@ from ...data.footers import read_footers
 from ...data.storage import ObjectPath
 from ...data.tables import TableSource, parquet_files
 from ...data.textfiles import csv_header
-from ...engines.spark import ENGINE
+from ...engines.spark import ENGINE, SparkMaster
 from ...engines.spark.objectstorage import OBJECT_STORE_WRITE, spark_path
 from ...errors import DataError, UnavailableError, first_line
 from ..base import Backend, measured_or_none
@@ -62,7 +62,7 @@ class SparkBackend(Backend):
     def __init__(self, settings, log_dir: Path) -> None:
         self.settings = settings
         self.log_dir = log_dir
-        self.master = settings.master or "local[*]"
+        self.master = SparkMaster.of(settings)
         self.session = None
         self._log = None  # the current stage's log
         self._first_job = 0  # the id of the running stage's first Spark job
@@ -72,10 +72,10 @@ class SparkBackend(Backend):
         self._cancelled = False  # a stage's work was cancelled: the JVM ends without writing an archive
 
     def start(self, code: Sequence[Path] = ()) -> None:
-        if self.master.startswith("spark://"):
-            host, port = split_host_port(self.master, 7077)
+        if self.master.standalone:
+            host, port = split_host_port(self.master.url, 7077)
             self.driver = driver_address(host, port, self.settings.advertise_address)
-            check_reachable("spark", self.master, host, port, source=self.driver)
+            check_reachable("spark", self.master.url, host, port, source=self.driver)
         from pyspark.sql import SparkSession
 
         if SparkSession.getActiveSession() is not None:
@@ -85,13 +85,13 @@ class SparkBackend(Backend):
         conf = self._launch_conf()
         hidden = [*self.secrets, *filter(None, [self.settings.auth_secret])]
         secret = {k: v for k, v in conf.items() if any(value in v for value in hidden)}
-        builder = SparkSession.builder.master(self.master)
+        builder = SparkSession.builder.master(self.master.url)
         for key, value in conf.items():
             if key not in secret:  # pyspark puts these on the JVM's command line, which anyone can read
                 builder = builder.config(key, value)
         # the JVM must not pick the host's address on its own: loopback, or the one that routes to the master
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        if self.master.startswith("local"):
+        if self.master.local:
             # Python workers run this interpreter (its venv, its pandas), not whatever python3 is on
             # PATH; a cluster's workers run their own (PYSPARK_PYTHON names it)
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -147,11 +147,11 @@ class SparkBackend(Backend):
 
     def check_versions(self) -> None:
         """The Python workers of the executors (one task per core the application holds)."""
-        if not self.master.startswith("spark://") or self.session is None:
+        if not self.master.standalone or self.session is None:
             return
         versions = versions_probe()
         found = self._on_executors(lambda: (__import__("socket").gethostname(), versions(*VERSIONED)))
-        require_same_versions("spark", self.master, dict(found), VERSIONED)
+        require_same_versions("spark", self.master.url, dict(found), VERSIONED)
 
     def check_shared_workdir(self, workdir: Path) -> bool:
         if self.driver is None or self.session is None:
@@ -159,7 +159,7 @@ class SparkBackend(Backend):
         def seen_by_executors(path: str) -> list[bool]:
             return self._on_executors(lambda: __import__("os").path.exists(path))
 
-        require_shared_workdir("spark", self.master, workdir, seen_by_executors)
+        require_shared_workdir("spark", self.master.url, workdir, seen_by_executors)
         return True
 
     def _on_executors(self, probe) -> list:

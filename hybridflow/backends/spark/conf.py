@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from ...engines.spark import SparkMaster
 from ...engines.spark.objectstorage import spark_store_conf
 from ...engines.spark.standalone import auth_conf
 from .lineage import listener_classpath
@@ -16,10 +17,10 @@ from .rapids import spark_gpu_conf
 from .redaction import redaction_conf
 
 
-def default_conf(master: str, driver: str = "127.0.0.1") -> dict[str, str]:
+def default_conf(master: SparkMaster, driver: str = "127.0.0.1") -> dict[str, str]:
     """`driver`: the address the driver binds to and tells the executors to connect back to."""
     cores = os.cpu_count() or 2
-    local = {"spark.driver.memory": local_driver_memory()} if master.startswith("local") else {}
+    local = {"spark.driver.memory": local_driver_memory()} if master.local else {}
     return {
         **local,
         "spark.ui.enabled": "false",

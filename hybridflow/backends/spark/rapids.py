@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ...engines.spark import SparkMaster
+
 RAPIDS_PLUGIN = "com.nvidia.spark.SQLPlugin"
 
 
@@ -26,8 +28,7 @@ def spark_gpu_conf(settings, jar: Path) -> dict[str, str]:
         "spark.locality.wait": "0s",
         "spark.sql.files.maxPartitionBytes": "512m",
     }
-    master = settings.master or "local[*]"
-    if not master.startswith("local"):
+    if not SparkMaster.of(settings).local:
         cores = settings.conf.get("spark.executor.cores")
         conf["spark.executor.resource.gpu.amount"] = "1"
         conf["spark.task.resource.gpu.amount"] = f"{1 / int(cores):.4g}" if cores else "0.25"

@@ -7,6 +7,7 @@ hybridflow.backends.spark, is imported when a run creates one."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import Field, model_validator
@@ -50,8 +51,33 @@ class SparkSettings(EngineSection):
         return self
 
 
+@dataclass(frozen=True)
+class SparkMaster:
+    """Where a session's executors run, from `master:`, told apart here only: in the driver's own JVM
+    (local[N], the default); on a standalone cluster's master (spark://host:port, which hybridflow
+    checks is reachable, routes the driver's address to and checks the workers' versions of); or on
+    another cluster manager (yarn, k8s://...), which Spark reaches on its own."""
+
+    url: str
+
+    @classmethod
+    def of(cls, settings: SparkSettings) -> SparkMaster:
+        return cls(settings.master or "local[*]")
+
+    @property
+    def local(self) -> bool:
+        return self.url.startswith("local")
+
+    @property
+    def standalone(self) -> bool:
+        return self.url.startswith("spark://")
+
+    def __str__(self) -> str:
+        return self.url
+
+
 def _attached(settings: SparkSettings) -> bool:
-    return bool(settings.remote) or not (settings.master or "local").startswith("local")
+    return bool(settings.remote) or not SparkMaster.of(settings).local
 
 
 # the stage `hybridflow init` writes for this engine ({input}: the dataset it reads)
