@@ -354,8 +354,11 @@ for _ in $(seq %(tries)d); do
       if grep -qxzF "HYBRIDFLOW_CLUSTER_NAME=$name" "$environ" 2>/dev/null; then exit 0; fi
       if [ ! -r "$environ" ] || [ -n "$(head -c 1 "$environ" 2>/dev/null)" ]; then echo "$holders"; exit 3; fi
     done
-  elif ! kill -0 %(pid)d 2>/dev/null; then
-''' + _GONE + r'''  fi
+  else
+    unnamed=0
+    if ! kill -0 %(pid)d 2>/dev/null; then
+''' + _GONE + r'''    fi
+  fi
   sleep 0.2
 done
 if [ -n "$holders" ]; then echo "$holders"; exit 3; fi

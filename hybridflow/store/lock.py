@@ -255,8 +255,6 @@ def _looks_fresh(held: dict) -> bool:
     return -_length(held, 0) <= age <= _length(held, 0)
 
 
-
-
 def _boot_id() -> str:
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()

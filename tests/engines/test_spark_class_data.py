@@ -1,8 +1,8 @@
 """The driver JVM's class-data archive, on a real Spark: the first session on a machine writes it as its
 JVM exits, whole and in place (nothing half-written left, an abandoned one of a killed run dropped);
 every later session maps it (read from the JVM's own memory map while the stage runs); a pipeline
-that sets its own -Xshare option gets none of ours; a stage whose work was cancelled (its timeout)
-ends its JVM without waiting to write one."""
+that sets its own -Xshare option gets none of ours; one the JVM refuses is dropped; a stage whose
+work was cancelled (its timeout) ends its JVM without waiting to write one."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -71,8 +72,9 @@ def test_the_first_session_writes_the_archive_and_every_later_one_maps_it(projec
     jars = tmp_path / "jars"
     folder = jars / "spark-class-data"
     folder.mkdir(parents=True)
-    abandoned = folder / "0123456789abcdef01234567.999999999-dead.writing"  # a killed run's, its pid gone
+    abandoned = folder / "0123456789abcdef01234567.4242-dead.writing"  # a killed run's, two hours ago
     abandoned.write_bytes(b"\xa8\xab\x0b\xf0 half")
+    os.utime(abandoned, (time.time() - 7200, time.time() - 7200))
 
     first = run(project, jars)
     assert first.returncode == 0, first.stdout + first.stderr
@@ -90,6 +92,16 @@ def test_the_first_session_writes_the_archive_and_every_later_one_maps_it(projec
     assert own.returncode == 0, own.stdout + own.stderr
     assert mapped(project) is False
     assert sorted(folder.iterdir()) == archives
+
+    # an archive the JVM refuses (here: its header overwritten) is dropped, for the next session to write anew
+    archives[0].chmod(0o644)
+    with open(archives[0], "r+b") as archive:
+        archive.seek(4)
+        archive.write(b"\0" * 64)
+    refused = run(project, jars)
+    assert refused.returncode == 0, refused.stdout + refused.stderr
+    assert mapped(project) is False
+    assert list(folder.iterdir()) == []
 
 
 def test_a_cancelled_session_does_not_wait_to_write_an_archive(project, tmp_path):

@@ -39,4 +39,4 @@ def test_a_run_creates_the_spark_backend_its_settings_name(tmp_path):
     classic = backends.create("spark", SparkSettings(master="local[2]"), tmp_path)
     connect = backends.create("spark", SparkSettings(remote="sc://127.0.0.1:15002"), tmp_path)
     assert type(classic) is SparkBackend and classic.session is None
-    assert type(connect) is SparkConnectBackend and connect.master == "sc://127.0.0.1:15002"
+    assert type(connect) is SparkConnectBackend and str(connect.master) == "sc://127.0.0.1:15002"

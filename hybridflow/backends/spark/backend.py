@@ -111,7 +111,13 @@ class SparkBackend(Backend):
                 raise
             raise UnavailableError(f"spark failed to start (master {self.master}): {first_line(exc)}",
                                    hint=f"see {self.log_dir / 'engines.log'}") from exc
+        self._started(code)
+
+    def _started(self, code: Sequence[Path]) -> None:
+        """The session just made: its logging, the stage code its Python workers import."""
         self.session.sparkContext.setLogLevel("ERROR")
+        if self._class_data is not None:
+            self._class_data.check_mapped(self.session.sparkContext._gateway.proc.pid)
         self._unroute = route_query_context_logs()
         if self.gpu is not None:  # the plugin's NOT_ON_GPU explanations are warnings: keep them
             jvm = self.session.sparkContext._jvm

@@ -16,6 +16,7 @@ import logging
 from pathlib import Path
 from typing import Sequence
 
+from ...engines.spark import SparkMaster
 from ...errors import UnavailableError, first_line
 from ..clusterchecks import check_reachable, split_host_port
 from ..shippedcode import code_archive
@@ -28,7 +29,7 @@ DEFAULT_PORT = 15002
 class SparkConnectBackend(SparkBackend):
     def __init__(self, settings, log_dir: Path) -> None:
         super().__init__(settings, log_dir)
-        self.master = settings.remote  # what messages name
+        self.master = SparkMaster(settings.remote)  # neither local nor standalone; messages name its URL
 
     def start(self, code: Sequence[Path] = ()) -> None:
         remote = self.settings.remote
