@@ -51,7 +51,7 @@ def _children_of(pid: int) -> set[int]:
                 found.update(int(child) for child in listed.read().split())
         except (OSError, ValueError):  # the thread ended meanwhile
             continue
-    return {child for child in found if _alive(child)}
+    return {child for child in found if running(child)}
 
 
 def running(pid: int) -> bool:
@@ -68,14 +68,6 @@ def running(pid: int) -> bool:
     except (OSError, IndexError):
         return True
     return state not in ("Z", "X")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _under(roots: set[int], parents: dict[int, int] | None = None) -> set[int]:
